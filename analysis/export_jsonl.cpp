@@ -1,0 +1,107 @@
+#include "memtrace/analysis/export_jsonl.h"
+
+#include <charconv>
+#include <memory>
+#include <queue>
+
+#include "memtrace/analysis/replay.h"
+#include "memtrace/format/trace_reader.h"
+
+namespace memtrace {
+
+namespace {
+
+struct Source {
+  std::unique_ptr<TraceReader> reader;
+  Replay replay;
+  Event next;
+  bool has_next = false;
+  void advance() { has_next = reader->next(next); }
+};
+
+template <typename T>
+void append_number(std::string& out, T value) {
+  char text[24];
+  auto [end, ec] = std::to_chars(text, text + sizeof text, value);
+  out.append(text, end);
+}
+
+void append_event(std::string& out, int pid, const Event& e, const ReplayStep& step) {
+  out += "{\"t_ns\":";
+  append_number(out, e.t_ns);
+  out += ",\"pid\":";
+  append_number(out, pid);
+  out += ",\"tid\":";
+  append_number(out, e.tid);
+  out += ",\"api\":\"";
+  out += api_name(e.api);
+  out += "\",\"op\":\"";
+  out += e.op() == Op::kAlloc ? "alloc" : "free";
+  out += "\",\"kind\":\"";
+  out += mem_kind_name(step.kind);
+  out += "\",\"layer\":\"";
+  out += layer_name(e.layer);
+  out += "\",\"device\":";
+  append_number(out, step.device);
+  out += ",\"stream\":";
+  append_number(out, e.stream);
+  out += ",\"addr\":";
+  append_number(out, e.addr);
+  out += ",\"size\":";
+  append_number(out, step.size);
+  if (e.kind == MemKind::kVmmMapping && e.op() == Op::kAlloc) {
+    out += ",\"handle\":";
+    append_number(out, e.aux);
+  }
+  out += ",\"result\":";
+  append_number(out, e.result);
+  out += "}\n";
+}
+
+}  // namespace
+
+bool export_jsonl(const std::vector<std::string>& traces, std::FILE* out, std::vector<std::string>& warnings,
+                  std::string& error) {
+  std::vector<std::unique_ptr<Source>> sources;
+  for (const auto& path : traces) {
+    auto source = std::make_unique<Source>();
+    source->reader = TraceReader::open(path, error);
+    if (!source->reader) return false;
+    source->advance();
+    sources.push_back(std::move(source));
+  }
+  // Merge by time; ties keep trace order, so the output is the same every run.
+  auto later = [&](size_t a, size_t b) {
+    const Event& x = sources[a]->next;
+    const Event& y = sources[b]->next;
+    return x.t_ns != y.t_ns ? x.t_ns > y.t_ns : a > b;
+  };
+  std::priority_queue<size_t, std::vector<size_t>, decltype(later)> queue(later);
+  for (size_t i = 0; i < sources.size(); ++i)
+    if (sources[i]->has_next) queue.push(i);
+  std::string buffer;
+  while (!queue.empty()) {
+    size_t i = queue.top();
+    queue.pop();
+    Source& s = *sources[i];
+    const ReplayStep& step = s.replay.apply(s.next);
+    append_event(buffer, s.reader->header().pid(), s.next, step);
+    if (buffer.size() > (1 << 16)) {
+      std::fwrite(buffer.data(), 1, buffer.size(), out);
+      buffer.clear();
+    }
+    s.advance();
+    if (s.has_next) queue.push(i);
+  }
+  std::fwrite(buffer.data(), 1, buffer.size(), out);
+  for (const auto& s : sources)
+    if (!s->reader->footer() && !s->reader->problem().empty())
+      warnings.push_back(s->reader->path() + ": " + s->reader->problem());
+  if (std::fflush(out) != 0 || std::ferror(out)) {
+    error = "cannot write the export";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace memtrace

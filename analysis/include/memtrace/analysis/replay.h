@@ -1,0 +1,90 @@
+// The replay engine: walks events in order and keeps the live set, so every analyzer learns what
+// each event did to memory (which allocation a free released, how device memory changed).
+// Memory grows with the live set, never with the trace's length.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <unordered_map>
+#include <vector>
+
+#include "memtrace/format/event.h"
+
+namespace memtrace {
+
+struct LiveAllocation {
+  Api api = Api::kUnknown;
+  MemKind kind = MemKind::kUnknown;
+  int32_t device = -1;
+  uint64_t size = 0;
+  uint64_t stack_id = 0;
+  uint64_t t_ns = 0;
+};
+
+// Where device memory was allocated: the API and the call stack. Reports group by it.
+struct Site {
+  Api api = Api::kUnknown;
+  uint64_t stack_id = 0;
+  bool operator==(const Site&) const = default;
+};
+
+struct SiteHash {
+  size_t operator()(const Site& s) const { return std::hash<uint64_t>()(s.stack_id * 64 + static_cast<uint64_t>(s.api)); }
+};
+
+// Device memory (device, managed, VMM physical) that came or went on one device with an event.
+struct MemoryChange {
+  int32_t device = -1;
+  int64_t bytes = 0;
+  Site site;
+};
+
+// What one event did.
+struct ReplayStep {
+  const Event* event = nullptr;
+  // For an allocation, its own; for a free, those of what it freed (when it found it).
+  MemKind kind = MemKind::kUnknown;
+  int32_t device = -1;
+  uint64_t size = 0;
+  bool matched = true;  // false: a successful free of something the trace never saw allocated
+  std::vector<MemoryChange> device_changes;
+  int64_t pinned_host_bytes = 0;
+};
+
+class Replay {
+ public:
+  // Applies EVENT; the step stays valid until the next call.
+  const ReplayStep& apply(const Event& event);
+
+  // Device memory live per device now.
+  const std::map<int32_t, uint64_t>& device_bytes() const { return device_bytes_; }
+  uint64_t pinned_host_bytes() const { return pinned_host_bytes_; }
+  size_t live_count() const { return addresses_.size() + handles_.size() + mappings_.size() + reservations_.size(); }
+  uint64_t unmatched_frees() const { return unmatched_frees_; }
+
+ private:
+  struct Handle {
+    LiveAllocation allocation;
+    bool released = false;
+    uint32_t mappings = 0;
+  };
+  struct Mapping {
+    uint64_t size;
+    uint64_t handle;
+  };
+  void allocate(const Event& e);
+  void free(const Event& e);
+  void count(const LiveAllocation& a, int64_t sign);
+  void retire_handle_if_unused(std::unordered_map<uint64_t, Handle>::iterator it);
+
+  ReplayStep step_;
+  std::unordered_map<uint64_t, LiveAllocation> addresses_;  // device, managed, pinned host
+  std::unordered_map<uint64_t, Handle> handles_;            // VMM physical, by handle
+  std::map<uint64_t, Mapping> mappings_;                    // VMM mappings, by address
+  std::unordered_map<uint64_t, LiveAllocation> reservations_;
+  std::map<int32_t, uint64_t> device_bytes_;
+  uint64_t pinned_host_bytes_ = 0;
+  uint64_t unmatched_frees_ = 0;
+};
+
+}  // namespace memtrace

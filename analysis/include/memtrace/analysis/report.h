@@ -1,0 +1,90 @@
+// The per-process report: events by API, and per device the peak of device memory, when it
+// happened, what was live at exit, and the largest allocation sites at the peak.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "memtrace/analysis/replay.h"
+
+namespace memtrace {
+
+struct ApiCounts {
+  uint64_t calls = 0;
+  uint64_t failed = 0;
+};
+
+struct SiteTotal {
+  Site site;
+  uint64_t bytes = 0;
+  uint64_t count = 0;
+  // The caller, once resolved against the trace's frames.
+  uint64_t address = 0;
+  std::string module;
+  uint64_t offset = 0;
+};
+
+struct DeviceReport {
+  int32_t device = -1;
+  uint64_t peak_bytes = 0;
+  uint64_t peak_time_ns = 0;
+  uint64_t live_at_exit_bytes = 0;
+  uint64_t live_at_exit_count = 0;
+  std::vector<SiteTotal> peak_sites;  // largest first
+};
+
+struct ProcessReport {
+  int32_t pid = 0;
+  std::vector<std::string> command;
+  std::optional<int32_t> exit_status;
+  std::string end_reason;
+  std::string trace_path;
+  bool complete = true;  // the trace ended with its footer
+  std::string problem;   // why the trace was read only in part
+  uint64_t events = 0;
+  uint64_t dropped_events = 0;
+  uint64_t incomplete_records = 0;
+  uint64_t unmatched_frees = 0;
+  uint64_t pinned_host_peak_bytes = 0;
+  uint64_t end_time_ns = 0;
+  std::map<Api, ApiCounts> calls;
+  std::vector<DeviceReport> devices;  // by device ordinal
+};
+
+// Builds a ProcessReport from the replay of one process's events.
+class ReportBuilder {
+ public:
+  explicit ReportBuilder(size_t top_sites = 10) : top_sites_(top_sites) {}
+  void add(const ReplayStep& step);
+  // Fills the event-derived parts of REPORT (calls, devices, peaks, sites).
+  void finish(ProcessReport& report);
+
+ private:
+  struct SiteLive {
+    uint64_t bytes = 0;
+    uint64_t count = 0;
+  };
+  using SiteMap = std::unordered_map<Site, SiteLive, SiteHash>;
+  struct DeviceState {
+    uint64_t live = 0;
+    uint64_t count = 0;
+    uint64_t peak = 0;
+    uint64_t peak_time = 0;
+    bool peak_unsaved = false;  // the sites at the newest peak are not in at_peak yet
+    SiteMap sites;
+    SiteMap at_peak;
+  };
+  size_t top_sites_;
+  std::map<Api, ApiCounts> calls_;
+  std::map<int32_t, DeviceState> devices_;
+  uint64_t pinned_host_live_ = 0;
+  uint64_t pinned_host_peak_ = 0;
+  uint64_t unmatched_frees_ = 0;
+  uint64_t events_ = 0;
+};
+
+}  // namespace memtrace

@@ -1,0 +1,20 @@
+// `memtrace report` as text for the terminal and as JSON for scripts.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "memtrace/analysis/report.h"
+
+namespace memtrace {
+
+// The JSON contract of `memtrace report --json` (fields are added, never removed or renamed).
+nlohmann::json report_json(const std::vector<ProcessReport>& processes);
+std::string report_text(const std::vector<ProcessReport>& processes);
+// "train_loop+0x1a2b", or the bare address when the module is unknown.
+std::string site_location(const SiteTotal& site);
+std::string command_line(const std::vector<std::string>& command);
+
+}  // namespace memtrace

@@ -1,0 +1,21 @@
+// Opening what a user names: one trace file, or an output folder of them.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "memtrace/analysis/report.h"
+#include "memtrace/format/trace_reader.h"
+
+namespace memtrace {
+
+// The trace files PATH names, in a stable order; empty with ERROR set when there are none.
+std::vector<std::string> find_traces(const std::string& path, std::string& error);
+
+// Reads one trace through the replay into its report. Returns false with ERROR set when the
+// file is not a readable trace at all; a cut or damaged trace gives a report of what was read,
+// with `complete` false and `problem` saying why.
+bool analyze_trace(const std::string& path, size_t top_sites, ProcessReport& report, std::string& error);
+
+}  // namespace memtrace

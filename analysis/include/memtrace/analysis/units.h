@@ -1,0 +1,18 @@
+// Sizes in binary units and times relative to the program's start, as every report prints them.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace memtrace {
+
+// "512 B", "16.0 MiB", "1.50 GiB": three significant digits.
+std::string format_bytes(uint64_t bytes);
+// "0.532 s", "12.3 ms", "850 us".
+std::string format_duration_ns(uint64_t ns);
+// "80GiB", "80 GiB", "512MiB", "4G", "1.5T", "1000000", "2e9": sizes as people write them.
+std::optional<uint64_t> parse_size(std::string_view text);
+
+}  // namespace memtrace

@@ -1,0 +1,125 @@
+#include "memtrace/analysis/replay.h"
+
+namespace memtrace {
+
+const ReplayStep& Replay::apply(const Event& e) {
+  step_.event = &e;
+  step_.kind = e.kind;
+  step_.device = e.device;
+  step_.size = e.size;
+  step_.matched = true;
+  step_.device_changes.clear();
+  step_.pinned_host_bytes = 0;
+  if (!e.ok()) return step_;  // a failed call changes nothing
+  if (e.op() == Op::kAlloc) allocate(e);
+  else free(e);
+  return step_;
+}
+
+void Replay::count(const LiveAllocation& a, int64_t sign) {
+  int64_t bytes = sign * static_cast<int64_t>(a.size);
+  if (counts_as_device_memory(a.kind)) {
+    device_bytes_[a.device] += static_cast<uint64_t>(bytes);
+    step_.device_changes.push_back(MemoryChange{a.device, bytes, Site{a.api, a.stack_id}});
+  } else if (a.kind == MemKind::kPinnedHost) {
+    pinned_host_bytes_ += static_cast<uint64_t>(bytes);
+    step_.pinned_host_bytes += bytes;
+  }
+}
+
+void Replay::allocate(const Event& e) {
+  LiveAllocation a{e.api, e.kind, e.device, e.size, e.stack_id, e.t_ns};
+  switch (e.kind) {
+    case MemKind::kVmmPhysical: {
+      auto [it, fresh] = handles_.try_emplace(e.addr);
+      if (!fresh) count(it->second.allocation, -1);  // a handle we never saw released
+      it->second = Handle{a};
+      count(a, +1);
+      break;
+    }
+    case MemKind::kVmmMapping: {
+      mappings_[e.addr] = Mapping{e.size, e.aux};
+      auto h = handles_.find(e.aux);
+      if (h != handles_.end()) {
+        ++h->second.mappings;
+        step_.device = h->second.allocation.device;
+      }
+      break;
+    }
+    case MemKind::kVaReservation:
+      reservations_[e.addr] = a;
+      break;
+    default: {
+      auto [it, fresh] = addresses_.try_emplace(e.addr, a);
+      if (!fresh) {  // the same address again without a free we saw: the old one is gone
+        count(it->second, -1);
+        it->second = a;
+      }
+      count(a, +1);
+    }
+  }
+}
+
+void Replay::retire_handle_if_unused(std::unordered_map<uint64_t, Handle>::iterator it) {
+  // Physical memory stays until the handle is released and no mapping uses it, as on a GPU.
+  if (it->second.released && it->second.mappings == 0) {
+    count(it->second.allocation, -1);
+    handles_.erase(it);
+  }
+}
+
+void Replay::free(const Event& e) {
+  auto describe = [this](const LiveAllocation& a) {
+    step_.kind = a.kind;
+    step_.device = a.device;
+    step_.size = a.size;
+  };
+  switch (e.kind) {
+    case MemKind::kVmmPhysical: {
+      auto it = handles_.find(e.addr);
+      if (it == handles_.end() || it->second.released) break;
+      describe(it->second.allocation);
+      it->second.released = true;
+      retire_handle_if_unused(it);
+      return;
+    }
+    case MemKind::kVmmMapping: {
+      // One unmap may cover several mappings.
+      auto it = mappings_.lower_bound(e.addr);
+      if (it == mappings_.end() || it->first != e.addr) break;
+      uint64_t end = e.addr + (e.size ? e.size : it->second.size), unmapped = 0;
+      while (it != mappings_.end() && it->first < end) {
+        unmapped += it->second.size;
+        auto h = handles_.find(it->second.handle);
+        if (h != handles_.end()) {
+          step_.device = h->second.allocation.device;
+          if (h->second.mappings > 0) --h->second.mappings;
+          retire_handle_if_unused(h);
+        }
+        it = mappings_.erase(it);
+      }
+      step_.size = unmapped;
+      return;
+    }
+    case MemKind::kVaReservation: {
+      auto it = reservations_.find(e.addr);
+      if (it == reservations_.end()) break;
+      describe(it->second);
+      reservations_.erase(it);
+      return;
+    }
+    default: {
+      if (e.addr == 0) return;  // cudaFree(nullptr): nothing to free, nothing missing
+      auto it = addresses_.find(e.addr);
+      if (it == addresses_.end()) break;
+      describe(it->second);
+      count(it->second, -1);
+      addresses_.erase(it);
+      return;
+    }
+  }
+  step_.matched = false;
+  ++unmatched_frees_;
+}
+
+}  // namespace memtrace

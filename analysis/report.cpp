@@ -1,0 +1,78 @@
+#include "memtrace/analysis/report.h"
+
+#include <algorithm>
+
+namespace memtrace {
+
+void ReportBuilder::add(const ReplayStep& step) {
+  const Event& e = *step.event;
+  ++events_;
+  ApiCounts& c = calls_[e.api];
+  ++c.calls;
+  if (!e.ok()) ++c.failed;
+  if (!step.matched) ++unmatched_frees_;
+  for (const MemoryChange& change : step.device_changes) {
+    DeviceState& d = devices_[change.device];
+    if (change.bytes < 0 && d.peak_unsaved) {
+      // The first decrease after a new peak: what is live now is what was live at the peak,
+      // since nothing was allocated after it without making a higher one. Copying only here
+      // keeps the cost at one copy per peak that is followed by a free.
+      d.at_peak = d.sites;
+      d.peak_unsaved = false;
+    }
+    SiteLive& s = d.sites[change.site];
+    s.bytes += static_cast<uint64_t>(change.bytes);
+    if (change.bytes > 0) {
+      ++s.count;
+      ++d.count;
+    } else {
+      --s.count;
+      --d.count;
+    }
+    if (s.bytes == 0 && s.count == 0) d.sites.erase(change.site);
+    d.live += static_cast<uint64_t>(change.bytes);
+    if (d.live > d.peak) {
+      d.peak = d.live;
+      d.peak_time = e.t_ns;
+      d.peak_unsaved = true;
+    }
+  }
+  if (step.pinned_host_bytes) {
+    pinned_host_live_ += static_cast<uint64_t>(step.pinned_host_bytes);
+    pinned_host_peak_ = std::max(pinned_host_peak_, pinned_host_live_);
+  }
+}
+
+void ReportBuilder::finish(ProcessReport& report) {
+  report.calls = calls_;
+  report.unmatched_frees = unmatched_frees_;
+  report.pinned_host_peak_bytes = pinned_host_peak_;
+  report.devices.clear();
+  for (auto& [ordinal, d] : devices_) {
+    if (d.peak_unsaved) {
+      d.at_peak = d.sites;
+      d.peak_unsaved = false;
+    }
+    DeviceReport r;
+    r.device = ordinal;
+    r.peak_bytes = d.peak;
+    r.peak_time_ns = d.peak_time;
+    r.live_at_exit_bytes = d.live;
+    r.live_at_exit_count = d.count;
+    for (const auto& [site, live] : d.at_peak)
+      if (live.bytes > 0) {
+        SiteTotal total;
+        total.site = site;
+        total.bytes = live.bytes;
+        total.count = live.count;
+        r.peak_sites.push_back(std::move(total));
+      }
+    std::sort(r.peak_sites.begin(), r.peak_sites.end(), [](const SiteTotal& a, const SiteTotal& b) {
+      return a.bytes != b.bytes ? a.bytes > b.bytes : a.site.stack_id < b.site.stack_id;
+    });
+    if (r.peak_sites.size() > top_sites_) r.peak_sites.resize(top_sites_);
+    report.devices.push_back(std::move(r));
+  }
+}
+
+}  // namespace memtrace

@@ -1,0 +1,126 @@
+#include "memtrace/analysis/report_render.h"
+
+#include <cstdio>
+#include <filesystem>
+
+#include "memtrace/analysis/units.h"
+
+namespace memtrace {
+
+namespace {
+
+std::string hex(uint64_t v) {
+  char text[24];
+  std::snprintf(text, sizeof text, "0x%llx", static_cast<unsigned long long>(v));
+  return text;
+}
+
+std::string percent(uint64_t part, uint64_t whole) {
+  char text[16];
+  std::snprintf(text, sizeof text, "%.1f%%", whole ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0.0);
+  return text;
+}
+
+std::string pad(std::string s, size_t width, bool right = false) {
+  if (s.size() >= width) return s;
+  return right ? std::string(width - s.size(), ' ') + s : s + std::string(width - s.size(), ' ');
+}
+
+}  // namespace
+
+std::string site_location(const SiteTotal& site) {
+  if (!site.module.empty()) return std::filesystem::path(site.module).filename().string() + "+" + hex(site.offset);
+  return site.address ? hex(site.address) : "(unknown caller)";
+}
+
+std::string command_line(const std::vector<std::string>& command) {
+  std::string line;
+  for (const auto& arg : command) {
+    if (!line.empty()) line += ' ';
+    line += arg.find_first_of(" \t'\"") == std::string::npos && !arg.empty() ? arg : "'" + arg + "'";
+  }
+  return line;
+}
+
+nlohmann::json report_json(const std::vector<ProcessReport>& processes) {
+  nlohmann::json out = {{"processes", nlohmann::json::array()}};
+  for (const ProcessReport& p : processes) {
+    nlohmann::json events = nlohmann::json::object();
+    for (const auto& [api, counts] : p.calls)
+      events[std::string(api_name(api))] = {{"calls", counts.calls}, {"failed", counts.failed}};
+    nlohmann::json devices = nlohmann::json::array();
+    for (const DeviceReport& d : p.devices) {
+      nlohmann::json sites = nlohmann::json::array();
+      for (const SiteTotal& s : d.peak_sites)
+        sites.push_back({{"api", std::string(api_name(s.site.api))},
+                         {"bytes", s.bytes},
+                         {"count", s.count},
+                         {"location", site_location(s)},
+                         {"frame", {{"address", s.address}, {"module", s.module}, {"offset", s.offset}}}});
+      devices.push_back({{"device", d.device},
+                         {"peak_reserved_bytes", d.peak_bytes},
+                         {"peak_time_ns", d.peak_time_ns},
+                         {"live_at_exit_bytes", d.live_at_exit_bytes},
+                         {"live_at_exit_count", d.live_at_exit_count},
+                         {"top_sites_at_peak", sites}});
+    }
+    out["processes"].push_back({
+        {"pid", p.pid},
+        {"command", p.command},
+        {"exit_status", p.exit_status ? nlohmann::json(*p.exit_status) : nlohmann::json(nullptr)},
+        {"events", events},
+        {"devices", devices},
+        {"trace", p.trace_path},
+        {"complete", p.complete},
+        {"problem", p.problem},
+        {"end_reason", p.end_reason},
+        {"events_total", p.events},
+        {"dropped_events", p.dropped_events},
+        {"incomplete_records", p.incomplete_records},
+        {"unmatched_frees", p.unmatched_frees},
+        {"pinned_host_peak_bytes", p.pinned_host_peak_bytes},
+    });
+  }
+  return out;
+}
+
+std::string report_text(const std::vector<ProcessReport>& processes) {
+  std::string out;
+  for (const ProcessReport& p : processes) {
+    if (!out.empty()) out += "\n";
+    out += "process " + std::to_string(p.pid) + ": " + command_line(p.command) + "\n";
+    out += "  ended: " + (p.end_reason.empty() ? std::string("unknown") : p.end_reason);
+    if (p.exit_status) out += ", exit status " + std::to_string(*p.exit_status);
+    out += "; " + std::to_string(p.events) + " events over " + format_duration_ns(p.end_time_ns) + "\n";
+    if (!p.complete) out += "  WARNING: incomplete trace: " + p.problem + "\n";
+    if (p.dropped_events)
+      out += "  WARNING: " + std::to_string(p.dropped_events) +
+             " events were lost (the collector could not keep up); figures below miss them\n";
+    if (p.incomplete_records)
+      out += "  WARNING: " + std::to_string(p.incomplete_records) + " events were cut off by the process's death\n";
+
+    out += "\n  " + pad("API", 26) + pad("calls", 10, true) + pad("failed", 10, true) + "\n";
+    for (const auto& [api, c] : p.calls)
+      out += "  " + pad(std::string(api_name(api)), 26) + pad(std::to_string(c.calls), 10, true) +
+             pad(std::to_string(c.failed), 10, true) + "\n";
+    if (p.pinned_host_peak_bytes) out += "\n  pinned host memory: peak " + format_bytes(p.pinned_host_peak_bytes) + "\n";
+
+    for (const DeviceReport& d : p.devices) {
+      out += "\n  device " + std::to_string(d.device) + ": peak reserved " + format_bytes(d.peak_bytes) + " at " +
+             format_duration_ns(d.peak_time_ns) + "; live at exit " + format_bytes(d.live_at_exit_bytes) + " in " +
+             std::to_string(d.live_at_exit_count) + " allocations\n";
+      if (d.peak_sites.empty()) continue;
+      out += "    largest sites at the peak:\n";
+      out += "    " + pad("bytes", 11, true) + pad("share", 8, true) + pad("count", 8, true) + "  " + pad("api", 26) +
+             "caller\n";
+      for (const SiteTotal& s : d.peak_sites)
+        out += "    " + pad(format_bytes(s.bytes), 11, true) + pad(percent(s.bytes, d.peak_bytes), 8, true) +
+               pad(std::to_string(s.count), 8, true) + "  " + pad(std::string(api_name(s.site.api)), 26) +
+               site_location(s) + "\n";
+    }
+    if (p.devices.empty()) out += "\n  no device memory was allocated\n";
+  }
+  return out;
+}
+
+}  // namespace memtrace

@@ -1,0 +1,126 @@
+// The memtrace executable: every subcommand in one program.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "memtrace/analysis/export_jsonl.h"
+#include "memtrace/analysis/report_render.h"
+#include "memtrace/analysis/trace_set.h"
+#include "memtrace/analysis/units.h"
+#include "memtrace/collector/run.h"
+
+namespace {
+
+constexpr int kExitUsage = 2;
+
+int report(const std::string& path, bool json) {
+  std::string error;
+  std::vector<std::string> traces = memtrace::find_traces(path, error);
+  if (traces.empty()) {
+    std::fprintf(stderr, "memtrace report: %s\n", error.c_str());
+    return 1;
+  }
+  std::vector<memtrace::ProcessReport> processes;
+  for (const auto& trace : traces) {
+    memtrace::ProcessReport p;
+    if (!memtrace::analyze_trace(trace, 10, p, error)) {
+      std::fprintf(stderr, "memtrace report: %s\n", error.c_str());
+      return 1;
+    }
+    if (!p.complete) std::fprintf(stderr, "memtrace report: %s: %s\n", trace.c_str(), p.problem.c_str());
+    processes.push_back(std::move(p));
+  }
+  if (json) std::printf("%s\n", memtrace::report_json(processes).dump(2).c_str());
+  else std::fputs(memtrace::report_text(processes).c_str(), stdout);
+  return 0;
+}
+
+int export_events(const std::string& path, const std::string& format, const std::string& output) {
+  if (format != "jsonl") {
+    std::fprintf(stderr, "memtrace export: unknown format '%s' (known: jsonl)\n", format.c_str());
+    return kExitUsage;
+  }
+  std::string error;
+  std::vector<std::string> traces = memtrace::find_traces(path, error);
+  if (traces.empty()) {
+    std::fprintf(stderr, "memtrace export: %s\n", error.c_str());
+    return 1;
+  }
+  std::FILE* out = stdout;
+  if (!output.empty() && output != "-") {
+    out = std::fopen(output.c_str(), "wxe");  // never over an existing file
+    if (!out) {
+      std::fprintf(stderr, "memtrace export: cannot create %s: %s\n", output.c_str(), std::strerror(errno));
+      return 1;
+    }
+  }
+  std::vector<std::string> warnings;
+  bool ok = memtrace::export_jsonl(traces, out, warnings, error);
+  if (out != stdout) std::fclose(out);
+  for (const auto& w : warnings) std::fprintf(stderr, "memtrace export: %s\n", w.c_str());
+  if (!ok) std::fprintf(stderr, "memtrace export: %s\n", error.c_str());
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"memtrace: a GPU memory profiler for CUDA programs.\n"
+               "Record with `memtrace run -- CMD`, then read the traces with `memtrace report`."};
+  app.set_version_flag("--version", "memtrace 0.1.0");
+  app.require_subcommand(1);
+
+  memtrace::RunOptions run;
+  std::string sim_capacity;
+  int sim_devices = 0;
+  CLI::App* run_cmd = app.add_subcommand("run", "Run CMD and record every CUDA allocation and free it makes");
+  run_cmd->add_option("-o,--output", run.output_dir, "Folder for the traces (default: a new memtrace-DATE-TIME)");
+  run_cmd->add_flag("--sim", run.sim, "Run on the simulated CUDA device (no GPU needed)");
+  CLI::Option* cap = run_cmd->add_option("--sim-capacity", sim_capacity, "Memory per simulated device, e.g. 80GiB");
+  CLI::Option* devs = run_cmd->add_option("--sim-devices", sim_devices, "Number of simulated devices")
+                          ->check(CLI::Range(1, 64));
+  run_cmd->add_option("command", run.command, "The program to run and its arguments (after --)")->required();
+  run_cmd->footer("Exit status: CMD's own, 128+N when signal N killed it; 125 when memtrace failed,\n"
+                  "126 when CMD cannot run, 127 when it is not found.");
+
+  std::string report_path;
+  bool report_json = false;
+  CLI::App* report_cmd = app.add_subcommand("report", "Summarize traces: events, peaks, largest sites");
+  report_cmd->add_option("path", report_path, "An output folder or one .memtrace file")->required();
+  report_cmd->add_flag("--json", report_json, "Print JSON instead of text");
+
+  std::string export_path, export_format = "jsonl", export_output;
+  CLI::App* export_cmd = app.add_subcommand("export", "Write every event in a format other tools read");
+  export_cmd->add_option("path", export_path, "An output folder or one .memtrace file")->required();
+  export_cmd->add_option("--format", export_format, "jsonl: one JSON object per event")->required();
+  export_cmd->add_option("-o,--output", export_output, "Output file (default: standard output)");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);
+    return code == 0 ? 0 : kExitUsage;
+  }
+
+  if (*run_cmd) {
+    if (*cap) {
+      auto bytes = memtrace::parse_size(sim_capacity);
+      if (!bytes || *bytes == 0) {
+        std::fprintf(stderr, "memtrace run: --sim-capacity: '%s' is not a size (try 80GiB)\n", sim_capacity.c_str());
+        return memtrace::kExitMemtraceFailedCode;
+      }
+      run.sim_capacity = bytes;
+    }
+    if (*devs) run.sim_devices = sim_devices;
+    if ((*cap || *devs) && !run.sim) {
+      std::fprintf(stderr, "memtrace run: --sim-capacity and --sim-devices need --sim\n");
+      return memtrace::kExitMemtraceFailedCode;
+    }
+    return memtrace::run_command(run);
+  }
+  if (*report_cmd) return report(report_path, report_json);
+  if (*export_cmd) return export_events(export_path, export_format, export_output);
+  return kExitUsage;
+}

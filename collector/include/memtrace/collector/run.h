@@ -1,0 +1,29 @@
+// `memtrace run`: start a program with the injector, collect every traced process's events into
+// one trace each, print a summary, and exit with the program's exit status.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace memtrace {
+
+struct RunOptions {
+  std::string output_dir;  // empty: memtrace-YYYYmmdd-HHMMSS in the current folder
+  bool sim = false;
+  std::optional<uint64_t> sim_capacity;
+  std::optional<int> sim_devices;
+  std::vector<std::string> command;
+};
+
+// Returns the exit code for `memtrace run`: the program's, 128+N if signal N killed it, or
+// 125/126/127 when memtrace could not run it (with a one-line message on stderr).
+int run_command(const RunOptions& options);
+
+}  // namespace memtrace
+
+namespace memtrace {
+// memtrace run's own failure (bad options, cannot create its folder): env(1)'s convention.
+inline constexpr int kExitMemtraceFailedCode = 125;
+}  // namespace memtrace

@@ -1,0 +1,351 @@
+#include "memtrace/collector/run.h"
+
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <poll.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "control_socket.h"
+#include "launcher.h"
+#include "memtrace/analysis/report_render.h"
+#include "memtrace/analysis/units.h"
+#include "traced_process.h"
+
+extern char** environ;
+
+namespace memtrace {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kVersion = "0.1.0";
+
+std::atomic<int> g_signal{0};          // a signal to pass on to the program
+std::atomic<bool> g_interrupted{false};  // any stop signal reached us
+
+// A signal someone sent to memtrace (kill, not the terminal, which signals the whole group and
+// so reaches the program itself) is passed on to the program.
+void on_signal(int sig, siginfo_t* info, void*) {
+  g_interrupted.store(true);
+  if (info->si_code <= 0) g_signal.store(sig);
+}
+
+uint64_t clock_ns(clockid_t clock) {
+  timespec ts;
+  ::clock_gettime(clock, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+std::vector<std::string> read_cmdline(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline", std::ios::binary);
+  std::vector<std::string> args;
+  std::string arg;
+  while (std::getline(in, arg, '\0')) args.push_back(arg);
+  return args;
+}
+
+int read_ppid(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(in, line);
+  size_t close = line.rfind(')');
+  if (close == std::string::npos) return 0;
+  int ppid = 0;
+  char state;
+  std::sscanf(line.c_str() + close + 1, " %c %d", &state, &ppid);
+  return ppid;
+}
+
+std::string host_name() {
+  char name[256] = {};
+  ::gethostname(name, sizeof name - 1);
+  return name;
+}
+
+// The program's install layout: bin/memtrace, lib/libmemtrace_inject.so, lib/sim/.
+fs::path library_dir() {
+  if (const char* dir = std::getenv("MEMTRACE_LIB_DIR")) return dir;
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  return exe.parent_path().parent_path() / "lib";
+}
+
+// Creates the output folder (0700). For the default name, finds one not taken yet.
+bool make_output_dir(const RunOptions& options, std::string& dir, bool& created, std::string& error) {
+  created = false;
+  if (!options.output_dir.empty()) {
+    dir = options.output_dir;
+    std::error_code ec;
+    if (fs::is_directory(dir, ec)) return ::access(dir.c_str(), W_OK | X_OK) == 0 ||
+                                          (error = "cannot write to output folder " + dir + ": " + std::strerror(errno), false);
+    fs::path parent = fs::path(dir).parent_path();
+    if (!parent.empty()) fs::create_directories(parent, ec);
+    if (::mkdir(dir.c_str(), 0700) != 0) {
+      error = "cannot create output folder " + dir + ": " + std::strerror(errno);
+      return false;
+    }
+    created = true;
+    return true;
+  }
+  std::time_t now = std::time(nullptr);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "memtrace-%Y%m%d-%H%M%S", std::localtime(&now));
+  for (int i = 1; i < 100; ++i) {
+    dir = i == 1 ? stamp : std::string(stamp) + "-" + std::to_string(i);
+    if (::mkdir(dir.c_str(), 0700) == 0) {
+      created = true;
+      return true;
+    }
+    if (errno != EEXIST) break;
+  }
+  error = "cannot create output folder " + dir + " in the current folder: " + std::strerror(errno);
+  return false;
+}
+
+class Collector {
+ public:
+  Collector(std::string dir, pid_t child, uint64_t origin_mono, uint64_t origin_unix, ControlSocket& control)
+      : dir_(std::move(dir)), child_(child), origin_mono_(origin_mono), origin_unix_(origin_unix), control_(control) {}
+
+  int loop();
+  const std::vector<ProcessReport>& reports() const { return reports_; }
+  size_t traced() const { return reports_.size(); }
+
+ private:
+  void welcome();
+  void finish(TracedProcess& p, std::optional<int> status, const std::string& reason);
+  std::string trace_path(int pid);
+
+  std::string dir_;
+  pid_t child_;
+  uint64_t origin_mono_, origin_unix_;
+  ControlSocket& control_;
+  std::vector<std::unique_ptr<TracedProcess>> processes_;
+  std::map<int, int> images_;  // pid -> traces made for it so far
+  std::vector<ProcessReport> reports_;
+  std::optional<int> child_status_;
+  std::string child_end_;
+};
+
+std::string Collector::trace_path(int pid) {
+  int image = images_[pid]++;
+  std::string base = dir_ + "/" + std::to_string(pid) + (image ? "." + std::to_string(image) : "");
+  for (int n = 0;; ++n) {  // never over an existing file (an old run in the same folder)
+    std::string path = base + (n ? "-" + std::to_string(n) : "") + ".memtrace";
+    if (!fs::exists(fs::symlink_status(path))) return path;
+  }
+}
+
+void Collector::welcome() {
+  for (;;) {
+    std::string why;
+    std::optional<Introduction> intro = control_.accept(why);
+    if (!intro) {
+      if (why.empty()) return;
+      std::fprintf(stderr, "memtrace: ignoring a connection: %s\n", why.c_str());
+      continue;
+    }
+    // A new image of a pid we trace (it exec'd): the old image is over.
+    for (auto& p : processes_)
+      if (p->pid() == intro->pid && !p->finished()) finish(*p, std::nullopt, "replaced its program (exec)");
+    std::string path = trace_path(intro->pid);
+    std::string error;
+    std::unique_ptr<TraceWriter> writer = TraceWriter::create(path, error);
+    if (!writer) {
+      std::fprintf(stderr, "memtrace: not tracing process %d: %s\n", intro->pid, error.c_str());
+      ring::unmap_ring(intro->ring);
+      ::close(intro->socket);
+      continue;
+    }
+    pb::TraceHeader header;
+    header.set_memtrace_version(kVersion);
+    header.set_pid(intro->pid);
+    header.set_ppid(read_ppid(intro->pid));
+    header.set_host(host_name());
+    for (const auto& arg : read_cmdline(intro->pid)) header.add_command(arg);
+    header.set_origin_unix_ns(static_cast<int64_t>(origin_unix_));
+    header.set_origin_monotonic_ns(origin_mono_);
+    header.set_process_seen_ns(clock_ns(CLOCK_MONOTONIC) - origin_mono_);
+    header.set_exec_index(static_cast<uint32_t>(images_[intro->pid] - 1));
+    writer->write_header(header);
+    auto process = std::make_unique<TracedProcess>(intro->pid, intro->socket, intro->ring, std::move(writer), origin_mono_);
+    process->command.assign(header.command().begin(), header.command().end());
+    if (ControlSocket::welcome(*intro)) processes_.push_back(std::move(process));
+  }
+}
+
+void Collector::finish(TracedProcess& p, std::optional<int> status, const std::string& reason) {
+  p.finish(status, reason, clock_ns(CLOCK_MONOTONIC));
+  if (!p.write_error().empty()) std::fprintf(stderr, "memtrace: %s\n", p.write_error().c_str());
+  ProcessReport report = p.report();
+  report.command = p.command;
+  reports_.push_back(std::move(report));
+}
+
+int Collector::loop() {
+  bool waiting_note = false;
+  uint64_t last_flush = clock_ns(CLOCK_MONOTONIC);
+  int idle_ms = 0;
+  for (;;) {
+    if (int sig = g_signal.exchange(0); sig && !child_status_) ::kill(child_, sig);
+    if (!child_status_) {
+      int status = 0;
+      if (::waitpid(child_, &status, WNOHANG) == child_) {
+        if (WIFEXITED(status)) {
+          child_status_ = WEXITSTATUS(status);
+          child_end_ = "exited";
+        } else {
+          child_status_ = 128 + WTERMSIG(status);
+          child_end_ = std::string("killed by signal ") + std::to_string(WTERMSIG(status)) + " (" +
+                       strsignal(WTERMSIG(status)) + ")";
+        }
+        g_interrupted.store(false);
+      }
+    }
+
+    std::vector<pollfd> fds{{control_.fd(), POLLIN, 0}};
+    std::vector<TracedProcess*> polled;
+    for (auto& p : processes_) {
+      if (p->ended()) continue;
+      fds.push_back({p->socket(), POLLIN | POLLRDHUP, 0});
+      polled.push_back(p.get());
+    }
+    ::poll(fds.data(), fds.size(), idle_ms);
+    // A traced process never writes after its introduction: readable means it closed its end.
+    for (size_t i = 1; i < fds.size(); ++i)
+      if (fds[i].revents & (POLLIN | POLLHUP | POLLRDHUP | POLLERR)) polled[i - 1]->mark_ended();
+    if (fds[0].revents & POLLIN) welcome();
+
+    size_t events = 0;
+    for (auto& p : processes_) {
+      if (p->finished()) continue;
+      events += p->drain();
+      bool is_child = p->pid() == child_;
+      if (p->ended() && (!is_child || child_status_))
+        finish(*p, is_child ? child_status_ : std::nullopt, is_child ? child_end_ : "ended");
+    }
+    idle_ms = events ? 0 : std::min(idle_ms + 1, 5);
+
+    uint64_t now = clock_ns(CLOCK_MONOTONIC);
+    if (now - last_flush > 200'000'000ull) {  // what a killed collector leaves on disk stays recent
+      for (auto& p : processes_)
+        if (!p->finished()) p->flush();
+      last_flush = now;
+    }
+
+    std::erase_if(processes_, [](const auto& p) { return p->finished(); });  // frees their rings
+    bool running = !processes_.empty();
+    if (child_status_ && !running) break;
+    if (child_status_ && running) {
+      if (g_interrupted.load()) {
+        std::fprintf(stderr, "memtrace: interrupted; finishing the traces of processes still running\n");
+        for (auto& p : processes_)
+          if (!p->finished()) finish(*p, std::nullopt, "still running when memtrace stopped");
+        break;
+      }
+      if (!waiting_note) {
+        std::fprintf(stderr, "memtrace: %s ended; waiting for traced processes still running (Ctrl-C to stop)\n",
+                     "the program");
+        waiting_note = true;
+      }
+    }
+  }
+  return *child_status_;
+}
+
+void print_summary(const std::vector<ProcessReport>& reports, const std::string& dir) {
+  std::fprintf(stderr, "memtrace: %zu traced process%s, traces in %s/\n", reports.size(),
+               reports.size() == 1 ? "" : "es", dir.c_str());
+  for (const ProcessReport& r : reports) {
+    std::string line = "  pid " + std::to_string(r.pid) + " (" + std::to_string(r.events) + " events)";
+    if (r.devices.empty()) line += ": no device memory";
+    for (const DeviceReport& d : r.devices)
+      line += "; device " + std::to_string(d.device) + ": peak reserved " + format_bytes(d.peak_bytes) + " at " +
+              format_duration_ns(d.peak_time_ns);
+    if (r.dropped_events) line += "; LOST " + std::to_string(r.dropped_events) + " events";
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
+  std::fprintf(stderr, "memtrace: details: memtrace report %s\n", dir.c_str());
+}
+
+}  // namespace
+
+int run_command(const RunOptions& options) {
+  if (options.command.empty()) {
+    std::fprintf(stderr, "memtrace run: no command given; usage: memtrace run [OPTIONS] -- CMD [ARGS...]\n");
+    return kExitMemtraceFailed;
+  }
+  fs::path libs = library_dir();
+  fs::path injector = libs / "libmemtrace_inject.so";
+  if (!fs::exists(injector)) {
+    std::fprintf(stderr, "memtrace run: the injector %s is missing; reinstall memtrace\n", injector.c_str());
+    return kExitMemtraceFailed;
+  }
+  fs::path sim = libs / "sim";
+  if (options.sim && !fs::exists(sim / "libcudart.so.13")) {
+    std::fprintf(stderr, "memtrace run: --sim: the simulated device is missing from %s\n", sim.c_str());
+    return kExitMemtraceFailed;
+  }
+
+  std::string dir, error;
+  bool created = false;
+  if (!make_output_dir(options, dir, created, error)) {
+    std::fprintf(stderr, "memtrace run: %s\n", error.c_str());
+    return kExitMemtraceFailed;
+  }
+  std::unique_ptr<ControlSocket> control = ControlSocket::create(error);
+  if (!control) {
+    std::fprintf(stderr, "memtrace run: %s\n", error.c_str());
+    if (created) ::rmdir(dir.c_str());
+    return kExitMemtraceFailed;
+  }
+
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) env.emplace_back(*e);
+  set_env(env, "LD_PRELOAD", injector.string(), true);
+  set_env(env, "MEMTRACE_SOCKET", control->path());
+  if (options.sim) {
+    set_env(env, "LD_LIBRARY_PATH", sim.string(), true);
+    if (options.sim_capacity) set_env(env, "MEMTRACE_SIM_CAPACITY", std::to_string(*options.sim_capacity));
+    if (options.sim_devices) set_env(env, "MEMTRACE_SIM_DEVICES", std::to_string(*options.sim_devices));
+  }
+
+  struct sigaction action {};
+  action.sa_sigaction = on_signal;
+  action.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&action.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) ::sigaction(sig, &action, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  uint64_t origin_mono = clock_ns(CLOCK_MONOTONIC);
+  uint64_t origin_unix = clock_ns(CLOCK_REALTIME);
+  int exit_code = 0;
+  pid_t child = launch(options.command, env, error, exit_code);
+  if (child < 0) {
+    std::fprintf(stderr, "memtrace run: %s\n", error.c_str());
+    if (created) ::rmdir(dir.c_str());
+    return exit_code;
+  }
+  Collector collector(dir, child, origin_mono, origin_unix, *control);
+  int status = collector.loop();
+  if (collector.traced() == 0) {
+    std::fprintf(stderr, "memtrace: no CUDA allocations recorded: the program never used CUDA\n");
+    if (created) ::rmdir(dir.c_str());
+  } else {
+    print_summary(collector.reports(), dir);
+  }
+  return status;
+}
+
+}  // namespace memtrace

@@ -1,0 +1,92 @@
+#include "traced_process.h"
+
+#include <unistd.h>
+
+namespace memtrace {
+
+TracedProcess::TracedProcess(int pid, int socket, ring::Mapping ring, std::unique_ptr<TraceWriter> writer,
+                             uint64_t origin_ns)
+    : pid_(pid), socket_(socket), ring_(ring), writer_(std::move(writer)), origin_ns_(origin_ns), modules_(pid) {}
+
+TracedProcess::~TracedProcess() {
+  if (socket_ >= 0) ::close(socket_);
+}
+
+void TracedProcess::record(const RawEvent& raw) {
+  Event e;
+  // Times are relative to the run's origin and never go backwards within a process: events that
+  // raced to the clock on two threads are ordered by their sequence numbers instead.
+  uint64_t t = raw.t_ns > origin_ns_ ? raw.t_ns - origin_ns_ : 0;
+  last_t_ = e.t_ns = t > last_t_ ? t : last_t_;
+  e.tid = raw.tid;
+  e.api = raw.api < static_cast<uint16_t>(Api::kCount) ? static_cast<Api>(raw.api) : Api::kUnknown;
+  e.kind = raw.kind < static_cast<uint8_t>(MemKind::kCount) ? static_cast<MemKind>(raw.kind) : MemKind::kUnknown;
+  e.layer = Layer::kReserved;
+  e.device = raw.device;
+  e.stream = raw.stream;
+  e.addr = raw.addr;
+  e.size = raw.size;
+  e.aux = raw.aux;
+  e.result = raw.result;
+  if (raw.caller) {
+    auto [it, fresh] = stack_of_caller_.try_emplace(raw.caller, 0);
+    if (fresh) {
+      std::string module;
+      uint64_t offset = 0;
+      modules_.resolve(raw.caller, module, offset);
+      it->second = writer_->intern_stack({writer_->intern_frame(raw.caller, module, offset)});
+    }
+    e.stack_id = it->second;
+  }
+  writer_->add(e);
+  summary_.add(replay_.apply(e));
+}
+
+size_t TracedProcess::drain() {
+  batch_.clear();
+  size_t n = ring_.drain(batch_, ended_);
+  auto emit = [this](const RawEvent& e) { record(e); };
+  dropped_.clear();
+  ring_.take_dropped(dropped_);
+  for (uint64_t seq : dropped_) sequencer_.skip(seq, emit);
+  for (const RawEvent& e : batch_) sequencer_.push(e, emit);
+  return n;
+}
+
+void TracedProcess::mark_ended() {
+  if (ended_) return;
+  ended_ = true;
+  drain();
+  sequencer_.flush([this](const RawEvent& e) { record(e); });
+  if (socket_ >= 0) {
+    ::close(socket_);
+    socket_ = -1;
+  }
+}
+
+void TracedProcess::finish(std::optional<int> exit_status, const std::string& end_reason, uint64_t end_ns) {
+  if (finished_) return;
+  mark_ended();
+  finished_ = true;
+  pb::Footer footer;
+  footer.set_end_ns(end_ns > origin_ns_ ? end_ns - origin_ns_ : 0);
+  if (exit_status) footer.set_exit_status(*exit_status);
+  footer.set_end_reason(end_reason);
+  footer.set_dropped_events(ring_.dropped_events());
+  footer.set_incomplete_records(ring_.incomplete_records());
+  writer_->finish(footer);
+
+  summary_.finish(report_);
+  report_.pid = pid_;
+  report_.trace_path = writer_->path();
+  report_.exit_status = exit_status;
+  report_.end_reason = end_reason;
+  report_.events = writer_->events_written();
+  report_.dropped_events = footer.dropped_events();
+  report_.incomplete_records = footer.incomplete_records();
+  report_.end_time_ns = footer.end_ns();
+  report_.complete = !writer_->failed();
+  report_.problem = writer_->error();
+}
+
+}  // namespace memtrace

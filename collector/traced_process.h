@@ -1,0 +1,66 @@
+// Everything the collector keeps for one traced process image: its ring, the sequencer that
+// orders its events, its trace file, and the running report for the end-of-run summary.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "event_sequencer.h"
+#include "memtrace/analysis/replay.h"
+#include "memtrace/analysis/report.h"
+#include "memtrace/format/trace_writer.h"
+#include "module_map.h"
+#include "ring_consumer.h"
+
+namespace memtrace {
+
+class TracedProcess {
+ public:
+  TracedProcess(int pid, int socket, ring::Mapping ring, std::unique_ptr<TraceWriter> writer, uint64_t origin_ns);
+  ~TracedProcess();
+
+  int pid() const { return pid_; }
+  int socket() const { return socket_; }
+  bool ended() const { return ended_; }
+  bool finished() const { return finished_; }
+  const std::string& trace_path() const { return writer_->path(); }
+
+  // Moves what the process has published into the trace. Returns the number of events read.
+  size_t drain();
+  // The process closed its end (it exited, exec'd or died): read what is left, stepping over
+  // records it died in the middle of writing.
+  void mark_ended();
+  // Writes the footer. Safe to call once; the report of what was recorded is then final.
+  void finish(std::optional<int> exit_status, const std::string& end_reason, uint64_t end_ns);
+  void flush() { writer_->flush(); }
+
+  ProcessReport report() const { return report_; }
+  std::vector<std::string> command;  // as the process was started, read when it introduced itself
+  const std::string& write_error() const { return writer_->error(); }
+
+ private:
+  void record(const RawEvent& raw);
+
+  int pid_;
+  int socket_;
+  RingConsumer ring_;
+  std::unique_ptr<TraceWriter> writer_;
+  uint64_t origin_ns_;
+  EventSequencer sequencer_;
+  ModuleMap modules_;
+  std::unordered_map<uint64_t, uint64_t> stack_of_caller_;
+  std::vector<RawEvent> batch_;
+  std::vector<uint64_t> dropped_;
+  uint64_t last_t_ = 0;
+  Replay replay_;
+  ReportBuilder summary_;
+  ProcessReport report_;
+  bool ended_ = false;
+  bool finished_ = false;
+};
+
+}  // namespace memtrace

@@ -1,0 +1,133 @@
+// The CUDA allocation APIs memtrace records, what each one does, and the kinds of memory.
+// Header-only and free of dependencies: the injector, the collector and the analysis share it.
+// The numeric values are stored in traces: append new values, never renumber.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace memtrace {
+
+enum class Api : uint16_t {
+  kUnknown = 0,
+  kCudaMalloc = 1,
+  kCudaFree = 2,
+  kCudaMallocAsync = 3,
+  kCudaFreeAsync = 4,
+  kCudaMallocFromPoolAsync = 5,
+  kCudaMallocManaged = 6,
+  kCudaMallocHost = 7,
+  kCudaHostAlloc = 8,
+  kCudaFreeHost = 9,
+  kCudaMallocPitch = 10,
+  kCudaMalloc3D = 11,
+  kCuMemAlloc = 12,
+  kCuMemFree = 13,
+  kCuMemAllocAsync = 14,
+  kCuMemFreeAsync = 15,
+  kCuMemAllocFromPoolAsync = 16,
+  kCuMemAllocManaged = 17,
+  kCuMemHostAlloc = 18,
+  kCuMemAllocHost = 19,
+  kCuMemFreeHost = 20,
+  kCuMemAllocPitch = 21,
+  kCuMemCreate = 22,
+  kCuMemRelease = 23,
+  kCuMemMap = 24,
+  kCuMemUnmap = 25,
+  kCuMemAddressReserve = 26,
+  kCuMemAddressFree = 27,
+  kCount = 28,
+};
+
+// What a recorded object is. Each kind has its own address space in the live set: a VMM mapping
+// and the VA reservation it lies in share addresses, a physical handle is not an address at all.
+enum class MemKind : uint8_t {
+  kUnknown = 0,
+  kDevice = 1,         // cudaMalloc, cuMemAlloc, pitch/3D, stream-ordered allocations
+  kManaged = 2,        // cudaMallocManaged, cuMemAllocManaged
+  kPinnedHost = 3,     // cudaMallocHost, cudaHostAlloc, cuMemHostAlloc, cuMemAllocHost
+  kVmmPhysical = 4,    // cuMemCreate: physical memory behind a handle (addr is the handle)
+  kVmmMapping = 5,     // cuMemMap: a handle mapped into a VA range (aux is the handle)
+  kVaReservation = 6,  // cuMemAddressReserve: address space only, no memory
+  kCount = 7,
+};
+
+// Which of the three depths of DESIGN.md an event describes.
+enum class Layer : uint8_t { kUnknown = 0, kDevice = 1, kReserved = 2, kAllocated = 3 };
+
+enum class Op : uint8_t { kAlloc = 0, kFree = 1 };
+
+struct ApiInfo {
+  std::string_view name;
+  Op op;
+  MemKind kind;
+};
+
+inline constexpr ApiInfo kApiTable[] = {
+    {"unknown", Op::kAlloc, MemKind::kUnknown},
+    {"cudaMalloc", Op::kAlloc, MemKind::kDevice},
+    {"cudaFree", Op::kFree, MemKind::kDevice},
+    {"cudaMallocAsync", Op::kAlloc, MemKind::kDevice},
+    {"cudaFreeAsync", Op::kFree, MemKind::kDevice},
+    {"cudaMallocFromPoolAsync", Op::kAlloc, MemKind::kDevice},
+    {"cudaMallocManaged", Op::kAlloc, MemKind::kManaged},
+    {"cudaMallocHost", Op::kAlloc, MemKind::kPinnedHost},
+    {"cudaHostAlloc", Op::kAlloc, MemKind::kPinnedHost},
+    {"cudaFreeHost", Op::kFree, MemKind::kPinnedHost},
+    {"cudaMallocPitch", Op::kAlloc, MemKind::kDevice},
+    {"cudaMalloc3D", Op::kAlloc, MemKind::kDevice},
+    {"cuMemAlloc", Op::kAlloc, MemKind::kDevice},
+    {"cuMemFree", Op::kFree, MemKind::kDevice},
+    {"cuMemAllocAsync", Op::kAlloc, MemKind::kDevice},
+    {"cuMemFreeAsync", Op::kFree, MemKind::kDevice},
+    {"cuMemAllocFromPoolAsync", Op::kAlloc, MemKind::kDevice},
+    {"cuMemAllocManaged", Op::kAlloc, MemKind::kManaged},
+    {"cuMemHostAlloc", Op::kAlloc, MemKind::kPinnedHost},
+    {"cuMemAllocHost", Op::kAlloc, MemKind::kPinnedHost},
+    {"cuMemFreeHost", Op::kFree, MemKind::kPinnedHost},
+    {"cuMemAllocPitch", Op::kAlloc, MemKind::kDevice},
+    {"cuMemCreate", Op::kAlloc, MemKind::kVmmPhysical},
+    {"cuMemRelease", Op::kFree, MemKind::kVmmPhysical},
+    {"cuMemMap", Op::kAlloc, MemKind::kVmmMapping},
+    {"cuMemUnmap", Op::kFree, MemKind::kVmmMapping},
+    {"cuMemAddressReserve", Op::kAlloc, MemKind::kVaReservation},
+    {"cuMemAddressFree", Op::kFree, MemKind::kVaReservation},
+};
+static_assert(std::size(kApiTable) == static_cast<size_t>(Api::kCount));
+
+inline constexpr std::string_view kMemKindNames[] = {
+    "unknown", "device", "managed", "pinned_host", "vmm_physical", "vmm_mapping", "va_reservation",
+};
+static_assert(std::size(kMemKindNames) == static_cast<size_t>(MemKind::kCount));
+
+inline constexpr std::string_view kLayerNames[] = {"unknown", "device", "reserved", "allocated"};
+
+inline const ApiInfo& api_info(Api api) {
+  auto i = static_cast<size_t>(api);
+  return kApiTable[i < std::size(kApiTable) ? i : 0];
+}
+inline std::string_view api_name(Api api) { return api_info(api).name; }
+inline std::string_view mem_kind_name(MemKind kind) {
+  auto i = static_cast<size_t>(kind);
+  return kMemKindNames[i < std::size(kMemKindNames) ? i : 0];
+}
+inline std::string_view layer_name(Layer layer) {
+  auto i = static_cast<size_t>(layer);
+  return kLayerNames[i < std::size(kLayerNames) ? i : 0];
+}
+inline std::optional<Api> api_from_name(std::string_view name) {
+  for (size_t i = 1; i < std::size(kApiTable); ++i)
+    if (kApiTable[i].name == name) return static_cast<Api>(i);
+  return std::nullopt;
+}
+
+// Memory that occupies the GPU: what the reserved layer's byte counts add up. Pinned host memory
+// lives in host RAM; mappings and reservations only name addresses of memory counted elsewhere.
+inline constexpr bool counts_as_device_memory(MemKind kind) {
+  return kind == MemKind::kDevice || kind == MemKind::kManaged || kind == MemKind::kVmmPhysical;
+}
+
+}  // namespace memtrace

@@ -1,0 +1,28 @@
+// One recorded event as the writer takes it and the reader gives it back.
+#pragma once
+
+#include <cstdint>
+
+#include "memtrace/format/api.h"
+
+namespace memtrace {
+
+struct Event {
+  uint64_t t_ns = 0;  // relative to the run's time origin
+  uint32_t tid = 0;
+  Api api = Api::kUnknown;
+  MemKind kind = MemKind::kUnknown;
+  Layer layer = Layer::kReserved;
+  int32_t device = -1;
+  uint64_t stream = 0;
+  uint64_t addr = 0;
+  uint64_t size = 0;
+  uint64_t aux = 0;
+  int32_t result = 0;
+  uint64_t stack_id = 0;
+
+  bool ok() const { return result == 0; }
+  Op op() const { return api_info(api).op; }
+};
+
+}  // namespace memtrace

@@ -1,0 +1,30 @@
+// The byte layout around the protobuf chunks: the file magic and each chunk's frame.
+//   file   := magic(8) version(u32 LE) reserved(u32 LE) chunk*
+//   chunk  := length(u32 LE) codec(u8) reserved(3 bytes, zero) crc32c(u32 LE) payload(length)
+// The payload is one serialized pb::Chunk (codec 0; later codecs compress it).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace memtrace::framing {
+
+inline constexpr char kMagic[8] = {'M', 'E', 'M', 'T', 'R', 'A', 'C', 'E'};
+inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr size_t kFileHeaderBytes = 16;
+inline constexpr size_t kChunkHeaderBytes = 12;
+// A reader never holds more than this for one chunk; a writer never writes a larger one.
+inline constexpr uint32_t kMaxChunkBytes = 64u << 20;
+inline constexpr uint8_t kCodecNone = 0;
+
+uint32_t crc32c(const void* data, size_t size);
+
+inline void put_u32(unsigned char* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<unsigned char>(v >> (8 * i));
+}
+inline uint32_t get_u32(const unsigned char* p) {
+  return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
+}
+
+}  // namespace memtrace::framing

@@ -1,0 +1,67 @@
+// Reads a trace one chunk at a time. It trusts nothing in the file: every length, id and count is
+// checked, and a problem ends the reading with a message naming the byte offset.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "memtrace.pb.h"
+#include "memtrace/format/event.h"
+
+namespace memtrace {
+
+class TraceReader {
+ public:
+  // Opens PATH and reads its header chunk. Returns null and sets ERROR (one sentence) when PATH is
+  // not a readable trace.
+  static std::unique_ptr<TraceReader> open(const std::string& path, std::string& error);
+  ~TraceReader();
+
+  const pb::TraceHeader& header() const { return header_; }
+  const std::string& path() const { return path_; }
+
+  // The next event in time order; false at the end of the trace or at the first problem.
+  bool next(Event& event);
+
+  // After next() returned false: whether the trace ended with its footer, and what was wrong if
+  // not. A cut trace is not corrupt: it says where it ends early, and what came before is good.
+  const std::optional<pb::Footer>& footer() const { return footer_; }
+  bool corrupt() const { return corrupt_; }
+  const std::string& problem() const { return problem_; }
+
+  std::string_view string(uint64_t id) const;
+  const pb::Frame* frame(uint64_t id) const;
+  const std::vector<uint64_t>* stack(uint64_t id) const;
+
+ private:
+  TraceReader(std::FILE* file, std::string path);
+  // Reads one chunk into chunk_; false at end of file or on a problem (problem_ set).
+  bool read_chunk();
+  bool take_chunk();  // applies chunk_ (tables, events, footer); false on a problem
+  bool decode_events(const pb::EventBatch& batch);
+  void fail(uint64_t offset, const std::string& what);
+
+  std::FILE* file_;
+  std::string path_;
+  uint64_t offset_ = 0;        // bytes consumed so far
+  uint64_t chunk_offset_ = 0;  // where the current chunk starts
+  pb::TraceHeader header_;
+  pb::Chunk chunk_;
+  std::string buffer_;
+  std::vector<std::string> strings_{""};  // id 0 is the empty string
+  std::vector<pb::Frame> frames_{pb::Frame()};
+  std::vector<std::vector<uint64_t>> stacks_{{}};
+  std::vector<Event> events_;
+  size_t next_event_ = 0;
+  std::optional<pb::Footer> footer_;
+  bool done_ = false;
+  bool corrupt_ = false;
+  std::string problem_;
+};
+
+}  // namespace memtrace

@@ -1,0 +1,63 @@
+// Writes one process's trace: header, interned strings/frames/stacks, event batches, footer.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "memtrace.pb.h"
+#include "memtrace/format/event.h"
+
+namespace memtrace {
+
+class TraceWriter {
+ public:
+  // Creates PATH with mode 0600, never over an existing file nor through a symbolic link.
+  // Returns null and sets ERROR when it cannot.
+  static std::unique_ptr<TraceWriter> create(const std::string& path, std::string& error);
+  ~TraceWriter();
+  TraceWriter(const TraceWriter&) = delete;
+  TraceWriter& operator=(const TraceWriter&) = delete;
+
+  void write_header(const pb::TraceHeader& header);
+  uint64_t intern_string(std::string_view value);
+  uint64_t intern_frame(uint64_t address, std::string_view module, uint64_t offset);
+  uint64_t intern_stack(const std::vector<uint64_t>& frame_ids);
+  void add(const Event& event);
+  // Writes what is buffered as whole chunks, so a reader sees it even if we die next.
+  void flush();
+  // Flushes and writes the footer (its `events` is filled in here), then closes the file.
+  void finish(pb::Footer footer);
+
+  uint64_t events_written() const { return events_written_; }
+  bool failed() const { return !error_.empty(); }
+  const std::string& error() const { return error_; }
+  const std::string& path() const { return path_; }
+
+  static constexpr size_t kEventsPerBatch = 4096;
+
+ private:
+  TraceWriter(int fd, std::string path);
+  void write_chunk(const pb::Chunk& chunk);
+  void write_bytes(const void* data, size_t size);
+  void flush_tables();
+  void flush_events();
+
+  int fd_;
+  std::string path_;
+  std::string error_;
+  std::unordered_map<std::string, uint64_t> strings_;
+  std::unordered_map<std::string, uint64_t> frames_;  // address and module -> frame id
+  std::unordered_map<std::string, uint64_t> stacks_;  // frame ids as bytes -> stack id
+  pb::StringTable pending_strings_;
+  pb::FrameTable pending_frames_;
+  pb::StackTable pending_stacks_;
+  std::vector<Event> pending_events_;
+  uint64_t events_written_ = 0;
+  std::string scratch_;
+};
+
+}  // namespace memtrace

@@ -1,0 +1,221 @@
+#include "memtrace/format/trace_reader.h"
+
+#include <cerrno>
+#include <cstring>
+
+#include "memtrace/format/framing.h"
+
+namespace memtrace {
+
+std::unique_ptr<TraceReader> TraceReader::open(const std::string& path, std::string& error) {
+  std::FILE* file = std::fopen(path.c_str(), "rbe");
+  if (!file) {
+    error = "cannot open " + path + ": " + std::strerror(errno);
+    return nullptr;
+  }
+  std::unique_ptr<TraceReader> reader(new TraceReader(file, path));
+  unsigned char head[framing::kFileHeaderBytes];
+  size_t got = std::fread(head, 1, sizeof head, file);
+  if (got < sizeof framing::kMagic || std::memcmp(head, framing::kMagic, sizeof framing::kMagic) != 0) {
+    error = path + " is not a memtrace trace (no MEMTRACE magic at byte 0)";
+    return nullptr;
+  }
+  if (got < sizeof head) {
+    error = path + ": trace ends early at byte " + std::to_string(got) + ", inside the file header";
+    return nullptr;
+  }
+  uint32_t version = framing::get_u32(head + 8);
+  if (version > framing::kFormatVersion) {
+    error = path + " is a version " + std::to_string(version) +
+            " trace; this memtrace reads versions up to " + std::to_string(framing::kFormatVersion) +
+            ": update memtrace to read it";
+    return nullptr;
+  }
+  reader->offset_ = sizeof head;
+  if (!reader->read_chunk() || !reader->chunk_.has_header()) {
+    error = path + ": " +
+            (reader->problem_.empty() ? "byte " + std::to_string(reader->chunk_offset_) +
+                                            ": the first chunk is not a trace header"
+                                      : reader->problem_);
+    return nullptr;
+  }
+  reader->header_ = reader->chunk_.header();
+  return reader;
+}
+
+TraceReader::TraceReader(std::FILE* file, std::string path) : file_(file), path_(std::move(path)) {}
+
+TraceReader::~TraceReader() { std::fclose(file_); }
+
+void TraceReader::fail(uint64_t offset, const std::string& what) {
+  done_ = true;
+  corrupt_ = true;
+  problem_ = "byte " + std::to_string(offset) + ": " + what;
+}
+
+bool TraceReader::read_chunk() {
+  chunk_offset_ = offset_;
+  unsigned char head[framing::kChunkHeaderBytes];
+  size_t got = std::fread(head, 1, sizeof head, file_);
+  if (got == 0 && std::feof(file_)) return false;  // clean end of file
+  if (got < sizeof head) {
+    done_ = true;
+    problem_ = "trace ends early at byte " + std::to_string(offset_ + got) + "; read up to there";
+    return false;
+  }
+  uint32_t length = framing::get_u32(head);
+  if (length > framing::kMaxChunkBytes) {
+    fail(offset_, "chunk length " + std::to_string(length) + " exceeds the limit of " +
+                      std::to_string(framing::kMaxChunkBytes));
+    return false;
+  }
+  if (head[4] != framing::kCodecNone || head[5] || head[6] || head[7]) {
+    fail(offset_ + 4, "unknown chunk codec " + std::to_string(head[4]));
+    return false;
+  }
+  buffer_.resize(length);
+  got = std::fread(buffer_.data(), 1, length, file_);
+  if (got < length) {
+    done_ = true;
+    problem_ = "trace ends early at byte " + std::to_string(offset_ + sizeof head + got) +
+               "; read up to there";
+    return false;
+  }
+  if (framing::crc32c(buffer_.data(), length) != framing::get_u32(head + 8)) {
+    fail(offset_, "chunk checksum mismatch (the file is damaged)");
+    return false;
+  }
+  if (!chunk_.ParseFromString(buffer_)) {
+    fail(offset_ + sizeof head, "chunk does not parse");
+    return false;
+  }
+  offset_ += sizeof head + length;
+  return true;
+}
+
+bool TraceReader::take_chunk() {
+  switch (chunk_.body_case()) {
+    case pb::Chunk::kStrings: {
+      const auto& t = chunk_.strings();
+      if (t.first_id() != strings_.size()) {
+        fail(chunk_offset_, "string table starts at id " + std::to_string(t.first_id()) +
+                                ", expected " + std::to_string(strings_.size()));
+        return false;
+      }
+      for (const auto& s : t.values()) strings_.push_back(s);
+      return true;
+    }
+    case pb::Chunk::kFrames:
+      for (const auto& f : chunk_.frames().frames()) {
+        if (f.id() != frames_.size()) {
+          fail(chunk_offset_, "frame id " + std::to_string(f.id()) + " out of order");
+          return false;
+        }
+        if (f.module() >= strings_.size() || f.function() >= strings_.size() || f.file() >= strings_.size()) {
+          fail(chunk_offset_, "frame " + std::to_string(f.id()) + " names an unknown string");
+          return false;
+        }
+        frames_.push_back(f);
+      }
+      return true;
+    case pb::Chunk::kStacks:
+      for (const auto& s : chunk_.stacks().stacks()) {
+        if (s.id() != stacks_.size()) {
+          fail(chunk_offset_, "stack id " + std::to_string(s.id()) + " out of order");
+          return false;
+        }
+        for (uint64_t f : s.frame_ids()) {
+          if (f == 0 || f >= frames_.size()) {
+            fail(chunk_offset_, "stack " + std::to_string(s.id()) + " names unknown frame " + std::to_string(f));
+            return false;
+          }
+        }
+        stacks_.emplace_back(s.frame_ids().begin(), s.frame_ids().end());
+      }
+      return true;
+    case pb::Chunk::kEvents:
+      return decode_events(chunk_.events());
+    case pb::Chunk::kFooter:
+      footer_ = chunk_.footer();
+      done_ = true;
+      return true;
+    case pb::Chunk::kHeader:
+      fail(chunk_offset_, "a second trace header");
+      return false;
+    default:
+      return true;  // annotations and chunk types of later versions: skipped
+  }
+}
+
+bool TraceReader::decode_events(const pb::EventBatch& b) {
+  const int n = static_cast<int>(b.count());
+  auto column_ok = [n](int size) { return size == 0 || size == n; };
+  if (!column_ok(b.time_delta_size()) || !column_ok(b.tid_size()) || !column_ok(b.api_size()) ||
+      !column_ok(b.kind_size()) || !column_ok(b.layer_size()) || !column_ok(b.device_size()) ||
+      !column_ok(b.stream_size()) || !column_ok(b.addr_delta_size()) || !column_ok(b.size_size()) ||
+      !column_ok(b.aux_size()) || !column_ok(b.result_size()) || !column_ok(b.stack_id_size())) {
+    fail(chunk_offset_, "event batch columns disagree with its count of " + std::to_string(n));
+    return false;
+  }
+  events_.clear();
+  events_.reserve(n);
+  uint64_t t = 0, addr = 0;
+  for (int i = 0; i < n; ++i) {
+    Event e;
+    if (b.time_delta_size()) t += static_cast<uint64_t>(b.time_delta(i));
+    e.t_ns = t;
+    if (b.tid_size()) e.tid = b.tid(i);
+    if (b.api_size()) e.api = b.api(i) < static_cast<uint32_t>(Api::kCount) ? static_cast<Api>(b.api(i)) : Api::kUnknown;
+    if (b.kind_size()) e.kind = b.kind(i) < static_cast<uint32_t>(MemKind::kCount) ? static_cast<MemKind>(b.kind(i)) : MemKind::kUnknown;
+    e.layer = b.layer_size() ? (b.layer(i) <= 3 ? static_cast<Layer>(b.layer(i)) : Layer::kUnknown) : Layer::kReserved;
+    e.device = b.device_size() ? b.device(i) : -1;
+    if (b.stream_size()) e.stream = b.stream(i);
+    if (b.addr_delta_size()) addr += static_cast<uint64_t>(b.addr_delta(i));
+    e.addr = addr;
+    if (b.size_size()) e.size = b.size(i);
+    if (b.aux_size()) e.aux = b.aux(i);
+    if (b.result_size()) e.result = b.result(i);
+    if (b.stack_id_size()) {
+      e.stack_id = b.stack_id(i);
+      if (e.stack_id >= stacks_.size()) {
+        fail(chunk_offset_, "event " + std::to_string(i) + " names unknown stack " + std::to_string(e.stack_id));
+        return false;
+      }
+    }
+    events_.push_back(e);
+  }
+  next_event_ = 0;
+  return true;
+}
+
+bool TraceReader::next(Event& event) {
+  while (next_event_ >= events_.size()) {
+    events_.clear();
+    next_event_ = 0;
+    if (done_) return false;
+    if (!read_chunk()) {
+      if (!done_) {  // clean end of file without a footer
+        done_ = true;
+        problem_ = "trace ends early at byte " + std::to_string(offset_) + "; read up to there";
+      }
+      return false;
+    }
+    if (!take_chunk()) return false;
+  }
+  event = events_[next_event_++];
+  return true;
+}
+
+std::string_view TraceReader::string(uint64_t id) const {
+  return id < strings_.size() ? std::string_view(strings_[id]) : std::string_view();
+}
+
+const pb::Frame* TraceReader::frame(uint64_t id) const {
+  return id > 0 && id < frames_.size() ? &frames_[id] : nullptr;
+}
+
+const std::vector<uint64_t>* TraceReader::stack(uint64_t id) const {
+  return id < stacks_.size() ? &stacks_[id] : nullptr;
+}
+
+}  // namespace memtrace

@@ -1,0 +1,188 @@
+#include "memtrace/format/trace_writer.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "memtrace/format/framing.h"
+
+namespace memtrace {
+
+std::unique_ptr<TraceWriter> TraceWriter::create(const std::string& path, std::string& error) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    error = "cannot create " + path + ": " + std::strerror(errno);
+    return nullptr;
+  }
+  std::unique_ptr<TraceWriter> writer(new TraceWriter(fd, path));
+  unsigned char head[framing::kFileHeaderBytes] = {};
+  std::memcpy(head, framing::kMagic, sizeof framing::kMagic);
+  framing::put_u32(head + 8, framing::kFormatVersion);
+  writer->write_bytes(head, sizeof head);
+  if (writer->failed()) {
+    error = writer->error();
+    return nullptr;
+  }
+  return writer;
+}
+
+TraceWriter::TraceWriter(int fd, std::string path) : fd_(fd), path_(std::move(path)) {
+  pending_events_.reserve(kEventsPerBatch);
+}
+
+TraceWriter::~TraceWriter() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void TraceWriter::write_bytes(const void* data, size_t size) {
+  auto p = static_cast<const char*>(data);
+  while (size > 0 && !failed()) {
+    ssize_t n = ::write(fd_, p, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      error_ = "cannot write " + path_ + ": " + std::strerror(n < 0 ? errno : ENOSPC);
+      return;
+    }
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+}
+
+void TraceWriter::write_chunk(const pb::Chunk& chunk) {
+  if (failed() || fd_ < 0) return;
+  scratch_.clear();
+  chunk.SerializeToString(&scratch_);
+  if (scratch_.size() > framing::kMaxChunkBytes) {
+    error_ = "internal error: chunk of " + std::to_string(scratch_.size()) + " bytes is too large";
+    return;
+  }
+  unsigned char head[framing::kChunkHeaderBytes] = {};
+  framing::put_u32(head, static_cast<uint32_t>(scratch_.size()));
+  head[4] = framing::kCodecNone;
+  framing::put_u32(head + 8, framing::crc32c(scratch_.data(), scratch_.size()));
+  write_bytes(head, sizeof head);
+  write_bytes(scratch_.data(), scratch_.size());
+}
+
+void TraceWriter::write_header(const pb::TraceHeader& header) {
+  pb::Chunk chunk;
+  *chunk.mutable_header() = header;
+  chunk.mutable_header()->set_format_version(framing::kFormatVersion);
+  write_chunk(chunk);
+}
+
+uint64_t TraceWriter::intern_string(std::string_view value) {
+  auto [it, inserted] = strings_.try_emplace(std::string(value), strings_.size() + 1);
+  if (inserted) {
+    if (pending_strings_.values_size() == 0) pending_strings_.set_first_id(it->second);
+    pending_strings_.add_values(std::string(value));
+  }
+  return it->second;
+}
+
+uint64_t TraceWriter::intern_frame(uint64_t address, std::string_view module, uint64_t offset) {
+  std::string key(reinterpret_cast<const char*>(&address), sizeof address);
+  key.append(module);
+  auto [it, inserted] = frames_.try_emplace(std::move(key), frames_.size() + 1);
+  if (inserted) {
+    pb::Frame* frame = pending_frames_.add_frames();
+    frame->set_id(it->second);
+    frame->set_address(address);
+    if (!module.empty()) frame->set_module(intern_string(module));
+    frame->set_offset(offset);
+  }
+  return it->second;
+}
+
+uint64_t TraceWriter::intern_stack(const std::vector<uint64_t>& frame_ids) {
+  std::string key(reinterpret_cast<const char*>(frame_ids.data()), frame_ids.size() * sizeof(uint64_t));
+  auto [it, inserted] = stacks_.try_emplace(std::move(key), stacks_.size() + 1);
+  if (inserted) {
+    pb::Stack* stack = pending_stacks_.add_stacks();
+    stack->set_id(it->second);
+    for (uint64_t id : frame_ids) stack->add_frame_ids(id);
+  }
+  return it->second;
+}
+
+void TraceWriter::add(const Event& event) {
+  pending_events_.push_back(event);
+  if (pending_events_.size() >= kEventsPerBatch) flush();
+}
+
+// Tables go out before the events that name their entries, so every id a reader meets is known.
+void TraceWriter::flush_tables() {
+  pb::Chunk chunk;
+  if (pending_strings_.values_size() > 0) {
+    chunk.mutable_strings()->Swap(&pending_strings_);
+    write_chunk(chunk);
+    pending_strings_.Clear();
+  }
+  if (pending_frames_.frames_size() > 0) {
+    chunk.mutable_frames()->Swap(&pending_frames_);
+    write_chunk(chunk);
+    pending_frames_.Clear();
+  }
+  if (pending_stacks_.stacks_size() > 0) {
+    chunk.mutable_stacks()->Swap(&pending_stacks_);
+    write_chunk(chunk);
+    pending_stacks_.Clear();
+  }
+}
+
+void TraceWriter::flush_events() {
+  if (pending_events_.empty()) return;
+  pb::Chunk chunk;
+  pb::EventBatch* batch = chunk.mutable_events();
+  const size_t n = pending_events_.size();
+  batch->set_count(static_cast<uint32_t>(n));
+  bool any_stream = false, any_aux = false, any_stack = false, any_result = false, any_layer = false;
+  for (const Event& e : pending_events_) {
+    any_stream |= e.stream != 0;
+    any_aux |= e.aux != 0;
+    any_stack |= e.stack_id != 0;
+    any_result |= e.result != 0;
+    any_layer |= e.layer != Layer::kReserved;
+  }
+  uint64_t prev_t = 0, prev_addr = 0;
+  for (const Event& e : pending_events_) {
+    batch->add_time_delta(static_cast<int64_t>(e.t_ns - prev_t));
+    prev_t = e.t_ns;
+    batch->add_tid(e.tid);
+    batch->add_api(static_cast<uint32_t>(e.api));
+    batch->add_kind(static_cast<uint32_t>(e.kind));
+    if (any_layer) batch->add_layer(static_cast<uint32_t>(e.layer));
+    batch->add_device(e.device);
+    if (any_stream) batch->add_stream(e.stream);
+    batch->add_addr_delta(static_cast<int64_t>(e.addr - prev_addr));
+    prev_addr = e.addr;
+    batch->add_size(e.size);
+    if (any_aux) batch->add_aux(e.aux);
+    if (any_result) batch->add_result(e.result);
+    if (any_stack) batch->add_stack_id(e.stack_id);
+  }
+  // An absent layer column means "reserved", the layer every interposed event belongs to.
+  write_chunk(chunk);
+  events_written_ += n;
+  pending_events_.clear();
+}
+
+void TraceWriter::flush() {
+  flush_tables();
+  flush_events();
+}
+
+void TraceWriter::finish(pb::Footer footer) {
+  flush();
+  footer.set_events(events_written_);
+  pb::Chunk chunk;
+  *chunk.mutable_footer() = std::move(footer);
+  write_chunk(chunk);
+  if (fd_ >= 0) {
+    ::close(fd_);
+    fd_ = -1;
+  }
+}
+
+}  // namespace memtrace

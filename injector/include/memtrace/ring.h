@@ -1,0 +1,137 @@
+// The protocol between the injector (inside each traced process) and the collector: a
+// shared-memory ring of fixed-size slots, handed over once through the control socket.
+//
+// The ring lives in a memfd the traced process creates. Both sides map its data region twice,
+// back to back, so a record that runs past the end is still contiguous in memory. Producers
+// (any thread of the traced process) reserve slots with a CAS on `head`, fill them, and publish
+// the first slot's `state` last, with release order. The one consumer (the collector) reads
+// published records at `tail`, clears their slots, then advances `tail`.
+//
+// Because the memfd outlives the process, a process killed at any moment leaves every published
+// record readable. A record whose writer died before publishing shows an unpublished slot; once
+// the process is gone the consumer steps over such slots one at a time.
+//
+// Ordering: each event takes a sequence number from `next_seq` at the moment that orders it (a
+// free before the real call, an allocation after it returns), so the collector can put events
+// back in causal order even though threads publish them in any order.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <sys/mman.h>
+#include <unistd.h>
+
+namespace memtrace::ring {
+
+inline constexpr uint64_t kMagic = 0x31474e495254454dull;  // "METRING1"
+inline constexpr uint32_t kVersion = 1;
+inline constexpr size_t kSlotBytes = 128;
+inline constexpr size_t kHeaderBytes = 4096;
+inline constexpr size_t kDefaultDataBytes = 8u << 20;
+inline constexpr size_t kDroppedLogSize = 256;
+
+// Slot states. A record is one or more slots; only its first slot says how many.
+inline constexpr uint32_t kSlotFree = 0;
+inline constexpr uint32_t kSlotEvent = 0x45;         // low byte; slot count in bits 8..15
+inline constexpr uint32_t kSlotContinuation = 0x43;  // a later slot of a multi-slot record
+
+inline constexpr uint32_t make_state(uint32_t type, uint32_t slots) { return type | (slots << 8); }
+inline constexpr uint32_t state_type(uint32_t state) { return state & 0xFF; }
+inline constexpr uint32_t state_slots(uint32_t state) { return (state >> 8) & 0xFF; }
+
+struct RingHeader {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t slot_bytes;
+  uint64_t slot_count;  // a power of two
+  int32_t pid;
+  uint32_t reserved0;
+  alignas(64) std::atomic<uint64_t> head;  // slots reserved by producers
+  alignas(64) std::atomic<uint64_t> tail;  // slots consumed by the collector
+  alignas(64) std::atomic<uint64_t> next_seq;
+  alignas(64) std::atomic<uint64_t> dropped_events;
+  // Sequence numbers (plus one; 0 is "not written yet") of dropped events, so the collector does
+  // not wait for them. When the log is full the collector learns of the rest from dropped_events.
+  std::atomic<uint64_t> dropped_log_count;
+  std::atomic<uint64_t> dropped_log[kDroppedLogSize];
+};
+static_assert(sizeof(RingHeader) <= kHeaderBytes);
+static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free,
+              "ring atomics must be lock-free to work across processes");
+
+// One event; exactly one slot.
+struct EventRecord {
+  std::atomic<uint32_t> state;
+  uint16_t api;   // memtrace::Api
+  uint8_t kind;   // memtrace::MemKind
+  uint8_t flags;  // reserved
+  int32_t device;
+  int32_t result;
+  uint32_t tid;
+  uint32_t reserved0;
+  uint64_t seq;
+  uint64_t t_ns;  // CLOCK_MONOTONIC
+  uint64_t addr;
+  uint64_t size;
+  uint64_t stream;
+  uint64_t aux;
+  uint64_t caller;  // return address of the call into the CUDA API
+  uint64_t reserved1[6];
+};
+static_assert(sizeof(EventRecord) == kSlotBytes);
+
+// The first message on the control socket, with the ring's memfd attached (SCM_RIGHTS).
+// The collector answers with one byte, kHelloAccepted, once it has mapped the ring.
+struct Hello {
+  uint64_t magic;
+  uint32_t version;
+  int32_t pid;
+  uint64_t ring_bytes;  // header plus data
+};
+inline constexpr char kHelloAccepted = 'K';
+
+// A mapped ring: the header page and the data region mapped twice in a row.
+struct Mapping {
+  RingHeader* header = nullptr;
+  unsigned char* data = nullptr;
+  size_t data_bytes = 0;
+  bool ok() const { return header != nullptr; }
+};
+
+inline Mapping map_ring(int fd, size_t data_bytes) {
+  Mapping m;
+  void* header = ::mmap(nullptr, kHeaderBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (header == MAP_FAILED) return m;
+  void* base = ::mmap(nullptr, 2 * data_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (base == MAP_FAILED) {
+    ::munmap(header, kHeaderBytes);
+    return m;
+  }
+  auto* bytes = static_cast<unsigned char*>(base);
+  for (int copy = 0; copy < 2; ++copy) {
+    if (::mmap(bytes + copy * data_bytes, data_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
+               kHeaderBytes) == MAP_FAILED) {
+      ::munmap(base, 2 * data_bytes);
+      ::munmap(header, kHeaderBytes);
+      return m;
+    }
+  }
+  m.header = static_cast<RingHeader*>(header);
+  m.data = bytes;
+  m.data_bytes = data_bytes;
+  return m;
+}
+
+inline void unmap_ring(Mapping& m) {
+  if (!m.ok()) return;
+  ::munmap(m.data, 2 * m.data_bytes);
+  ::munmap(m.header, kHeaderBytes);
+  m = Mapping();
+}
+
+inline unsigned char* slot_at(const Mapping& m, uint64_t index) {
+  return m.data + (index & (m.header->slot_count - 1)) * kSlotBytes;
+}
+
+}  // namespace memtrace::ring

@@ -1,0 +1,235 @@
+#include "session.h"
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "memtrace/ring.h"
+
+namespace memtrace::inject {
+namespace {
+
+enum State : int { kUninit, kStarting, kActive, kDisabled };
+
+std::atomic<int> g_state{kUninit};
+ring::Mapping g_ring;
+int g_socket = -1;
+uint64_t g_max_stall_ns = 10'000'000'000ull;
+// Set once a publish gave up after the full stall bound; later publishes then do not wait again
+// until the ring has room, so a stopped collector costs the program one stall, not one per event.
+std::atomic<bool> g_stalled{false};
+
+thread_local uint32_t t_tid __attribute__((tls_model("initial-exec"))) = 0;
+
+uint32_t current_tid() {
+  if (t_tid == 0) t_tid = static_cast<uint32_t>(::syscall(SYS_gettid));
+  return t_tid;
+}
+
+size_t ring_data_bytes() {
+  size_t bytes = ring::kDefaultDataBytes;
+  if (const char* s = std::getenv("MEMTRACE_RING_BYTES")) {
+    char* end = nullptr;
+    unsigned long long v = std::strtoull(s, &end, 10);
+    // A power of two, at least 64 KiB (page-aligned for the double mapping), at most 1 GiB.
+    if (end != s && v >= (64u << 10) && v <= (1ull << 30) && (v & (v - 1)) == 0) bytes = v;
+  }
+  return bytes;
+}
+
+bool send_hello(int sock, int ring_fd, size_t ring_bytes) {
+  ring::Hello hello{ring::kMagic, ring::kVersion, static_cast<int32_t>(::getpid()), ring_bytes};
+  iovec iov{&hello, sizeof hello};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+  cmsg->cmsg_level = SOL_SOCKET;
+  cmsg->cmsg_type = SCM_RIGHTS;
+  cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(cmsg), &ring_fd, sizeof(int));
+  ssize_t n;
+  do n = ::sendmsg(sock, &msg, MSG_NOSIGNAL);
+  while (n < 0 && errno == EINTR);
+  if (n != static_cast<ssize_t>(sizeof hello)) return false;
+  pollfd p{sock, POLLIN, 0};
+  int ready;
+  do ready = ::poll(&p, 1, 10'000);
+  while (ready < 0 && errno == EINTR);
+  char answer = 0;
+  return ready == 1 && ::recv(sock, &answer, 1, 0) == 1 && answer == ring::kHelloAccepted;
+}
+
+// Creates the ring and hands it to the collector. Runs once per process image (again in a forked
+// child). Makes no CUDA call.
+bool connect_to_collector() {
+  const char* path = std::getenv("MEMTRACE_SOCKET");
+  if (!path || !*path) return false;
+  if (const char* s = std::getenv("MEMTRACE_MAX_STALL_MS")) g_max_stall_ns = std::strtoull(s, nullptr, 10) * 1'000'000ull;
+
+  const size_t data_bytes = ring_data_bytes();
+  const size_t total = ring::kHeaderBytes + data_bytes;
+  int fd = static_cast<int>(::syscall(SYS_memfd_create, "memtrace-ring", MFD_CLOEXEC));
+  if (fd < 0) return false;
+  if (::ftruncate(fd, static_cast<off_t>(total)) != 0) {
+    ::close(fd);
+    return false;
+  }
+  ring::Mapping m = ring::map_ring(fd, data_bytes);
+  if (!m.ok()) {
+    ::close(fd);
+    return false;
+  }
+  m.header->magic = ring::kMagic;
+  m.header->version = ring::kVersion;
+  m.header->slot_bytes = ring::kSlotBytes;
+  m.header->slot_count = data_bytes / ring::kSlotBytes;
+  m.header->pid = static_cast<int32_t>(::getpid());
+
+  int sock = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  bool ok = sock >= 0 && std::strlen(path) < sizeof addr.sun_path;
+  if (ok) {
+    std::strcpy(addr.sun_path, path);
+    int r;
+    do r = ::connect(sock, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    while (r < 0 && errno == EINTR);
+    ok = r == 0 && send_hello(sock, fd, total);
+  }
+  ::close(fd);  // the collector holds its own descriptor; our mapping keeps the memory
+  if (!ok) {
+    if (sock >= 0) ::close(sock);
+    ring::unmap_ring(m);
+    return false;
+  }
+  g_ring = m;
+  g_socket = sock;
+  return true;
+}
+
+// In a forked child the parent's ring and connection are not ours: forget them (the mapping
+// goes; the descriptor is the child's copy). The child connects anew if it records.
+void forget_parent_session() {
+  int state = g_state.load(std::memory_order_relaxed);
+  if (state == kActive) {
+    ring::unmap_ring(g_ring);
+    ::close(g_socket);
+    g_socket = -1;
+  }
+  if (state == kActive || state == kStarting) g_state.store(kUninit, std::memory_order_relaxed);
+  g_stalled.store(false, std::memory_order_relaxed);
+  t_tid = 0;
+}
+
+__attribute__((constructor)) void install_fork_handler() { ::pthread_atfork(nullptr, nullptr, forget_parent_session); }
+
+bool collector_gone() {
+  pollfd p{g_socket, POLLRDHUP, 0};
+  return ::poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLNVAL));
+}
+
+void count_dropped(uint64_t seq) {
+  ring::RingHeader* h = g_ring.header;
+  uint64_t i = h->dropped_log_count.fetch_add(1, std::memory_order_relaxed);
+  if (i < ring::kDroppedLogSize) h->dropped_log[i].store(seq + 1, std::memory_order_release);  // 0: not written yet
+  h->dropped_events.fetch_add(1, std::memory_order_release);
+}
+
+bool reserve_slot(uint64_t& index) {
+  ring::RingHeader* h = g_ring.header;
+  uint64_t head = h->head.load(std::memory_order_relaxed);
+  uint64_t deadline = 0;
+  for (;;) {
+    uint64_t tail = h->tail.load(std::memory_order_acquire);
+    if (head - tail < h->slot_count) {
+      if (h->head.compare_exchange_weak(head, head + 1, std::memory_order_acq_rel, std::memory_order_relaxed)) {
+        index = head;
+        if (g_stalled.load(std::memory_order_relaxed)) g_stalled.store(false, std::memory_order_relaxed);
+        return true;
+      }
+      continue;
+    }
+    if (g_stalled.load(std::memory_order_relaxed)) return false;
+    if (collector_gone()) {
+      g_state.store(kDisabled, std::memory_order_release);
+      return false;
+    }
+    uint64_t now = monotonic_ns();
+    if (deadline == 0) deadline = now + g_max_stall_ns;
+    if (now >= deadline) {
+      g_stalled.store(true, std::memory_order_relaxed);
+      return false;
+    }
+    timespec pause{0, 100'000};
+    ::nanosleep(&pause, nullptr);
+    head = h->head.load(std::memory_order_relaxed);
+  }
+}
+
+}  // namespace
+
+uint64_t monotonic_ns() {
+  timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+bool session_active() {
+  int state = g_state.load(std::memory_order_acquire);
+  if (state == kActive) return true;
+  if (state == kDisabled) return false;
+  if (state == kUninit && g_state.compare_exchange_strong(state, kStarting, std::memory_order_acq_rel)) {
+    bool ok = connect_to_collector();
+    g_state.store(ok ? kActive : kDisabled, std::memory_order_release);
+    return ok;
+  }
+  // Another thread is connecting: wait for it (it makes no call that could wait on us).
+  while ((state = g_state.load(std::memory_order_acquire)) == kStarting) ::sched_yield();
+  return state == kActive;
+}
+
+void stamp(CallRecord& record) {
+  record.seq = g_ring.header->next_seq.fetch_add(1, std::memory_order_relaxed);
+  record.t_ns = monotonic_ns();
+}
+
+void publish(const CallRecord& r) {
+  if (g_state.load(std::memory_order_acquire) != kActive) return;
+  uint64_t index;
+  if (!reserve_slot(index)) {
+    if (g_state.load(std::memory_order_relaxed) == kActive) count_dropped(r.seq);
+    return;
+  }
+  auto* rec = reinterpret_cast<ring::EventRecord*>(ring::slot_at(g_ring, index));
+  rec->api = static_cast<uint16_t>(r.api);
+  rec->kind = static_cast<uint8_t>(r.kind);
+  rec->flags = 0;
+  rec->device = r.device;
+  rec->result = r.result;
+  rec->tid = current_tid();
+  rec->seq = r.seq;
+  rec->t_ns = r.t_ns;
+  rec->addr = r.addr;
+  rec->size = r.size;
+  rec->stream = r.stream;
+  rec->aux = r.aux;
+  rec->caller = r.caller;
+  rec->state.store(ring::make_state(ring::kSlotEvent, 1), std::memory_order_release);
+}
+
+}  // namespace memtrace::inject

@@ -1,0 +1,303 @@
+#include "device_model.h"
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <new>
+#include <pthread.h>
+#include <string>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <vector>
+
+namespace sim {
+namespace {
+
+constexpr uint64_t kDefaultCapacity = 80ull << 30;
+constexpr uint64_t kDefaultContextOverhead = 300ull << 20;
+
+// "80GiB", "512MiB", "4G", "1000000": the sizes people write.
+uint64_t parse_size(const char* text, uint64_t fallback) {
+  if (!text || !*text) return fallback;
+  char* end = nullptr;
+  double value = std::strtod(text, &end);
+  if (end == text || value < 0) return fallback;
+  std::string unit(end);
+  uint64_t scale = 1;
+  if (unit == "K" || unit == "KiB" || unit == "k") scale = 1ull << 10;
+  else if (unit == "M" || unit == "MiB") scale = 1ull << 20;
+  else if (unit == "G" || unit == "GiB") scale = 1ull << 30;
+  else if (unit == "T" || unit == "TiB") scale = 1ull << 40;
+  else if (!unit.empty() && unit != "B") return fallback;
+  return static_cast<uint64_t>(value * static_cast<double>(scale));
+}
+
+struct Allocation {
+  int device;
+  Memory memory;
+  uint64_t size;
+  size_t mapped;  // bytes of host address space behind it
+};
+
+struct Physical {
+  int device;
+  uint64_t size;
+  int fd;
+  int references;  // 1 for the handle until released, 1 per mapping
+  bool released;
+};
+
+struct Mapping {
+  uint64_t size;
+  uint64_t handle;
+};
+
+struct DeviceState {
+  uint64_t live = 0;
+  uint64_t peak = 0;
+};
+
+struct Model {
+  std::mutex mutex;
+  int devices = 1;
+  uint64_t capacity = kDefaultCapacity;
+  uint64_t overhead = kDefaultContextOverhead;
+  std::vector<DeviceState> state;
+  std::map<uint64_t, Allocation> allocations;
+  std::map<uint64_t, Physical> handles;
+  std::map<uint64_t, uint64_t> reservations;  // address -> size
+  std::map<uint64_t, Mapping> mappings;
+  uint64_t next_handle = 0x1000;
+
+  Model() { configure(); }
+  void configure() {
+    const char* count = std::getenv("MEMTRACE_SIM_DEVICES");
+    devices = count ? std::atoi(count) : 1;
+    if (devices < 0) devices = 0;
+    if (devices > 64) devices = 64;
+    capacity = parse_size(std::getenv("MEMTRACE_SIM_CAPACITY"), kDefaultCapacity);
+    overhead = parse_size(std::getenv("MEMTRACE_SIM_CONTEXT_BYTES"), kDefaultContextOverhead);
+    if (overhead > capacity / 4) overhead = capacity / 4;
+    state.assign(static_cast<size_t>(devices), DeviceState());
+  }
+};
+
+Model& model() {
+  static Model* m = new Model;  // never destroyed: programs free device memory in static destructors
+  return *m;
+}
+
+// A forked child starts with a fresh device: what its parent held is not its own.
+void reset_after_fork() {
+  Model& m = model();
+  new (&m.mutex) std::mutex;
+  m.allocations.clear();
+  m.handles.clear();
+  m.reservations.clear();
+  m.mappings.clear();
+  m.state.assign(static_cast<size_t>(m.devices), DeviceState());
+}
+
+__attribute__((constructor)) void install_fork_handler() { ::pthread_atfork(nullptr, nullptr, reset_after_fork); }
+
+size_t page_round(uint64_t size) {
+  const uint64_t page = 4096;
+  return static_cast<size_t>((size + page - 1) / page * page);
+}
+
+bool fits(Model& m, int device, uint64_t size) {
+  return size <= m.capacity - m.overhead - m.state[static_cast<size_t>(device)].live;
+}
+
+void add_live(Model& m, int device, int64_t delta) {
+  DeviceState& s = m.state[static_cast<size_t>(device)];
+  s.live = static_cast<uint64_t>(static_cast<int64_t>(s.live) + delta);
+  if (s.live > s.peak) s.peak = s.live;
+  ledger_device_changed(device, s.live, s.peak);
+}
+
+void drop_reference(Model& m, std::map<uint64_t, Physical>::iterator it) {
+  if (--it->second.references > 0) return;
+  add_live(m, it->second.device, -static_cast<int64_t>(it->second.size));
+  ::close(it->second.fd);
+  m.handles.erase(it);
+}
+
+}  // namespace
+
+int device_count() { return model().devices; }
+uint64_t device_capacity() { return model().capacity; }
+uint64_t context_overhead() { return model().overhead; }
+bool valid_device(int device) { return device >= 0 && device < model().devices; }
+
+void memory_info(int device, uint64_t* free_bytes, uint64_t* total_bytes) {
+  Model& m = model();
+  std::lock_guard lock(m.mutex);
+  *total_bytes = m.capacity;
+  *free_bytes = m.capacity - m.overhead - m.state[static_cast<size_t>(device)].live;
+}
+
+Status allocate(Memory memory, int device, uint64_t size, uint64_t* addr) {
+  Model& m = model();
+  std::lock_guard lock(m.mutex);
+  bool on_device = memory != Memory::kPinnedHost;
+  if (on_device && !valid_device(device)) return Status::kInvalidDevice;
+  if (on_device && !fits(m, device, size)) return Status::kOutOfMemory;
+  size_t bytes = page_round(size == 0 ? 1 : size);
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return Status::kOutOfMemory;
+  *addr = reinterpret_cast<uint64_t>(p);
+  m.allocations[*addr] = Allocation{on_device ? device : -1, memory, size, bytes};
+  if (on_device) add_live(m, device, static_cast<int64_t>(size));
+  return Status::kOk;
+}
+
+Status release(uint64_t addr, bool host_memory, uint64_t* size) {
+  Model& m = model();
+  std::lock_guard lock(m.mutex);
+  auto it = m.allocations.find(addr);
+  if (it == m.allocations.end() || (it->second.memory == Memory::kPinnedHost) != host_memory)
+    return Status::kInvalidValue;
+  *size = it->second.size;
+  if (it->second.memory != Memory::kPinnedHost) add_live(m, it->second.device, -static_cast<int64_t>(it->second.size));
+  ::munmap(reinterpret_cast<void*>(addr), it->second.mapped);
+  m.allocations.erase(it);
+  return Status::kOk;
+}
+
+void reset_device(int device) {
+  Model& m = model();
+  std::lock_guard lock(m.mutex);
+  for (auto it = m.allocations.begin(); it != m.allocations.end();) {
+    if (it->second.device == device) {
+      add_live(m, device, -static_cast<int64_t>(it->second.size));
+      ::munmap(reinterpret_cast<void*>(it->first), it->second.mapped);
+      it = m.allocations.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+Status vmm_create(int device, uint64_t size, uint64_t* handle) {
+  Model& m = model();
+  std::lock_guard lock(m.mutex);
+  if (!valid_device(device)) return Status::kInvalidDevice;
+  if (size == 0 || size % kVmmGranularity != 0) return Status::kInvalidValue;
+  if (!fits(m, device, size)) return Status::kOutOfMemory;
+  int fd = static_cast<int>(::syscall(SYS_memfd_create, "memtrace-sim-vmm", 1u /* MFD_CLOEXEC */));
+  if (fd < 0) return Status::kOutOfMemory;
+  if (::ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    ::close(fd);
+    return Status::kOutOfMemory;
+  }
+  *handle = m.next_handle++;
+  m.handles[*handle] = Physical{device, size, fd, 1, false};
+  add_live(m, device, static_cast<int64_t>(size));
+  return Status::kOk;
+}
+
+Status vmm_release(uint64_t handle, uint64_t* size) {
+  Model& m = model();
+  std::lock_guard lock(m.mutex);
+  auto it = m.handles.find(handle);
+  if (it == m.handles.end() || it->second.released) return Status::kInvalidValue;
+  *size = it->second.size;
+  it->second.released = true;
+  drop_reference(m, it);  // the memory stays while mappings of it remain, as on a GPU
+  return Status::kOk;
+}
+
+Status vmm_reserve(uint64_t size, uint64_t alignment, uint64_t* addr) {
+  Model& m = model();
+  if (size == 0 || size % kVmmGranularity != 0) return Status::kInvalidValue;
+  uint64_t align = alignment > kVmmGranularity ? alignment : kVmmGranularity;
+  if (align & (align - 1)) return Status::kInvalidValue;
+  size_t span = static_cast<size_t>(size + align);
+  void* p = ::mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return Status::kOutOfMemory;
+  uint64_t start = reinterpret_cast<uint64_t>(p);
+  uint64_t aligned = (start + align - 1) & ~(align - 1);
+  if (aligned > start) ::munmap(p, static_cast<size_t>(aligned - start));
+  uint64_t end = start + span;
+  if (end > aligned + size) ::munmap(reinterpret_cast<void*>(aligned + size), static_cast<size_t>(end - aligned - size));
+  std::lock_guard lock(m.mutex);
+  m.reservations[aligned] = size;
+  *addr = aligned;
+  return Status::kOk;
+}
+
+Status vmm_free_reservation(uint64_t addr, uint64_t size) {
+  Model& m = model();
+  std::lock_guard lock(m.mutex);
+  auto it = m.reservations.find(addr);
+  if (it == m.reservations.end() || it->second != size) return Status::kInvalidValue;
+  auto mapped = m.mappings.lower_bound(addr);
+  if (mapped != m.mappings.end() && mapped->first < addr + size) return Status::kInvalidValue;  // unmap first
+  ::munmap(reinterpret_cast<void*>(addr), static_cast<size_t>(size));
+  m.reservations.erase(it);
+  return Status::kOk;
+}
+
+Status vmm_map(uint64_t addr, uint64_t size, uint64_t offset, uint64_t handle) {
+  Model& m = model();
+  std::lock_guard lock(m.mutex);
+  auto h = m.handles.find(handle);
+  if (h == m.handles.end() || h->second.released || size == 0 || size % kVmmGranularity || offset % kVmmGranularity ||
+      offset + size > h->second.size)
+    return Status::kInvalidValue;
+  auto r = m.reservations.upper_bound(addr);
+  if (r == m.reservations.begin()) return Status::kInvalidValue;
+  --r;
+  if (addr < r->first || addr + size > r->first + r->second) return Status::kInvalidValue;
+  auto next = m.mappings.lower_bound(addr);
+  if (next != m.mappings.end() && next->first < addr + size) return Status::kInvalidValue;
+  if (next != m.mappings.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second.size > addr) return Status::kInvalidValue;
+  }
+  // Inaccessible until cuMemSetAccess, as on a GPU.
+  if (::mmap(reinterpret_cast<void*>(addr), static_cast<size_t>(size), PROT_NONE, MAP_SHARED | MAP_FIXED, h->second.fd,
+             static_cast<off_t>(offset)) == MAP_FAILED)
+    return Status::kOutOfMemory;
+  m.mappings[addr] = Mapping{size, handle};
+  ++h->second.references;
+  return Status::kOk;
+}
+
+Status vmm_unmap(uint64_t addr, uint64_t size, uint64_t* bytes) {
+  Model& m = model();
+  std::lock_guard lock(m.mutex);
+  auto it = m.mappings.lower_bound(addr);
+  if (it == m.mappings.end() || it->first != addr) return Status::kInvalidValue;
+  *bytes = 0;
+  while (it != m.mappings.end() && it->first < addr + size) {
+    ::mmap(reinterpret_cast<void*>(it->first), static_cast<size_t>(it->second.size), PROT_NONE,
+           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    *bytes += it->second.size;
+    auto h = m.handles.find(it->second.handle);
+    if (h != m.handles.end()) drop_reference(m, h);
+    it = m.mappings.erase(it);
+  }
+  return Status::kOk;
+}
+
+Status vmm_set_access(uint64_t addr, uint64_t size) {
+  Model& m = model();
+  std::lock_guard lock(m.mutex);
+  auto it = m.mappings.find(addr);
+  if (it == m.mappings.end()) return Status::kInvalidValue;
+  return ::mprotect(reinterpret_cast<void*>(addr), static_cast<size_t>(size), PROT_READ | PROT_WRITE) == 0
+             ? Status::kOk
+             : Status::kInvalidValue;
+}
+
+}  // namespace sim
+
+extern "C" uint64_t memtrace_sim_allocation_size(uint64_t addr) {
+  sim::Model& m = sim::model();
+  std::lock_guard lock(m.mutex);
+  auto it = m.allocations.find(addr);
+  return it == m.allocations.end() ? 0 : it->second.size;
+}

@@ -1,0 +1,41 @@
+// The simulated GPUs: device memory over host memory with a fixed capacity per device.
+// Everything here runs under one lock; the driver API in driver_api.cpp is a thin layer on top.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace sim {
+
+enum class Memory { kDevice, kManaged, kPinnedHost };
+
+enum class Status { kOk, kOutOfMemory, kInvalidValue, kInvalidDevice, kNotFound };
+
+inline constexpr size_t kVmmGranularity = 2u << 20;
+inline constexpr size_t kPitchAlignment = 512;
+
+int device_count();
+uint64_t device_capacity();       // bytes per device
+uint64_t context_overhead();      // bytes every device shows as used
+bool valid_device(int device);
+// Free and total bytes as cudaMemGetInfo reports them.
+void memory_info(int device, uint64_t* free_bytes, uint64_t* total_bytes);
+
+Status allocate(Memory memory, int device, uint64_t size, uint64_t* addr);
+// Frees an allocation of one of MEMORY's kinds that starts at ADDR; its size in *size.
+Status release(uint64_t addr, bool host_memory, uint64_t* size);
+void reset_device(int device);
+
+// Virtual memory management.
+Status vmm_create(int device, uint64_t size, uint64_t* handle);
+Status vmm_release(uint64_t handle, uint64_t* size);
+Status vmm_reserve(uint64_t size, uint64_t alignment, uint64_t* addr);
+Status vmm_free_reservation(uint64_t addr, uint64_t size);
+Status vmm_map(uint64_t addr, uint64_t size, uint64_t offset, uint64_t handle);
+Status vmm_unmap(uint64_t addr, uint64_t size, uint64_t* bytes);
+Status vmm_set_access(uint64_t addr, uint64_t size);
+
+// Called by the device model whenever a device's live bytes change (ledger.cpp).
+void ledger_device_changed(int device, uint64_t live, uint64_t peak);
+
+}  // namespace sim

@@ -1,0 +1,493 @@
+// The driver API of the simulated device (libcuda.so.1): the allocation-related subset, device
+// and context basics, and cuGetProcAddress, with the driver's real error codes.
+#include <atomic>
+#include <cstring>
+#include <dlfcn.h>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <cuda.h>
+
+#include "device_model.h"
+#include "ledger.h"
+
+#undef cuGetProcAddress
+
+struct CUctx_st {
+  int device;
+  bool primary;
+};
+struct CUstream_st {
+  int device;
+};
+struct CUmemPoolHandle_st {
+  int device;
+};
+
+extern "C" {
+CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags);
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream hStream);
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream);
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream);
+}
+
+namespace {
+
+std::atomic<bool> g_initialized{false};
+thread_local std::vector<CUcontext> t_context_stack;  // back() is current
+
+CUctx_st g_primary[64];
+CUmemPoolHandle_st g_default_pool[64];
+
+CUresult to_result(sim::Status status) {
+  switch (status) {
+    case sim::Status::kOk: return CUDA_SUCCESS;
+    case sim::Status::kOutOfMemory: return CUDA_ERROR_OUT_OF_MEMORY;
+    case sim::Status::kInvalidDevice: return CUDA_ERROR_INVALID_DEVICE;
+    case sim::Status::kNotFound: return CUDA_ERROR_NOT_FOUND;
+    default: return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+CUcontext current_context() { return t_context_stack.empty() ? nullptr : t_context_stack.back(); }
+
+// The device an allocation goes to: the current context's, as on a GPU.
+CUresult context_device(int* device) {
+  if (!g_initialized.load()) return CUDA_ERROR_NOT_INITIALIZED;
+  CUcontext ctx = current_context();
+  if (!ctx) return CUDA_ERROR_INVALID_CONTEXT;
+  *device = ctx->device;
+  return CUDA_SUCCESS;
+}
+
+CUresult stream_device(CUstream stream, int* device) {
+  CUresult r = context_device(device);
+  if (r == CUDA_SUCCESS && stream && stream != CU_STREAM_LEGACY && stream != CU_STREAM_PER_THREAD)
+    *device = stream->device;
+  return r;
+}
+
+CUresult allocate_on(sim::Memory memory, int device, size_t size, uint64_t* addr) {
+  if (size == 0) return CUDA_ERROR_INVALID_VALUE;
+  return to_result(sim::allocate(memory, device, size, addr));
+}
+
+CUresult alloc_on_context(const char* api, sim::Memory memory, CUdeviceptr* dptr, size_t size) {
+  sim::ApiCall call(api);
+  if (!dptr) return call.done(CUDA_ERROR_INVALID_VALUE);
+  int device;
+  CUresult r = context_device(&device);
+  uint64_t addr = 0;
+  if (r == CUDA_SUCCESS) r = allocate_on(memory, device, size, &addr);
+  if (r == CUDA_SUCCESS) *dptr = addr;
+  return call.done(r, size);
+}
+
+CUresult alloc_host(const char* api, void** pp, size_t size) {
+  sim::ApiCall call(api);
+  if (!pp) return call.done(CUDA_ERROR_INVALID_VALUE);
+  if (!g_initialized.load()) return call.done(CUDA_ERROR_NOT_INITIALIZED);
+  uint64_t addr = 0;
+  CUresult r = allocate_on(sim::Memory::kPinnedHost, -1, size, &addr);
+  if (r == CUDA_SUCCESS) *pp = reinterpret_cast<void*>(addr);
+  return call.done(r, size);
+}
+
+CUresult free_memory(const char* api, uint64_t addr, bool host) {
+  sim::ApiCall call(api);
+  if (!g_initialized.load()) return call.done(CUDA_ERROR_NOT_INITIALIZED);
+  uint64_t size = 0;
+  return call.done(to_result(sim::release(addr, host, &size)), size);
+}
+
+CUresult alloc_stream_ordered(const char* api, CUdeviceptr* dptr, size_t size, int device, CUresult status) {
+  sim::ApiCall call(api);
+  if (!dptr) return call.done(CUDA_ERROR_INVALID_VALUE);
+  uint64_t addr = 0;
+  if (status == CUDA_SUCCESS) status = allocate_on(sim::Memory::kDevice, device, size, &addr);
+  if (status == CUDA_SUCCESS) *dptr = addr;
+  return call.done(status, size);
+}
+
+}  // namespace
+
+extern "C" {
+
+CUresult cuInit(unsigned int flags) {
+  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  for (int d = 0; d < 64; ++d) g_primary[d] = CUctx_st{d, true}, g_default_pool[d] = CUmemPoolHandle_st{d};
+  g_initialized.store(true);
+  return sim::device_count() > 0 ? CUDA_SUCCESS : CUDA_ERROR_NO_DEVICE;
+}
+
+CUresult cuDriverGetVersion(int* version) {
+  if (!version) return CUDA_ERROR_INVALID_VALUE;
+  *version = CUDA_VERSION;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetCount(int* count) {
+  if (!count) return CUDA_ERROR_INVALID_VALUE;
+  if (!g_initialized.load()) return CUDA_ERROR_NOT_INITIALIZED;
+  *count = sim::device_count();
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGet(CUdevice* device, int ordinal) {
+  if (!device) return CUDA_ERROR_INVALID_VALUE;
+  if (!g_initialized.load()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!sim::valid_device(ordinal)) return CUDA_ERROR_INVALID_DEVICE;
+  *device = ordinal;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetName(char* name, int len, CUdevice dev) {
+  if (!name || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+  if (!sim::valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  std::string text = "memtrace simulated GPU " + std::to_string(dev);
+  std::strncpy(name, text.c_str(), static_cast<size_t>(len));
+  name[len - 1] = '\0';
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
+  if (!bytes) return CUDA_ERROR_INVALID_VALUE;
+  if (!sim::valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  *bytes = sim::device_capacity();
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetAttribute(int* value, CUdevice_attribute attrib, CUdevice dev) {
+  if (!value) return CUDA_ERROR_INVALID_VALUE;
+  if (!sim::valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  switch (attrib) {
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *value = 9; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *value = 0; break;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *value = 132; break;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED:
+    case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
+    case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY:
+    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: *value = 1; break;
+    case CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT: *value = static_cast<int>(sim::kPitchAlignment); break;
+    default: *value = 0;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
+  if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+  if (!g_initialized.load()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!sim::valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  *pctx = &g_primary[dev];
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+  return sim::valid_device(dev) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
+  if (!sim::valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  sim::reset_device(dev);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams*, unsigned int, CUdevice dev) {
+  if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+  if (!g_initialized.load()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!sim::valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  *pctx = new CUctx_st{dev, false};
+  t_context_stack.push_back(*pctx);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxDestroy_v2(CUcontext ctx) {
+  if (!ctx) return CUDA_ERROR_INVALID_VALUE;
+  for (auto it = t_context_stack.begin(); it != t_context_stack.end();)
+    it = *it == ctx ? t_context_stack.erase(it) : it + 1;
+  if (!ctx->primary) delete ctx;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxSetCurrent(CUcontext ctx) {
+  if (!g_initialized.load()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (t_context_stack.empty()) {
+    if (ctx) t_context_stack.push_back(ctx);
+  } else if (ctx) {
+    t_context_stack.back() = ctx;
+  } else {
+    t_context_stack.pop_back();
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetCurrent(CUcontext* pctx) {
+  if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+  if (!g_initialized.load()) return CUDA_ERROR_NOT_INITIALIZED;
+  *pctx = current_context();
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxPushCurrent_v2(CUcontext ctx) {
+  if (!ctx) return CUDA_ERROR_INVALID_VALUE;
+  t_context_stack.push_back(ctx);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxPopCurrent_v2(CUcontext* pctx) {
+  if (t_context_stack.empty()) return CUDA_ERROR_INVALID_CONTEXT;
+  if (pctx) *pctx = t_context_stack.back();
+  t_context_stack.pop_back();
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetDevice(CUdevice* device) {
+  if (!device) return CUDA_ERROR_INVALID_VALUE;
+  int d;
+  CUresult r = context_device(&d);
+  if (r == CUDA_SUCCESS) *device = d;
+  return r;
+}
+
+CUresult cuCtxSynchronize(void) { return current_context() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT; }
+
+CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
+  if (!free_bytes || !total_bytes) return CUDA_ERROR_INVALID_VALUE;
+  int device;
+  CUresult r = context_device(&device);
+  if (r != CUDA_SUCCESS) return r;
+  uint64_t f, t;
+  sim::memory_info(device, &f, &t);
+  *free_bytes = f;
+  *total_bytes = t;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
+  return alloc_on_context("cuMemAlloc", sim::Memory::kDevice, dptr, bytesize);
+}
+
+CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int) {
+  return alloc_on_context("cuMemAllocManaged", sim::Memory::kManaged, dptr, bytesize);
+}
+
+CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPitch, size_t width, size_t height, unsigned int element) {
+  sim::ApiCall call("cuMemAllocPitch");
+  if (!dptr || !pPitch || (element != 4 && element != 8 && element != 16)) return call.done(CUDA_ERROR_INVALID_VALUE);
+  size_t pitch = (width + sim::kPitchAlignment - 1) / sim::kPitchAlignment * sim::kPitchAlignment;
+  int device;
+  CUresult r = context_device(&device);
+  uint64_t addr = 0;
+  if (r == CUDA_SUCCESS) r = allocate_on(sim::Memory::kDevice, device, pitch * height, &addr);
+  if (r == CUDA_SUCCESS) *dptr = addr, *pPitch = pitch;
+  return call.done(r, pitch * height);
+}
+
+CUresult cuMemFree_v2(CUdeviceptr dptr) { return free_memory("cuMemFree", dptr, false); }
+
+CUresult cuMemAllocHost_v2(void** pp, size_t bytesize) { return alloc_host("cuMemAllocHost", pp, bytesize); }
+
+CUresult cuMemHostAlloc(void** pp, size_t bytesize, unsigned int) { return alloc_host("cuMemHostAlloc", pp, bytesize); }
+
+CUresult cuMemFreeHost(void* p) { return free_memory("cuMemFreeHost", reinterpret_cast<uint64_t>(p), true); }
+
+CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream stream) {
+  int device = -1;
+  CUresult r = stream_device(stream, &device);
+  return alloc_stream_ordered("cuMemAllocAsync", dptr, bytesize, device, r);
+}
+
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream stream) {
+  int device = -1;
+  CUresult r = stream_device(stream, &device);
+  return alloc_stream_ordered("cuMemAllocAsync", dptr, bytesize, device, r);
+}
+
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, CUstream) {
+  int device = -1;
+  CUresult r = g_initialized.load() ? (pool ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE) : CUDA_ERROR_NOT_INITIALIZED;
+  if (pool) device = pool->device;
+  return alloc_stream_ordered("cuMemAllocFromPoolAsync", dptr, bytesize, device, r);
+}
+
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, CUstream stream) {
+  return cuMemAllocFromPoolAsync(dptr, bytesize, pool, stream);
+}
+
+CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream) { return free_memory("cuMemFreeAsync", dptr, false); }
+
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream) { return free_memory("cuMemFreeAsync", dptr, false); }
+
+CUresult cuDeviceGetDefaultMemPool(CUmemoryPool* pool, CUdevice dev) {
+  if (!pool) return CUDA_ERROR_INVALID_VALUE;
+  if (!sim::valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  *pool = &g_default_pool[dev];
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* props) {
+  if (!pool || !props || props->location.type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_INVALID_VALUE;
+  if (!sim::valid_device(props->location.id)) return CUDA_ERROR_INVALID_DEVICE;
+  *pool = new CUmemPoolHandle_st{props->location.id};
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemPoolDestroy(CUmemoryPool pool) {
+  if (!pool) return CUDA_ERROR_INVALID_VALUE;
+  if (pool < &g_default_pool[0] || pool > &g_default_pool[63]) delete pool;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t) { return pool ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; }
+
+CUresult cuMemGetAllocationGranularity(size_t* granularity, const CUmemAllocationProp* prop,
+                                       CUmemAllocationGranularity_flags) {
+  if (!granularity || !prop) return CUDA_ERROR_INVALID_VALUE;
+  *granularity = sim::kVmmGranularity;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const CUmemAllocationProp* prop,
+                     unsigned long long) {
+  sim::ApiCall call("cuMemCreate");
+  if (!handle || !prop || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
+      prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+    return call.done(CUDA_ERROR_INVALID_VALUE);
+  if (!g_initialized.load()) return call.done(CUDA_ERROR_NOT_INITIALIZED);
+  uint64_t id = 0;
+  CUresult r = to_result(sim::vmm_create(prop->location.id, size, &id));
+  if (r == CUDA_SUCCESS) *handle = id;
+  return call.done(r, size);
+}
+
+CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
+  sim::ApiCall call("cuMemRelease");
+  uint64_t size = 0;
+  return call.done(to_result(sim::vmm_release(handle, &size)), size);
+}
+
+CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CUdeviceptr, unsigned long long) {
+  sim::ApiCall call("cuMemAddressReserve");
+  if (!ptr) return call.done(CUDA_ERROR_INVALID_VALUE);
+  uint64_t addr = 0;
+  CUresult r = to_result(sim::vmm_reserve(size, alignment, &addr));
+  if (r == CUDA_SUCCESS) *ptr = addr;
+  return call.done(r, size);
+}
+
+CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
+  sim::ApiCall call("cuMemAddressFree");
+  return call.done(to_result(sim::vmm_free_reservation(ptr, size)), size);
+}
+
+CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                  unsigned long long flags) {
+  sim::ApiCall call("cuMemMap");
+  if (flags != 0) return call.done(CUDA_ERROR_INVALID_VALUE);
+  return call.done(to_result(sim::vmm_map(ptr, size, offset, handle)), size);
+}
+
+CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
+  sim::ApiCall call("cuMemUnmap");
+  uint64_t bytes = 0;
+  return call.done(to_result(sim::vmm_unmap(ptr, size, &bytes)), bytes);
+}
+
+CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t count) {
+  if (!desc || count == 0) return CUDA_ERROR_INVALID_VALUE;
+  return to_result(sim::vmm_set_access(ptr, size));
+}
+
+CUresult cuStreamCreate(CUstream* stream, unsigned int) {
+  if (!stream) return CUDA_ERROR_INVALID_VALUE;
+  int device;
+  CUresult r = context_device(&device);
+  if (r == CUDA_SUCCESS) *stream = new CUstream_st{device};
+  return r;
+}
+
+CUresult cuStreamDestroy_v2(CUstream stream) {
+  if (!stream) return CUDA_ERROR_INVALID_HANDLE;
+  delete stream;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuStreamSynchronize(CUstream) { return CUDA_SUCCESS; }
+
+CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
+  std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<void*>(src), bytes);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, size_t count) {
+  std::memset(reinterpret_cast<void*>(dst), value, count);
+  return CUDA_SUCCESS;
+}
+
+// Kernels run nowhere: a launch is accepted and does nothing.
+CUresult cuLaunchKernel(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int,
+                        unsigned int, CUstream, void**, void**) {
+  return CUDA_SUCCESS;
+}
+
+CUresult cuGetErrorName(CUresult error, const char** str) {
+  if (!str) return CUDA_ERROR_INVALID_VALUE;
+  switch (error) {
+    case CUDA_SUCCESS: *str = "CUDA_SUCCESS"; break;
+    case CUDA_ERROR_INVALID_VALUE: *str = "CUDA_ERROR_INVALID_VALUE"; break;
+    case CUDA_ERROR_OUT_OF_MEMORY: *str = "CUDA_ERROR_OUT_OF_MEMORY"; break;
+    case CUDA_ERROR_NOT_INITIALIZED: *str = "CUDA_ERROR_NOT_INITIALIZED"; break;
+    case CUDA_ERROR_NO_DEVICE: *str = "CUDA_ERROR_NO_DEVICE"; break;
+    case CUDA_ERROR_INVALID_DEVICE: *str = "CUDA_ERROR_INVALID_DEVICE"; break;
+    case CUDA_ERROR_INVALID_CONTEXT: *str = "CUDA_ERROR_INVALID_CONTEXT"; break;
+    case CUDA_ERROR_INVALID_HANDLE: *str = "CUDA_ERROR_INVALID_HANDLE"; break;
+    case CUDA_ERROR_NOT_FOUND: *str = "CUDA_ERROR_NOT_FOUND"; break;
+    default: *str = nullptr; return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult cuGetErrorString(CUresult error, const char** str) { return cuGetErrorName(error, str); }
+
+// Looks NAME up among this library's own functions, newest ABI the caller's version allows
+// first, as the driver does. Our own handle keeps an interposer's definition out of the answer.
+CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags,
+                             CUdriverProcAddressQueryResult* status) {
+  if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
+  static void* self = [] {
+    Dl_info info{};
+    ::dladdr(reinterpret_cast<void*>(&cuInit), &info);
+    return ::dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+  }();
+  struct Versioned {
+    const char* name;
+    const char* suffix;
+    int since;
+  };
+  static const Versioned kVersioned[] = {
+      {"cuMemAlloc", "_v2", 3020},         {"cuMemFree", "_v2", 3020},       {"cuMemAllocHost", "_v2", 3020},
+      {"cuMemAllocPitch", "_v2", 3020},    {"cuMemGetInfo", "_v2", 3020},    {"cuDeviceTotalMem", "_v2", 3020},
+      {"cuCtxDestroy", "_v2", 4000},       {"cuCtxPushCurrent", "_v2", 4000}, {"cuCtxPopCurrent", "_v2", 4000},
+      {"cuStreamDestroy", "_v2", 4000},    {"cuDevicePrimaryCtxRelease", "_v2", 11000},
+      {"cuDevicePrimaryCtxReset", "_v2", 11000}, {"cuMemsetD8", "_v2", 3020},
+      {"cuGetProcAddress", "_v2", 12000},  {"cuCtxCreate", "_v4", 12050},
+  };
+  std::vector<std::string> candidates;
+  if (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) candidates.push_back(std::string(symbol) + "_ptsz");
+  for (const auto& v : kVersioned)
+    if (std::strcmp(v.name, symbol) == 0 && cudaVersion >= v.since) candidates.push_back(std::string(symbol) + v.suffix);
+  candidates.push_back(symbol);
+  *pfn = nullptr;
+  for (const auto& name : candidates) {
+    if ((*pfn = self ? ::dlsym(self, name.c_str()) : nullptr)) break;
+  }
+  if (status) *status = *pfn ? CU_GET_PROC_ADDRESS_SUCCESS : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+  return *pfn ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+
+CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags) {
+  return cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, nullptr);
+}
+
+}  // extern "C"

@@ -1,0 +1,425 @@
+// The runtime API of the simulated device (libcudart.so.13). Like NVIDIA's runtime it serves
+// allocations through the driver: each call here makes the matching public driver call, so an
+// interposer sees both, and must count one event.
+#include <cstring>
+#include <mutex>
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include "ledger.h"
+
+#undef cuGetProcAddress
+
+extern "C" {
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr*, size_t, CUstream);
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr, CUstream);
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr*, size_t, CUmemoryPool, CUstream);
+cudaError_t cudaMallocAsync_ptsz(void**, size_t, cudaStream_t);
+cudaError_t cudaFreeAsync_ptsz(void*, cudaStream_t);
+cudaError_t cudaMallocFromPoolAsync_ptsz(void**, size_t, cudaMemPool_t, cudaStream_t);
+cudaError_t cudaGetDriverEntryPoint_ptsz(const char*, void**, unsigned long long, cudaDriverEntryPointQueryResult*);
+cudaError_t cudaGetDriverEntryPointByVersion_ptsz(const char*, void**, unsigned int, unsigned long long,
+                                                  cudaDriverEntryPointQueryResult*);
+}
+
+namespace {
+
+thread_local int t_device = 0;
+thread_local cudaError_t t_last_error = cudaSuccess;
+
+// Driver and runtime share the numbers of every error this device returns.
+cudaError_t to_error(CUresult r) { return static_cast<cudaError_t>(r); }
+
+cudaError_t remember(cudaError_t e) {
+  if (e != cudaSuccess) t_last_error = e;
+  return e;
+}
+
+// The runtime's implicit initialization: the driver, and the current device's primary context
+// made current on this thread.
+cudaError_t bind_context() {
+  static std::once_flag once;
+  static CUresult init_result;
+  std::call_once(once, [] { init_result = cuInit(0); });
+  if (init_result == CUDA_ERROR_NO_DEVICE) return cudaErrorNoDevice;
+  if (init_result != CUDA_SUCCESS) return cudaErrorInitializationError;
+  CUcontext ctx;
+  CUresult r = cuDevicePrimaryCtxRetain(&ctx, t_device);
+  if (r == CUDA_SUCCESS) r = cuCtxSetCurrent(ctx);
+  return r == CUDA_SUCCESS ? cudaSuccess : to_error(r);
+}
+
+template <typename Call>
+cudaError_t with_context(Call&& call) {
+  cudaError_t e = bind_context();
+  if (e == cudaSuccess) e = call();
+  return remember(e);
+}
+
+cudaError_t malloc_device(const char* api, void** ptr, size_t size) {
+  sim::ApiCall call(api);
+  if (!ptr) return call.done(remember(cudaErrorInvalidValue));
+  if (size == 0) {  // the runtime hands out a null pointer for zero bytes
+    *ptr = nullptr;
+    return call.done(cudaSuccess);
+  }
+  return call.done(with_context([&] {
+                     CUdeviceptr p = 0;
+                     cudaError_t e = to_error(cuMemAlloc(&p, size));
+                     if (e == cudaSuccess) *ptr = reinterpret_cast<void*>(p);
+                     return e;
+                   }),
+                   size);
+}
+
+// Frees count the bytes they release; the size must be read before the memory goes.
+template <typename Free>
+cudaError_t free_call(const char* api, void* ptr, Free&& free) {
+  sim::ApiCall call(api);
+  uint64_t size = memtrace_sim_allocation_size(reinterpret_cast<uint64_t>(ptr));
+  return call.done(with_context(free), size);
+}
+
+cudaError_t malloc_async(const char* api, void** ptr, size_t size, cudaStream_t stream, bool per_thread) {
+  sim::ApiCall call(api);
+  if (!ptr) return call.done(remember(cudaErrorInvalidValue));
+  return call.done(with_context([&] {
+                     CUdeviceptr p = 0;
+                     auto s = reinterpret_cast<CUstream>(stream);
+                     CUresult r = per_thread ? cuMemAllocAsync_ptsz(&p, size, s) : cuMemAllocAsync(&p, size, s);
+                     if (r == CUDA_SUCCESS) *ptr = reinterpret_cast<void*>(p);
+                     return to_error(r);
+                   }),
+                   size);
+}
+
+cudaError_t malloc_from_pool(void** ptr, size_t size, cudaMemPool_t pool, cudaStream_t stream) {
+  sim::ApiCall call("cudaMallocFromPoolAsync");
+  if (!ptr) return call.done(remember(cudaErrorInvalidValue));
+  return call.done(with_context([&] {
+                     CUdeviceptr p = 0;
+                     CUresult r = cuMemAllocFromPoolAsync(&p, size, reinterpret_cast<CUmemoryPool>(pool),
+                                                          reinterpret_cast<CUstream>(stream));
+                     if (r == CUDA_SUCCESS) *ptr = reinterpret_cast<void*>(p);
+                     return to_error(r);
+                   }),
+                   size);
+}
+
+cudaError_t host_alloc(const char* api, void** ptr, size_t size, unsigned int flags) {
+  sim::ApiCall call(api);
+  if (!ptr) return call.done(remember(cudaErrorInvalidValue));
+  if (size == 0) {
+    *ptr = nullptr;
+    return call.done(cudaSuccess);
+  }
+  return call.done(with_context([&] { return to_error(cuMemHostAlloc(ptr, size, flags)); }), size);
+}
+
+cudaError_t entry_point(const char* symbol, void** fn, unsigned int version, unsigned long long flags,
+                        cudaDriverEntryPointQueryResult* status) {
+  if (!symbol || !fn) return remember(cudaErrorInvalidValue);
+  return with_context([&] {
+    CUdriverProcAddressQueryResult found;
+    CUresult r = cuGetProcAddress_v2(symbol, fn, static_cast<int>(version), flags, &found);
+    if (status)
+      *status = found == CU_GET_PROC_ADDRESS_SUCCESS ? cudaDriverEntryPointSuccess
+                                                     : cudaDriverEntryPointSymbolNotFound;
+    // A symbol that is not there is not an error of the call, only of the lookup.
+    return r == CUDA_ERROR_NOT_FOUND ? cudaSuccess : to_error(r);
+  });
+}
+
+}  // namespace
+
+extern "C" {
+
+cudaError_t cudaGetDeviceCount(int* count) {
+  if (!count) return remember(cudaErrorInvalidValue);
+  cudaError_t e = bind_context();
+  if (e == cudaErrorNoDevice) {
+    *count = 0;
+    return remember(e);
+  }
+  return remember(e == cudaSuccess ? to_error(cuDeviceGetCount(count)) : e);
+}
+
+cudaError_t cudaSetDevice(int device) {
+  int count = 0;
+  if (cuInit(0) != CUDA_SUCCESS || cuDeviceGetCount(&count) != CUDA_SUCCESS) return remember(cudaErrorNoDevice);
+  if (device < 0 || device >= count) return remember(cudaErrorInvalidDevice);
+  t_device = device;
+  return with_context([] { return cudaSuccess; });
+}
+
+cudaError_t cudaGetDevice(int* device) {
+  if (!device) return remember(cudaErrorInvalidValue);
+  *device = t_device;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+  if (!prop) return remember(cudaErrorInvalidValue);
+  return with_context([&] {
+    size_t total = 0;
+    CUresult r = cuDeviceTotalMem_v2(&total, device);
+    if (r != CUDA_SUCCESS) return to_error(r);
+    std::memset(prop, 0, sizeof *prop);
+    cuDeviceGetName(prop->name, sizeof prop->name, device);
+    prop->totalGlobalMem = total;
+    prop->major = 9;
+    prop->minor = 0;
+    prop->multiProcessorCount = 132;
+    prop->warpSize = 32;
+    prop->managedMemory = 1;
+    prop->unifiedAddressing = 1;
+    prop->texturePitchAlignment = 512;
+    return cudaSuccess;
+  });
+}
+
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+  return with_context(
+      [&] { return to_error(cuDeviceGetAttribute(value, static_cast<CUdevice_attribute>(attr), device)); });
+}
+
+cudaError_t cudaDeviceSynchronize(void) { return with_context([] { return cudaSuccess; }); }
+
+cudaError_t cudaDeviceReset(void) {
+  return with_context([] { return to_error(cuDevicePrimaryCtxReset_v2(t_device)); });
+}
+
+cudaError_t cudaRuntimeGetVersion(int* version) {
+  if (!version) return remember(cudaErrorInvalidValue);
+  *version = CUDART_VERSION;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDriverGetVersion(int* version) { return remember(to_error(cuDriverGetVersion(version))); }
+
+cudaError_t cudaGetLastError(void) {
+  cudaError_t e = t_last_error;
+  t_last_error = cudaSuccess;
+  return e;
+}
+
+cudaError_t cudaPeekAtLastError(void) { return t_last_error; }
+
+const char* cudaGetErrorName(cudaError_t error) {
+  switch (error) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInitializationError: return "cudaErrorInitializationError";
+    case cudaErrorNoDevice: return "cudaErrorNoDevice";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorSymbolNotFound: return "cudaErrorSymbolNotFound";
+    default: return "cudaErrorUnknown";
+  }
+}
+
+const char* cudaGetErrorString(cudaError_t error) {
+  switch (error) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInitializationError: return "initialization error";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    default: return "unknown error";
+  }
+}
+
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  return with_context([&] { return to_error(cuMemGetInfo_v2(free_bytes, total_bytes)); });
+}
+
+cudaError_t cudaMalloc(void** devPtr, size_t size) { return malloc_device("cudaMalloc", devPtr, size); }
+
+cudaError_t cudaFree(void* devPtr) {
+  return free_call("cudaFree", devPtr, [&] {
+    return devPtr ? to_error(cuMemFree_v2(reinterpret_cast<CUdeviceptr>(devPtr))) : cudaSuccess;
+  });
+}
+
+cudaError_t cudaMallocAsync(void** devPtr, size_t size, cudaStream_t stream) {
+  return malloc_async("cudaMallocAsync", devPtr, size, stream, false);
+}
+
+cudaError_t cudaMallocAsync_ptsz(void** devPtr, size_t size, cudaStream_t stream) {
+  return malloc_async("cudaMallocAsync", devPtr, size, stream, true);
+}
+
+cudaError_t cudaFreeAsync(void* devPtr, cudaStream_t stream) {
+  return free_call("cudaFreeAsync", devPtr, [&] {
+    return to_error(cuMemFreeAsync(reinterpret_cast<CUdeviceptr>(devPtr), reinterpret_cast<CUstream>(stream)));
+  });
+}
+
+cudaError_t cudaFreeAsync_ptsz(void* devPtr, cudaStream_t stream) {
+  return free_call("cudaFreeAsync", devPtr, [&] {
+    return to_error(cuMemFreeAsync_ptsz(reinterpret_cast<CUdeviceptr>(devPtr), reinterpret_cast<CUstream>(stream)));
+  });
+}
+
+cudaError_t cudaMallocFromPoolAsync(void** ptr, size_t size, cudaMemPool_t pool, cudaStream_t stream) {
+  return malloc_from_pool(ptr, size, pool, stream);
+}
+
+cudaError_t cudaMallocFromPoolAsync_ptsz(void** ptr, size_t size, cudaMemPool_t pool, cudaStream_t stream) {
+  return malloc_from_pool(ptr, size, pool, stream);
+}
+
+cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device) {
+  return with_context([&] { return to_error(cuDeviceGetDefaultMemPool(reinterpret_cast<CUmemoryPool*>(pool), device)); });
+}
+
+cudaError_t cudaMemPoolCreate(cudaMemPool_t* pool, const cudaMemPoolProps* props) {
+  if (!pool || !props) return remember(cudaErrorInvalidValue);
+  return with_context([&] {
+    CUmemPoolProps p{};
+    p.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    p.location.type = props->location.type == cudaMemLocationTypeDevice ? CU_MEM_LOCATION_TYPE_DEVICE
+                                                                         : CU_MEM_LOCATION_TYPE_INVALID;
+    p.location.id = props->location.id;
+    return to_error(cuMemPoolCreate(reinterpret_cast<CUmemoryPool*>(pool), &p));
+  });
+}
+
+cudaError_t cudaMemPoolDestroy(cudaMemPool_t pool) {
+  return with_context([&] { return to_error(cuMemPoolDestroy(reinterpret_cast<CUmemoryPool>(pool))); });
+}
+
+cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t keep) {
+  return with_context([&] { return to_error(cuMemPoolTrimTo(reinterpret_cast<CUmemoryPool>(pool), keep)); });
+}
+
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr, void*) {
+  return remember(pool ? cudaSuccess : cudaErrorInvalidValue);
+}
+
+cudaError_t cudaMallocManaged(void** devPtr, size_t size, unsigned int flags) {
+  sim::ApiCall call("cudaMallocManaged");
+  if (!devPtr || size == 0) return call.done(remember(cudaErrorInvalidValue));
+  return call.done(with_context([&] {
+                     CUdeviceptr p = 0;
+                     cudaError_t e = to_error(cuMemAllocManaged(&p, size, flags));
+                     if (e == cudaSuccess) *devPtr = reinterpret_cast<void*>(p);
+                     return e;
+                   }),
+                   size);
+}
+
+cudaError_t cudaMallocHost(void** ptr, size_t size) { return host_alloc("cudaMallocHost", ptr, size, 0); }
+
+cudaError_t cudaHostAlloc(void** pHost, size_t size, unsigned int flags) {
+  return host_alloc("cudaHostAlloc", pHost, size, flags);
+}
+
+cudaError_t cudaFreeHost(void* ptr) {
+  return free_call("cudaFreeHost", ptr, [&] { return ptr ? to_error(cuMemFreeHost(ptr)) : cudaSuccess; });
+}
+
+cudaError_t cudaMallocPitch(void** devPtr, size_t* pitch, size_t width, size_t height) {
+  sim::ApiCall call("cudaMallocPitch");
+  if (!devPtr || !pitch) return call.done(remember(cudaErrorInvalidValue));
+  size_t bytes = 0;
+  cudaError_t e = with_context([&] {
+    CUdeviceptr p = 0;
+    cudaError_t err = to_error(cuMemAllocPitch_v2(&p, pitch, width, height, 4));
+    if (err == cudaSuccess) *devPtr = reinterpret_cast<void*>(p), bytes = *pitch * height;
+    return err;
+  });
+  return call.done(e, bytes);
+}
+
+cudaError_t cudaMalloc3D(cudaPitchedPtr* pitchedDevPtr, cudaExtent extent) {
+  sim::ApiCall call("cudaMalloc3D");
+  if (!pitchedDevPtr) return call.done(remember(cudaErrorInvalidValue));
+  size_t bytes = 0;
+  cudaError_t e = with_context([&] {
+    CUdeviceptr p = 0;
+    size_t pitch = 0;
+    cudaError_t err = to_error(cuMemAllocPitch_v2(&p, &pitch, extent.width, extent.height * extent.depth, 4));
+    if (err == cudaSuccess) {
+      *pitchedDevPtr = cudaPitchedPtr{reinterpret_cast<void*>(p), pitch, extent.width, extent.height};
+      bytes = pitch * extent.height * extent.depth;
+    }
+    return err;
+  });
+  return call.done(e, bytes);
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind) {
+  return with_context([&] {
+    std::memmove(dst, src, count);
+    return cudaSuccess;
+  });
+}
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t) {
+  return cudaMemcpy(dst, src, count, kind);
+}
+
+cudaError_t cudaMemset(void* dst, int value, size_t count) {
+  return with_context([&] {
+    std::memset(dst, value, count);
+    return cudaSuccess;
+  });
+}
+
+cudaError_t cudaMemsetAsync(void* dst, int value, size_t count, cudaStream_t) { return cudaMemset(dst, value, count); }
+
+cudaError_t cudaStreamCreate(cudaStream_t* stream) {
+  return with_context([&] { return to_error(cuStreamCreate(reinterpret_cast<CUstream*>(stream), 0)); });
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) {
+  return with_context([&] { return to_error(cuStreamCreate(reinterpret_cast<CUstream*>(stream), flags)); });
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  return with_context([&] { return to_error(cuStreamDestroy_v2(reinterpret_cast<CUstream>(stream))); });
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return with_context([] { return cudaSuccess; }); }
+
+cudaError_t cudaLaunchKernel(const void*, dim3, dim3, void**, size_t, cudaStream_t) {
+  return with_context([] { return cudaSuccess; });
+}
+
+cudaError_t cudaGetDriverEntryPoint(const char* symbol, void** funcPtr, unsigned long long flags,
+                                    cudaDriverEntryPointQueryResult* driverStatus) {
+  return entry_point(symbol, funcPtr, CUDART_VERSION, flags, driverStatus);
+}
+
+cudaError_t cudaGetDriverEntryPoint_ptsz(const char* symbol, void** funcPtr, unsigned long long flags,
+                                         cudaDriverEntryPointQueryResult* driverStatus) {
+  return entry_point(symbol, funcPtr, CUDART_VERSION, flags ? flags : static_cast<unsigned long long>(cudaEnablePerThreadDefaultStream), driverStatus);
+}
+
+cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** funcPtr, unsigned int cudaVersion,
+                                             unsigned long long flags, cudaDriverEntryPointQueryResult* driverStatus) {
+  return entry_point(symbol, funcPtr, cudaVersion, flags, driverStatus);
+}
+
+cudaError_t cudaGetDriverEntryPointByVersion_ptsz(const char* symbol, void** funcPtr, unsigned int cudaVersion,
+                                                  unsigned long long flags,
+                                                  cudaDriverEntryPointQueryResult* driverStatus) {
+  return entry_point(symbol, funcPtr, cudaVersion, flags ? flags : static_cast<unsigned long long>(cudaEnablePerThreadDefaultStream), driverStatus);
+}
+
+// What nvcc-built programs call at start-up to register their kernels: accepted, remembered nowhere.
+void** __cudaRegisterFatBinary(void*) {
+  static void* handle = nullptr;
+  return &handle;
+}
+void __cudaRegisterFatBinaryEnd(void**) {}
+void __cudaUnregisterFatBinary(void**) {}
+void __cudaRegisterFunction(void**, const char*, char*, const char*, int, uint3*, uint3*, dim3*, dim3*, int*) {}
+unsigned __cudaPushCallConfiguration(dim3, dim3, size_t, void*) { return 0; }
+cudaError_t __cudaPopCallConfiguration(dim3*, dim3*, size_t*, void*) { return cudaSuccess; }
+
+}  // extern "C"
