@@ -31,6 +31,10 @@ std::unique_ptr<TraceReader> TraceReader::open(const std::string& path, std::str
             ": update memtrace to read it";
     return nullptr;
   }
+  if (framing::get_u32(head + 12) != 0) {
+    error = path + ": byte 12: unknown file flags " + std::to_string(framing::get_u32(head + 12));
+    return nullptr;
+  }
   reader->offset_ = sizeof head;
   if (!reader->read_chunk() || !reader->chunk_.has_header()) {
     error = path + ": " +

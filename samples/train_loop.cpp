@@ -1,7 +1,10 @@
 // A training loop: parameters, gradients and optimizer state live for the whole run;
 // activations live for one step; a workspace is taken and given back inside each step.
-//   train_loop [--steps N] [--layers L] [--layer-mib M]
+//   train_loop [--steps N] [--layers L] [--layer-mib M] [--kill-at-step K]
+// With --kill-at-step the program kills itself with SIGKILL in step K, after its forward pass.
 #include <cuda_runtime_api.h>
+
+#include <csignal>
 
 #include <vector>
 
@@ -63,6 +66,7 @@ int main(int argc, char** argv) {
   const size_t layer_bytes = static_cast<size_t>(sample::arg_value(argc, argv, "--layer-mib", 16)) << 20;
   const size_t activation_bytes = layer_bytes / 2 + 4096;  // not a round number, on purpose
   const size_t workspace_bytes = 3 * layer_bytes;
+  const long kill_at = sample::arg_value(argc, argv, "--kill-at-step", -1);
 
   void* host_batch = nullptr;
   cudaError_t e = cudaMallocHost(&host_batch, 1 << 20);
@@ -72,6 +76,10 @@ int main(int argc, char** argv) {
   Model model = build_model(layers, layer_bytes);
   for (long step = 0; step < steps; ++step) {
     std::vector<void*> activations = forward(layers, activation_bytes);
+    if (step == kill_at) {
+      account.print();
+      std::raise(SIGKILL);
+    }
     backward(activations, activation_bytes, workspace_bytes);
   }
   for (auto* group : {&model.weights, &model.grads, &model.adam_m, &model.adam_v})

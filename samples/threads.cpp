@@ -1,0 +1,76 @@
+// Many threads allocating at once through the runtime, the driver and stream-ordered calls, so
+// events from different threads interleave in the ring. Threads start and end while others run.
+//   threads [--threads T] [--iterations N]
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "sample_account.h"
+
+namespace {
+
+sample::Account account;
+std::mutex account_mutex;
+
+void note(const char* api, bool ok, int64_t bytes) {
+  std::lock_guard lock(account_mutex);
+  account.call(api, ok);
+  account.live(0, bytes);
+}
+
+void worker(int index, long iterations) {
+  SAMPLE_CHECK(cudaSetDevice(0));
+  CUcontext ctx;
+  SAMPLE_CHECK(cuCtxGetCurrent(&ctx));
+  for (long i = 0; i < iterations; ++i) {
+    const size_t bytes = 4096 * static_cast<size_t>(1 + (index * 7 + i) % 13);
+    switch (i % 3) {
+      case 0: {
+        void* p;
+        cudaError_t e = cudaMalloc(&p, bytes);
+        SAMPLE_CHECK(e);
+        note("cudaMalloc", true, static_cast<int64_t>(bytes));
+        // Account the free before making it: another thread may get the address right after.
+        note("cudaFree", true, -static_cast<int64_t>(bytes));
+        SAMPLE_CHECK(cudaFree(p));
+        break;
+      }
+      case 1: {
+        CUdeviceptr p;
+        SAMPLE_CHECK(cuMemAlloc(&p, bytes));
+        note("cuMemAlloc", true, static_cast<int64_t>(bytes));
+        note("cuMemFree", true, -static_cast<int64_t>(bytes));
+        SAMPLE_CHECK(cuMemFree(p));
+        break;
+      }
+      default: {
+        void* p;
+        SAMPLE_CHECK(cudaMallocAsync(&p, bytes, nullptr));
+        note("cudaMallocAsync", true, static_cast<int64_t>(bytes));
+        note("cudaFreeAsync", true, -static_cast<int64_t>(bytes));
+        SAMPLE_CHECK(cudaFreeAsync(p, nullptr));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int threads = static_cast<int>(sample::arg_value(argc, argv, "--threads", 8));
+  const long iterations = sample::arg_value(argc, argv, "--iterations", 2000);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back(worker, t, iterations);
+    if (t % 2 == 1) {  // some threads end while others are still starting
+      pool.front().join();
+      pool.erase(pool.begin());
+    }
+  }
+  for (auto& t : pool) t.join();
+  account.print();
+  return 0;
+}

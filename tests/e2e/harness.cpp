@@ -1,0 +1,124 @@
+#include "harness.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+extern char** environ;
+
+namespace e2e {
+
+namespace fs = std::filesystem;
+
+const std::string kMemtrace = MEMTRACE_BIN;
+
+std::string sample_path(const std::string& name) { return std::string(MEMTRACE_SAMPLES_DIR) + "/" + name; }
+
+std::string temp_dir(const std::string& name) {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  fs::path dir = fs::temp_directory_path() / ("memtrace-e2e-" + std::to_string(::getpid())) /
+                 (std::string(info->test_suite_name()) + "." + info->name() + "." + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir.string();
+}
+
+namespace {
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+}  // namespace
+
+Result run(const std::vector<std::string>& argv, const std::vector<std::string>& env) {
+  std::string base = fs::temp_directory_path() / ("memtrace-e2e-out-" + std::to_string(::getpid()));
+  std::string out_path = base + ".out", err_path = base + ".err";
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    if (!freopen(out_path.c_str(), "w", stdout) || !freopen(err_path.c_str(), "w", stderr)) _exit(126);
+    for (const auto& e : env) ::putenv(const_cast<char*>(e.c_str()));
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    _exit(127);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  Result r;
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = slurp(out_path);
+  r.err = slurp(err_path);
+  fs::remove(out_path);
+  fs::remove(err_path);
+  return r;
+}
+
+Result run_sample(const std::string& dir, const std::string& sample, const std::vector<std::string>& args,
+                  const std::vector<std::string>& memtrace_options) {
+  std::vector<std::string> argv{kMemtrace, "run", "--sim", "-o", dir + "/traces"};
+  argv.insert(argv.end(), memtrace_options.begin(), memtrace_options.end());
+  argv.push_back("--");
+  argv.push_back(sample_path(sample));
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run(argv, {"MEMTRACE_SIM_LEDGER=" + dir + "/ledger-%p.txt"});
+}
+
+std::map<int, Ledger> read_ledgers(const std::string& dir) {
+  std::map<int, Ledger> ledgers;
+  static const std::regex name("ledger-([0-9]+)\\.txt");
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    std::smatch m;
+    std::string file = entry.path().filename().string();
+    if (!std::regex_match(file, m, name)) continue;
+    Ledger& l = ledgers[std::stoi(m[1])];
+    std::ifstream in(entry.path());
+    std::string line;
+    while (std::getline(in, line)) {
+      std::istringstream words(line);
+      std::string kind, key, label;
+      words >> kind;
+      if (kind == "api") {
+        LedgerApi a;
+        words >> key >> label >> a.calls >> label >> a.failed >> label >> a.bytes;
+        l.apis[key] = a;
+      } else if (kind == "device") {
+        int device;
+        uint64_t live, peak;
+        words >> device >> label >> live >> label >> peak;
+        l.live[device] = live;
+        l.peak[device] = peak;
+      }
+    }
+  }
+  return ledgers;
+}
+
+std::map<int, nlohmann::json> sample_accounts(const std::string& out) {
+  std::map<int, nlohmann::json> accounts;
+  std::istringstream in(out);
+  std::string line;
+  const std::string prefix = "memtrace-sample: ";
+  while (std::getline(in, line)) {
+    if (line.rfind(prefix, 0) != 0) continue;
+    nlohmann::json j = nlohmann::json::parse(line.substr(prefix.size()));
+    accounts[j["pid"].get<int>()] = j;
+  }
+  return accounts;
+}
+
+nlohmann::json report_json(const std::string& path) {
+  Result r = run({kMemtrace, "report", "--json", path});
+  EXPECT_EQ(r.status, 0) << r.err;
+  return nlohmann::json::parse(r.out);
+}
+
+}  // namespace e2e

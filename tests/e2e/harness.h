@@ -1,0 +1,47 @@
+// What the end-to-end tests share: running commands, reading ledgers and sample accounts.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace e2e {
+
+struct Result {
+  int status = -1;  // exit code, or 128+signal
+  std::string out;
+  std::string err;
+};
+
+// Runs ARGV with the extra environment ENV ("NAME=value"), capturing its output.
+Result run(const std::vector<std::string>& argv, const std::vector<std::string>& env = {});
+
+// `memtrace run --sim -o DIR [EXTRA...] -- SAMPLE ARGS...`, with a ledger per process in DIR.
+Result run_sample(const std::string& dir, const std::string& sample, const std::vector<std::string>& args = {},
+                  const std::vector<std::string>& memtrace_options = {});
+
+struct LedgerApi {
+  uint64_t calls = 0, failed = 0, bytes = 0;
+};
+struct Ledger {
+  std::map<std::string, LedgerApi> apis;
+  std::map<int, uint64_t> live, peak;
+};
+// The ledgers the simulated device wrote in DIR, by pid.
+std::map<int, Ledger> read_ledgers(const std::string& dir);
+
+// The `memtrace-sample:` lines a run printed, by pid.
+std::map<int, nlohmann::json> sample_accounts(const std::string& out);
+
+nlohmann::json report_json(const std::string& path);
+
+// A fresh folder under the test's temporary directory.
+std::string temp_dir(const std::string& name);
+
+std::string sample_path(const std::string& name);
+extern const std::string kMemtrace;
+
+}  // namespace e2e

@@ -1,0 +1,163 @@
+// Every sample under `memtrace run --sim`: the report's counts per API equal the simulated
+// device's ledger, its peaks equal the ledger's and the sample's own, and the exit status is CMD's.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "harness.h"
+
+namespace {
+
+using e2e::Ledger;
+using nlohmann::json;
+
+struct SampleCase {
+  std::string name;
+  std::vector<std::string> args;
+  std::vector<std::string> memtrace_options;
+  int exit_status = 0;
+  bool exact_peaks = true;  // false where threads race between the call and its record
+};
+
+std::ostream& operator<<(std::ostream& os, const SampleCase& c) { return os << c.name; }
+
+class SampleTest : public ::testing::TestWithParam<SampleCase> {};
+
+const json* find_process(const json& report, int pid) {
+  for (const json& p : report["processes"])
+    if (p["pid"] == pid) return &p;
+  return nullptr;
+}
+
+TEST_P(SampleTest, ReportMatchesLedgerAndSample) {
+  const SampleCase& c = GetParam();
+  std::string dir = e2e::temp_dir(c.name);
+  e2e::Result r = e2e::run_sample(dir, c.name, c.args, c.memtrace_options);
+  ASSERT_EQ(r.status, c.exit_status) << r.err;
+
+  std::map<int, Ledger> ledgers = e2e::read_ledgers(dir);
+  std::map<int, json> accounts = e2e::sample_accounts(r.out);
+  ASSERT_FALSE(ledgers.empty()) << "the simulated device wrote no ledger";
+  json report = e2e::report_json(dir + "/traces");
+  ASSERT_EQ(report["processes"].size(), ledgers.size()) << report.dump(2);
+
+  for (const auto& [pid, ledger] : ledgers) {
+    SCOPED_TRACE("pid " + std::to_string(pid));
+    const json* p = find_process(report, pid);
+    ASSERT_NE(p, nullptr) << "no trace for process " << pid;
+    EXPECT_TRUE((*p)["complete"].get<bool>()) << (*p)["problem"];
+    EXPECT_EQ((*p)["dropped_events"], 0);
+
+    // Calls and failures per API: exactly the ledger's, no API more, none less.
+    const json& events = (*p)["events"];
+    EXPECT_EQ(events.size(), ledger.apis.size()) << events.dump();
+    for (const auto& [api, counts] : ledger.apis) {
+      ASSERT_TRUE(events.contains(api)) << api << " missing from " << events.dump();
+      EXPECT_EQ(events[api]["calls"].get<uint64_t>(), counts.calls) << api;
+      EXPECT_EQ(events[api]["failed"].get<uint64_t>(), counts.failed) << api;
+    }
+
+    // Device memory: live at exit always, peaks where they are well defined.
+    std::map<int, const json*> devices;
+    for (const json& d : (*p)["devices"]) devices[d["device"].get<int>()] = &d;
+    for (const auto& [device, peak] : ledger.peak) {
+      if (peak == 0) continue;
+      ASSERT_TRUE(devices.count(device)) << "device " << device << " missing";
+      const json& d = *devices[device];
+      EXPECT_EQ(d["live_at_exit_bytes"].get<uint64_t>(), ledger.live.at(device)) << "device " << device;
+      if (!c.exact_peaks) continue;
+      EXPECT_EQ(d["peak_reserved_bytes"].get<uint64_t>(), peak) << "device " << device;
+      if (accounts.count(pid)) {
+        EXPECT_EQ(d["peak_reserved_bytes"].get<uint64_t>(),
+                  accounts[pid]["peak_bytes"][std::to_string(device)].get<uint64_t>())
+            << "device " << device;
+      }
+    }
+    // Every sample's own account of its calls agrees too.
+    if (accounts.count(pid)) {
+      for (const auto& [api, calls] : accounts[pid]["calls"].items())
+        EXPECT_EQ(events[api]["calls"], calls) << api;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Samples, SampleTest,
+    ::testing::Values(SampleCase{"train_loop", {"--steps", "5"}, {}},
+                      SampleCase{"leak", {"--iterations", "30"}, {}},
+                      SampleCase{"oom", {"--chunk-mib", "4096"}, {"--sim-capacity", "20GiB"}, 1},
+                      SampleCase{"vmm", {}, {}},
+                      SampleCase{"stream_pool", {}, {}},
+                      SampleCase{"multi_device", {}, {"--sim-devices", "3"}},
+                      SampleCase{"driver_api", {}, {}},
+                      SampleCase{"runtime_kinds", {}, {}},
+                      SampleCase{"processes", {}, {}},
+                      SampleCase{"threads", {"--threads", "8", "--iterations", "3000"}, {}, 0, false}),
+    [](const auto& info) { return info.param.name; });
+
+TEST(Report, SitesAtPeakNameTheSamplesCode) {
+  std::string dir = e2e::temp_dir("sites");
+  ASSERT_EQ(e2e::run_sample(dir, "driver_api").status, 0);
+  json report = e2e::report_json(dir + "/traces");
+  const json& sites = report["processes"][0]["devices"][0]["top_sites_at_peak"];
+  ASSERT_EQ(sites.size(), 3u) << sites.dump(2);
+  EXPECT_EQ(sites[0]["api"], "cuMemAlloc");
+  EXPECT_EQ(sites[0]["bytes"], 48 << 20);
+  EXPECT_EQ(sites[1]["api"], "cuMemAllocManaged");
+  for (const json& s : sites) {
+    EXPECT_EQ(std::filesystem::path(s["frame"]["module"].get<std::string>()).filename(), "driver_api") << s.dump();
+    EXPECT_EQ(s["location"].get<std::string>().rfind("driver_api+0x", 0), 0u) << s.dump();
+  }
+}
+
+TEST(Report, LeakIsLiveAtExit) {
+  std::string dir = e2e::temp_dir("leak");
+  ASSERT_EQ(e2e::run_sample(dir, "leak", {"--iterations", "12"}).status, 0);
+  json p = e2e::report_json(dir + "/traces")["processes"][0];
+  EXPECT_EQ(p["devices"][0]["live_at_exit_bytes"], 12 * (64 << 10));
+  EXPECT_EQ(p["devices"][0]["live_at_exit_count"], 12);
+  EXPECT_EQ(p["exit_status"], 0);
+  EXPECT_EQ(p["end_reason"], "exited");
+
+  e2e::Result text = e2e::run({e2e::kMemtrace, "report", dir + "/traces"});
+  EXPECT_EQ(text.status, 0);
+  EXPECT_NE(text.out.find("live at exit 768 KiB in 12 allocations"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("leak+0x"), std::string::npos) << text.out;
+}
+
+TEST(Export, JsonlHasEveryEventInTimeOrder) {
+  std::string dir = e2e::temp_dir("export");
+  ASSERT_EQ(e2e::run_sample(dir, "processes").status, 0);
+  e2e::Result r = e2e::run({e2e::kMemtrace, "export", "--format", "jsonl", "-o", dir + "/events.jsonl", dir + "/traces"});
+  ASSERT_EQ(r.status, 0) << r.err;
+
+  uint64_t ledger_calls = 0;
+  for (const auto& [pid, ledger] : e2e::read_ledgers(dir))
+    for (const auto& [api, counts] : ledger.apis) ledger_calls += counts.calls;
+
+  std::ifstream in(dir + "/events.jsonl");
+  std::string line;
+  uint64_t lines = 0, last_t = 0;
+  std::map<uint64_t, json> live;
+  while (std::getline(in, line)) {
+    json e = json::parse(line);
+    ++lines;
+    for (const char* field : {"t_ns", "pid", "tid", "api", "kind", "device", "stream", "addr", "size", "result"})
+      ASSERT_TRUE(e.contains(field)) << field << " missing in " << line;
+    EXPECT_GE(e["t_ns"].get<uint64_t>(), last_t) << "out of time order: " << line;
+    last_t = e["t_ns"];
+    EXPECT_EQ(e["kind"], "device");
+    if (e["api"] == "cudaFree") {
+      EXPECT_GT(e["size"].get<uint64_t>(), 0u) << "a free knows what it freed: " << line;
+    }
+  }
+  EXPECT_EQ(lines, ledger_calls);
+
+  // Writing over an existing file is refused.
+  r = e2e::run({e2e::kMemtrace, "export", "--format", "jsonl", "-o", dir + "/events.jsonl", dir + "/traces"});
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("cannot create"), std::string::npos) << r.err;
+}
+
+}  // namespace

@@ -1,0 +1,169 @@
+// memtrace run must leave programs alone: their output and exit status, with and without CUDA,
+// when they die, when they cannot start, and when there is no collector at all.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+
+#include "harness.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+TEST(Run, ProgramWithoutCudaRunsUnchanged) {
+  std::string dir = e2e::temp_dir("nocuda");
+  e2e::Result plain = e2e::run({e2e::sample_path("no_cuda"), "x", "two words"});
+  e2e::Result traced = e2e::run({e2e::kMemtrace, "run", "-o", dir + "/out", "--", e2e::sample_path("no_cuda"), "x",
+                                 "two words"});
+  EXPECT_EQ(plain.status, 3);
+  EXPECT_EQ(traced.status, 3);
+  EXPECT_EQ(traced.out, plain.out);
+  EXPECT_NE(traced.err.find("never used CUDA"), std::string::npos) << traced.err;
+  EXPECT_FALSE(fs::exists(dir + "/out")) << "an empty output folder was left behind";
+}
+
+TEST(Run, TrueExitsZero) {
+  std::string dir = e2e::temp_dir("true");
+  e2e::Result r = e2e::run({e2e::kMemtrace, "run", "-o", dir + "/out", "--", "/bin/true"});
+  EXPECT_EQ(r.status, 0) << r.err;
+}
+
+TEST(Run, ExitStatusAndSignalsPassThrough) {
+  std::string dir = e2e::temp_dir("status");
+  EXPECT_EQ(e2e::run({e2e::kMemtrace, "run", "-o", dir + "/a", "--", "/bin/sh", "-c", "exit 7"}).status, 7);
+  EXPECT_EQ(e2e::run({e2e::kMemtrace, "run", "-o", dir + "/b", "--", "/bin/sh", "-c", "kill -TERM $$"}).status,
+            128 + SIGTERM);
+}
+
+TEST(Run, ProgramKilledMidRunLeavesACompleteTrace) {
+  std::string dir = e2e::temp_dir("killed");
+  e2e::Result r = e2e::run_sample(dir, "train_loop", {"--steps", "10", "--kill-at-step", "3"});
+  ASSERT_EQ(r.status, 128 + SIGKILL) << r.err;
+  auto ledgers = e2e::read_ledgers(dir);
+  ASSERT_EQ(ledgers.size(), 1u);
+  const e2e::Ledger& ledger = ledgers.begin()->second;
+  json p = e2e::report_json(dir + "/traces")["processes"][0];
+  EXPECT_EQ(p["exit_status"], 128 + SIGKILL);
+  EXPECT_NE(p["end_reason"].get<std::string>().find("killed by signal 9"), std::string::npos) << p["end_reason"];
+  for (const auto& [api, counts] : ledger.apis) EXPECT_EQ(p["events"][api]["calls"].get<uint64_t>(), counts.calls) << api;
+  EXPECT_EQ(p["devices"][0]["peak_reserved_bytes"].get<uint64_t>(), ledger.peak.at(0));
+  EXPECT_EQ(p["devices"][0]["live_at_exit_bytes"].get<uint64_t>(), ledger.live.at(0));
+}
+
+TEST(Run, UserErrorsGetOneLineAndAnExitCode) {
+  std::string dir = e2e::temp_dir("errors");
+  e2e::Result missing = e2e::run({e2e::kMemtrace, "run", "-o", dir + "/a", "--", "no-such-command-anywhere"});
+  EXPECT_EQ(missing.status, 127);
+  EXPECT_NE(missing.err.find("command not found"), std::string::npos) << missing.err;
+  EXPECT_FALSE(fs::exists(dir + "/a"));
+
+  std::string not_executable = dir + "/data.txt";
+  std::ofstream(not_executable) << "hello\n";
+  e2e::Result denied = e2e::run({e2e::kMemtrace, "run", "-o", dir + "/b", "--", not_executable});
+  EXPECT_EQ(denied.status, 126) << denied.err;
+
+  e2e::Result no_command = e2e::run({e2e::kMemtrace, "run"});
+  EXPECT_NE(no_command.status, 0);
+
+  e2e::Result bad_dir = e2e::run({e2e::kMemtrace, "run", "-o", not_executable + "/sub", "--", "/bin/true"});
+  EXPECT_EQ(bad_dir.status, 125);
+  EXPECT_NE(bad_dir.err.find("cannot create output folder"), std::string::npos) << bad_dir.err;
+
+  e2e::Result bad_size = e2e::run({e2e::kMemtrace, "run", "--sim", "--sim-capacity", "lots", "--", "/bin/true"});
+  EXPECT_EQ(bad_size.status, 125);
+  EXPECT_NE(bad_size.err.find("not a size"), std::string::npos) << bad_size.err;
+}
+
+TEST(Run, DefaultOutputFolderIsPrivate) {
+  std::string dir = e2e::temp_dir("default");
+  std::string cwd = fs::current_path();
+  fs::current_path(dir);
+  e2e::Result r = e2e::run({e2e::kMemtrace, "run", "--sim", "--", e2e::sample_path("leak"), "--iterations", "2"});
+  fs::current_path(cwd);
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::vector<fs::path> folders;
+  for (const auto& e : fs::directory_iterator(dir)) folders.push_back(e.path());
+  ASSERT_EQ(folders.size(), 1u);
+  EXPECT_EQ(folders[0].filename().string().rfind("memtrace-", 0), 0u) << folders[0];
+  struct stat st{};
+  ASSERT_EQ(::stat(folders[0].c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  for (const auto& e : fs::directory_iterator(folders[0])) {
+    ASSERT_EQ(::stat(e.path().c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0600u) << e.path();
+  }
+}
+
+// The injector without a collector (no socket, or one nobody listens on) changes nothing.
+TEST(Injector, WithoutCollectorIsPassThrough) {
+  const std::string sim = std::string("LD_LIBRARY_PATH=") + MEMTRACE_SIM_DIR;
+  e2e::Result plain = e2e::run({e2e::sample_path("train_loop"), "--steps", "2"}, {sim});
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  for (const std::string socket : {"", "MEMTRACE_SOCKET=/nonexistent/socket"}) {
+    std::vector<std::string> env{sim, std::string("LD_PRELOAD=") + MEMTRACE_INJECTOR};
+    if (!socket.empty()) env.push_back(socket);
+    e2e::Result preloaded = e2e::run({e2e::sample_path("train_loop"), "--steps", "2"}, env);
+    EXPECT_EQ(preloaded.status, 0) << preloaded.err;
+    auto strip_pid = [](std::string s) { return s.substr(s.find(",\"calls\"")); };
+    EXPECT_EQ(strip_pid(preloaded.out), strip_pid(plain.out));
+  }
+}
+
+TEST(Run, SignalSentToMemtraceReachesTheProgram) {
+  std::string dir = e2e::temp_dir("forward");
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    std::string out = dir + "/log";
+    if (!freopen(out.c_str(), "w", stderr)) _exit(126);
+    ::execl(e2e::kMemtrace.c_str(), e2e::kMemtrace.c_str(), "run", "-o", (dir + "/out").c_str(), "--", "/bin/sleep",
+            "30", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM);
+}
+
+TEST(Report, BadInputGivesOneLine) {
+  std::string dir = e2e::temp_dir("badinput");
+  e2e::Result missing = e2e::run({e2e::kMemtrace, "report", dir + "/nothing"});
+  EXPECT_EQ(missing.status, 1);
+  EXPECT_NE(missing.err.find("does not exist"), std::string::npos) << missing.err;
+
+  std::ofstream(dir + "/junk.memtrace") << "this is not a trace at all";
+  e2e::Result junk = e2e::run({e2e::kMemtrace, "report", dir + "/junk.memtrace"});
+  EXPECT_EQ(junk.status, 1);
+  EXPECT_NE(junk.err.find("not a memtrace trace"), std::string::npos) << junk.err;
+
+  fs::create_directories(dir + "/empty");
+  e2e::Result empty = e2e::run({e2e::kMemtrace, "report", dir + "/empty"});
+  EXPECT_EQ(empty.status, 1);
+  EXPECT_NE(empty.err.find("no .memtrace traces"), std::string::npos) << empty.err;
+}
+
+TEST(Report, CutTraceReportsWhatItHolds) {
+  std::string dir = e2e::temp_dir("cut");
+  ASSERT_EQ(e2e::run_sample(dir, "train_loop", {"--steps", "600"}).status, 0);  // several chunks
+  fs::path trace;
+  for (const auto& e : fs::directory_iterator(dir + "/traces")) trace = e.path();
+  fs::resize_file(trace, fs::file_size(trace) * 9 / 10);
+  e2e::Result r = e2e::run({e2e::kMemtrace, "report", "--json", trace.string()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("trace ends early at byte"), std::string::npos) << r.err;
+  json p = json::parse(r.out)["processes"][0];
+  EXPECT_FALSE(p["complete"].get<bool>());
+  EXPECT_GT(p["events"]["cudaMalloc"]["calls"].get<int>(), 0);
+}
+
+}  // namespace

@@ -1,0 +1,125 @@
+// The replay and the report built on it, on hand-made event sequences with known answers.
+#include <gtest/gtest.h>
+
+#include "memtrace/analysis/replay.h"
+#include "memtrace/analysis/report.h"
+
+namespace {
+
+using namespace memtrace;
+
+Event alloc(Api api, uint64_t addr, uint64_t size, uint64_t t, uint64_t stack = 1, int device = 0, int result = 0) {
+  Event e;
+  e.api = api;
+  e.kind = api_info(api).kind;
+  e.addr = addr;
+  e.size = size;
+  e.t_ns = t;
+  e.stack_id = stack;
+  e.device = device;
+  e.result = result;
+  return e;
+}
+
+Event release(Api api, uint64_t addr, uint64_t t, uint64_t size = 0) {
+  Event e;
+  e.api = api;
+  e.kind = api_info(api).kind;
+  e.addr = addr;
+  e.size = size;
+  e.t_ns = t;
+  return e;
+}
+
+ProcessReport replay_all(const std::vector<Event>& events) {
+  Replay replay;
+  ReportBuilder builder;
+  for (const Event& e : events) builder.add(replay.apply(e));
+  ProcessReport report;
+  builder.finish(report);
+  return report;
+}
+
+TEST(Replay, PeakAndSitesAtThePeak) {
+  ProcessReport r = replay_all({
+      alloc(Api::kCudaMalloc, 0x1000, 100, 1, /*stack=*/1),
+      alloc(Api::kCudaMalloc, 0x2000, 300, 2, 2),
+      release(Api::kCudaFree, 0x1000, 3),
+      alloc(Api::kCudaMalloc, 0x3000, 500, 4, 3),  // peak: 300 + 500 at t=4
+      release(Api::kCudaFree, 0x3000, 5),
+      alloc(Api::kCudaMalloc, 0x4000, 200, 6, 1),
+  });
+  ASSERT_EQ(r.devices.size(), 1u);
+  const DeviceReport& d = r.devices[0];
+  EXPECT_EQ(d.peak_bytes, 800u);
+  EXPECT_EQ(d.peak_time_ns, 4u);
+  EXPECT_EQ(d.live_at_exit_bytes, 500u);
+  EXPECT_EQ(d.live_at_exit_count, 2u);
+  ASSERT_EQ(d.peak_sites.size(), 2u);
+  EXPECT_EQ(d.peak_sites[0].site.stack_id, 3u);
+  EXPECT_EQ(d.peak_sites[0].bytes, 500u);
+  EXPECT_EQ(d.peak_sites[1].site.stack_id, 2u);
+  EXPECT_EQ(r.calls.at(Api::kCudaMalloc).calls, 4u);
+  EXPECT_EQ(r.calls.at(Api::kCudaFree).calls, 2u);
+}
+
+TEST(Replay, FailedCallsCountButChangeNothing) {
+  ProcessReport r = replay_all({
+      alloc(Api::kCudaMalloc, 0x1000, 100, 1),
+      alloc(Api::kCudaMalloc, 0, 1 << 30, 2, 1, 0, /*result=*/2),
+      release(Api::kCudaFree, 0x9999, 3),  // never allocated
+  });
+  EXPECT_EQ(r.calls.at(Api::kCudaMalloc).failed, 1u);
+  EXPECT_EQ(r.devices[0].peak_bytes, 100u);
+  EXPECT_EQ(r.unmatched_frees, 1u);
+}
+
+TEST(Replay, DevicesAndHostMemoryAreKeptApart) {
+  ProcessReport r = replay_all({
+      alloc(Api::kCudaMalloc, 0x1000, 100, 1, 1, 0),
+      alloc(Api::kCudaMalloc, 0x2000, 700, 2, 1, 1),
+      alloc(Api::kCudaMallocHost, 0x3000, 5000, 3, 1, -1),
+      alloc(Api::kCudaMallocManaged, 0x4000, 50, 4, 1, 0),
+  });
+  ASSERT_EQ(r.devices.size(), 2u);
+  EXPECT_EQ(r.devices[0].peak_bytes, 150u);
+  EXPECT_EQ(r.devices[1].peak_bytes, 700u);
+  EXPECT_EQ(r.pinned_host_peak_bytes, 5000u);
+}
+
+// Physical memory behind a VMM handle stays until it is both released and unmapped.
+TEST(Replay, VmmHandleLivesUntilReleasedAndUnmapped) {
+  Event map = alloc(Api::kCuMemMap, 0x200000, 2 << 20, 3, 1, -1);
+  map.aux = 7;
+  Replay replay;
+  ReportBuilder builder;
+  std::vector<Event> events = {alloc(Api::kCuMemAddressReserve, 0x200000, 8 << 20, 1, 1, -1),
+                               alloc(Api::kCuMemCreate, 7, 2 << 20, 2, 1, 0), map,
+                               release(Api::kCuMemRelease, 7, 4),
+                               release(Api::kCuMemUnmap, 0x200000, 5, 2 << 20),
+                               release(Api::kCuMemAddressFree, 0x200000, 6, 8 << 20)};
+  std::vector<uint64_t> live;
+  for (const Event& e : events) {
+    const ReplayStep& step = replay.apply(e);
+    builder.add(step);
+    live.push_back(replay.device_bytes().count(0) ? replay.device_bytes().at(0) : 0);
+  }
+  EXPECT_EQ(live, (std::vector<uint64_t>{0, 2 << 20, 2 << 20, 2 << 20, 0, 0}));
+  EXPECT_EQ(replay.live_count(), 0u);
+  EXPECT_EQ(replay.unmatched_frees(), 0u);
+}
+
+TEST(Replay, FreeLearnsWhatItFreed) {
+  Replay replay;
+  replay.apply(alloc(Api::kCudaMallocManaged, 0x1000, 4096, 1, 1, 2));
+  Event f = release(Api::kCudaFree, 0x1000, 2);
+  const ReplayStep& step = replay.apply(f);
+  EXPECT_TRUE(step.matched);
+  EXPECT_EQ(step.kind, MemKind::kManaged);
+  EXPECT_EQ(step.device, 2);
+  EXPECT_EQ(step.size, 4096u);
+  ASSERT_EQ(step.device_changes.size(), 1u);
+  EXPECT_EQ(step.device_changes[0].bytes, -4096);
+}
+
+}  // namespace

@@ -1,0 +1,37 @@
+#include <gtest/gtest.h>
+
+#include "memtrace/analysis/units.h"
+
+using memtrace::format_bytes;
+using memtrace::format_duration_ns;
+using memtrace::parse_size;
+
+TEST(Units, FormatsBinaryUnits) {
+  EXPECT_EQ(format_bytes(0), "0 B");
+  EXPECT_EQ(format_bytes(1023), "1023 B");
+  EXPECT_EQ(format_bytes(1024), "1.00 KiB");
+  EXPECT_EQ(format_bytes(16ull << 20), "16.0 MiB");
+  EXPECT_EQ(format_bytes(3ull << 29), "1.50 GiB");
+  EXPECT_EQ(format_bytes(624ull << 20), "624 MiB");
+}
+
+TEST(Units, FormatsDurations) {
+  EXPECT_EQ(format_duration_ns(532'000'000), "532.0 ms");
+  EXPECT_EQ(format_duration_ns(1'532'000'000), "1.532 s");
+  EXPECT_EQ(format_duration_ns(850'000), "850 us");
+}
+
+TEST(Units, ParsesSizesAsPeopleWriteThem) {
+  EXPECT_EQ(parse_size("80GiB"), 80ull << 30);
+  EXPECT_EQ(parse_size("80 GiB"), 80ull << 30);
+  EXPECT_EQ(parse_size("512MiB"), 512ull << 20);
+  EXPECT_EQ(parse_size("4G"), 4ull << 30);
+  EXPECT_EQ(parse_size("1.5T"), 3ull << 39);
+  EXPECT_EQ(parse_size("1000000"), 1000000u);
+  EXPECT_EQ(parse_size("2e9"), 2000000000u);
+  EXPECT_FALSE(parse_size(""));
+  EXPECT_FALSE(parse_size("lots"));
+  EXPECT_FALSE(parse_size("-1G"));
+  EXPECT_FALSE(parse_size("12 parsecs"));
+  EXPECT_FALSE(parse_size("1e30"));
+}
