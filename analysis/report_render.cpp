@@ -47,7 +47,7 @@ nlohmann::json report_json(const std::vector<ProcessReport>& processes) {
   for (const ProcessReport& p : processes) {
     nlohmann::json events = nlohmann::json::object();
     for (const auto& [api, counts] : p.calls)
-      events[std::string(api_name(api))] = {{"calls", counts.calls}, {"failed", counts.failed}};
+      events[std::string(api_name(api))] = {{"calls", counts.calls}, {"failed", counts.failed}, {"bytes", counts.bytes}};
     nlohmann::json devices = nlohmann::json::array();
     for (const DeviceReport& d : p.devices) {
       nlohmann::json sites = nlohmann::json::array();
@@ -99,10 +99,10 @@ std::string report_text(const std::vector<ProcessReport>& processes) {
     if (p.incomplete_records)
       out += "  WARNING: " + std::to_string(p.incomplete_records) + " events were cut off by the process's death\n";
 
-    out += "\n  " + pad("API", 26) + pad("calls", 10, true) + pad("failed", 10, true) + "\n";
+    out += "\n  " + pad("API", 26) + pad("calls", 10, true) + pad("failed", 10, true) + pad("bytes", 12, true) + "\n";
     for (const auto& [api, c] : p.calls)
       out += "  " + pad(std::string(api_name(api)), 26) + pad(std::to_string(c.calls), 10, true) +
-             pad(std::to_string(c.failed), 10, true) + "\n";
+             pad(std::to_string(c.failed), 10, true) + pad(format_bytes(c.bytes), 12, true) + "\n";
     if (p.pinned_host_peak_bytes) out += "\n  pinned host memory: peak " + format_bytes(p.pinned_host_peak_bytes) + "\n";
 
     for (const DeviceReport& d : p.devices) {

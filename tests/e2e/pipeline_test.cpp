@@ -56,6 +56,7 @@ TEST_P(SampleTest, ReportMatchesLedgerAndSample) {
       ASSERT_TRUE(events.contains(api)) << api << " missing from " << events.dump();
       EXPECT_EQ(events[api]["calls"].get<uint64_t>(), counts.calls) << api;
       EXPECT_EQ(events[api]["failed"].get<uint64_t>(), counts.failed) << api;
+      EXPECT_EQ(events[api]["bytes"].get<uint64_t>(), counts.bytes) << api;
     }
 
     // Device memory: live at exit always, peaks where they are well defined.

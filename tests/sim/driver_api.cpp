@@ -98,7 +98,8 @@ CUresult free_memory(const char* api, uint64_t addr, bool host) {
   sim::ApiCall call(api);
   if (!g_initialized.load()) return call.done(CUDA_ERROR_NOT_INITIALIZED);
   uint64_t size = 0;
-  return call.done(to_result(sim::release(addr, host, &size)), size);
+  CUresult r = to_result(sim::release(addr, host, &size));  // sets size: call before reading it
+  return call.done(r, size);
 }
 
 CUresult alloc_stream_ordered(const char* api, CUdeviceptr* dptr, size_t size, int device, CUresult status) {
@@ -364,7 +365,8 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const CU
 CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   sim::ApiCall call("cuMemRelease");
   uint64_t size = 0;
-  return call.done(to_result(sim::vmm_release(handle, &size)), size);
+  CUresult r = to_result(sim::vmm_release(handle, &size));
+  return call.done(r, size);
 }
 
 CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CUdeviceptr, unsigned long long) {
@@ -391,7 +393,8 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
 CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
   sim::ApiCall call("cuMemUnmap");
   uint64_t bytes = 0;
-  return call.done(to_result(sim::vmm_unmap(ptr, size, &bytes)), bytes);
+  CUresult r = to_result(sim::vmm_unmap(ptr, size, &bytes));
+  return call.done(r, bytes);
 }
 
 CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t count) {

@@ -16,6 +16,7 @@ namespace memtrace {
 struct ApiCounts {
   uint64_t calls = 0;
   uint64_t failed = 0;
+  uint64_t bytes = 0;  // allocated by the successful calls, or freed (what they freed)
 };
 
 struct SiteTotal {
