@@ -11,8 +11,10 @@ const ReplayStep& Replay::apply(const Event& e) {
   step_.device_changes.clear();
   step_.pinned_host_bytes = 0;
   if (!e.ok()) return step_;  // a failed call changes nothing
-  if (e.op() == Op::kAlloc) allocate(e);
-  else free(e);
+  if (e.op() == Op::kAlloc)
+    allocate(e);
+  else
+    free(e);
   return step_;
 }
 
@@ -46,9 +48,7 @@ void Replay::allocate(const Event& e) {
       }
       break;
     }
-    case MemKind::kVaReservation:
-      reservations_[e.addr] = a;
-      break;
+    case MemKind::kVaReservation: reservations_[e.addr] = a; break;
     default: {
       auto [it, fresh] = addresses_.try_emplace(e.addr, a);
       if (!fresh) {  // the same address again without a free we saw: the old one is gone

@@ -9,8 +9,10 @@ void ReportBuilder::add(const ReplayStep& step) {
   ++events_;
   ApiCounts& c = calls_[e.api];
   ++c.calls;
-  if (!e.ok()) ++c.failed;
-  else c.bytes += step.size;
+  if (!e.ok())
+    ++c.failed;
+  else
+    c.bytes += step.size;
   if (!step.matched) ++unmatched_frees_;
   for (const MemoryChange& change : step.device_changes) {
     DeviceState& d = devices_[change.device];

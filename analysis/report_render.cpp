@@ -17,7 +17,8 @@ std::string hex(uint64_t v) {
 
 std::string percent(uint64_t part, uint64_t whole) {
   char text[16];
-  std::snprintf(text, sizeof text, "%.1f%%", whole ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0.0);
+  std::snprintf(text, sizeof text, "%.1f%%",
+                whole ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0.0);
   return text;
 }
 
@@ -47,7 +48,8 @@ nlohmann::json report_json(const std::vector<ProcessReport>& processes) {
   for (const ProcessReport& p : processes) {
     nlohmann::json events = nlohmann::json::object();
     for (const auto& [api, counts] : p.calls)
-      events[std::string(api_name(api))] = {{"calls", counts.calls}, {"failed", counts.failed}, {"bytes", counts.bytes}};
+      events[std::string(api_name(api))] = {
+          {"calls", counts.calls}, {"failed", counts.failed}, {"bytes", counts.bytes}};
     nlohmann::json devices = nlohmann::json::array();
     for (const DeviceReport& d : p.devices) {
       nlohmann::json sites = nlohmann::json::array();
@@ -103,7 +105,8 @@ std::string report_text(const std::vector<ProcessReport>& processes) {
     for (const auto& [api, c] : p.calls)
       out += "  " + pad(std::string(api_name(api)), 26) + pad(std::to_string(c.calls), 10, true) +
              pad(std::to_string(c.failed), 10, true) + pad(format_bytes(c.bytes), 12, true) + "\n";
-    if (p.pinned_host_peak_bytes) out += "\n  pinned host memory: peak " + format_bytes(p.pinned_host_peak_bytes) + "\n";
+    if (p.pinned_host_peak_bytes)
+      out += "\n  pinned host memory: peak " + format_bytes(p.pinned_host_peak_bytes) + "\n";
 
     for (const DeviceReport& d : p.devices) {
       out += "\n  device " + std::to_string(d.device) + ": peak reserved " + format_bytes(d.peak_bytes) + " at " +

@@ -23,9 +23,12 @@ std::string format_bytes(uint64_t bytes) {
 
 std::string format_duration_ns(uint64_t ns) {
   char text[32];
-  if (ns >= 1'000'000'000ull) std::snprintf(text, sizeof text, "%.3f s", static_cast<double>(ns) / 1e9);
-  else if (ns >= 1'000'000ull) std::snprintf(text, sizeof text, "%.1f ms", static_cast<double>(ns) / 1e6);
-  else std::snprintf(text, sizeof text, "%.0f us", static_cast<double>(ns) / 1e3);
+  if (ns >= 1'000'000'000ull)
+    std::snprintf(text, sizeof text, "%.3f s", static_cast<double>(ns) / 1e9);
+  else if (ns >= 1'000'000ull)
+    std::snprintf(text, sizeof text, "%.1f ms", static_cast<double>(ns) / 1e6);
+  else
+    std::snprintf(text, sizeof text, "%.0f us", static_cast<double>(ns) / 1e3);
   return text;
 }
 
@@ -41,9 +44,9 @@ std::optional<uint64_t> parse_size(std::string_view text) {
   static const struct {
     const char* name;
     double scale;
-  } kUnits[] = {{"", 1},  {"B", 1},          {"K", 0x1p10},   {"KB", 0x1p10},  {"KiB", 0x1p10}, {"M", 0x1p20},
-                {"MB", 0x1p20}, {"MiB", 0x1p20}, {"G", 0x1p30},   {"GB", 0x1p30},  {"GiB", 0x1p30}, {"T", 0x1p40},
-                {"TB", 0x1p40}, {"TiB", 0x1p40}};
+  } kUnits[] = {{"", 1},         {"B", 1},       {"K", 0x1p10},   {"KB", 0x1p10}, {"KiB", 0x1p10},
+                {"M", 0x1p20},   {"MB", 0x1p20}, {"MiB", 0x1p20}, {"G", 0x1p30},  {"GB", 0x1p30},
+                {"GiB", 0x1p30}, {"T", 0x1p40},  {"TB", 0x1p40},  {"TiB", 0x1p40}};
   for (const auto& u : kUnits) {
     if (unit == u.name) {
       double bytes = value * u.scale;

@@ -1,9 +1,8 @@
 // The memtrace executable: every subcommand in one program.
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "memtrace/analysis/export_jsonl.h"
 #include "memtrace/analysis/report_render.h"
@@ -32,8 +31,10 @@ int report(const std::string& path, bool json) {
     if (!p.complete) std::fprintf(stderr, "memtrace report: %s: %s\n", trace.c_str(), p.problem.c_str());
     processes.push_back(std::move(p));
   }
-  if (json) std::printf("%s\n", memtrace::report_json(processes).dump(2).c_str());
-  else std::fputs(memtrace::report_text(processes).c_str(), stdout);
+  if (json)
+    std::printf("%s\n", memtrace::report_json(processes).dump(2).c_str());
+  else
+    std::fputs(memtrace::report_text(processes).c_str(), stdout);
   return 0;
 }
 
@@ -67,8 +68,9 @@ int export_events(const std::string& path, const std::string& format, const std:
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"memtrace: a GPU memory profiler for CUDA programs.\n"
-               "Record with `memtrace run -- CMD`, then read the traces with `memtrace report`."};
+  CLI::App app{
+      "memtrace: a GPU memory profiler for CUDA programs.\n"
+      "Record with `memtrace run -- CMD`, then read the traces with `memtrace report`."};
   app.set_version_flag("--version", "memtrace 0.1.0");
   app.require_subcommand(1);
 
@@ -79,11 +81,12 @@ int main(int argc, char** argv) {
   run_cmd->add_option("-o,--output", run.output_dir, "Folder for the traces (default: a new memtrace-DATE-TIME)");
   run_cmd->add_flag("--sim", run.sim, "Run on the simulated CUDA device (no GPU needed)");
   CLI::Option* cap = run_cmd->add_option("--sim-capacity", sim_capacity, "Memory per simulated device, e.g. 80GiB");
-  CLI::Option* devs = run_cmd->add_option("--sim-devices", sim_devices, "Number of simulated devices")
-                          ->check(CLI::Range(1, 64));
+  CLI::Option* devs =
+      run_cmd->add_option("--sim-devices", sim_devices, "Number of simulated devices")->check(CLI::Range(1, 64));
   run_cmd->add_option("command", run.command, "The program to run and its arguments (after --)")->required();
-  run_cmd->footer("Exit status: CMD's own, 128+N when signal N killed it; 125 when memtrace failed,\n"
-                  "126 when CMD cannot run, 127 when it is not found.");
+  run_cmd->footer(
+      "Exit status: CMD's own, 128+N when signal N killed it; 125 when memtrace failed,\n"
+      "126 when CMD cannot run, 127 when it is not found.");
 
   std::string report_path;
   bool report_json = false;

@@ -1,13 +1,14 @@
 #include "control_socket.h"
 
-#include <cerrno>
-#include <cstdlib>
-#include <cstring>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 
 namespace memtrace {
 
@@ -81,7 +82,7 @@ std::optional<Introduction> ControlSocket::accept(std::string& why) {
     return reject("process " + std::to_string(cred.pid) + " runs a memtrace injector of protocol version " +
                       std::to_string(hello.version) + ", this collector speaks " + std::to_string(ring::kVersion),
                   ring_fd);
-  struct stat st{};
+  struct stat st {};
   const uint64_t data_bytes = hello.ring_bytes - ring::kHeaderBytes;
   if (ring_fd < 0 || ::fstat(ring_fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != hello.ring_bytes ||
       hello.ring_bytes <= ring::kHeaderBytes || (data_bytes & (data_bytes - 1)) != 0 || data_bytes % 4096 != 0)

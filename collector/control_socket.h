@@ -31,7 +31,8 @@ class ControlSocket {
   static bool welcome(const Introduction& intro);
 
  private:
-  ControlSocket(int fd, std::string folder, std::string path) : fd_(fd), folder_(std::move(folder)), path_(std::move(path)) {}
+  ControlSocket(int fd, std::string folder, std::string path)
+      : fd_(fd), folder_(std::move(folder)), path_(std::move(path)) {}
   int fd_;
   std::string folder_;
   std::string path_;

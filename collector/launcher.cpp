@@ -1,10 +1,11 @@
 #include "launcher.h"
 
-#include <cerrno>
-#include <cstring>
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 namespace memtrace {
 

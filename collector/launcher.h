@@ -1,8 +1,9 @@
 // Starting the program to trace: its environment, and the exit codes for when it cannot start.
 #pragma once
 
-#include <string>
 #include <sys/types.h>
+
+#include <string>
 #include <vector>
 
 namespace memtrace {

@@ -8,8 +8,8 @@
 namespace memtrace {
 
 bool ModuleMap::lookup(uint64_t address, std::string& module, uint64_t& offset) const {
-  auto it = std::upper_bound(ranges_.begin(), ranges_.end(), address,
-                             [](uint64_t a, const Range& r) { return a < r.start; });
+  auto it =
+      std::upper_bound(ranges_.begin(), ranges_.end(), address, [](uint64_t a, const Range& r) { return a < r.start; });
   if (it == ranges_.begin()) return false;
   --it;
   if (address >= it->end) return false;

@@ -20,8 +20,8 @@ size_t RingConsumer::drain(std::vector<RawEvent>& out, bool producer_gone) {
       out.push_back(RawEvent{rec->api, rec->kind, rec->device, rec->result, rec->tid, rec->seq, rec->t_ns, rec->addr,
                              rec->size, rec->stream, rec->aux, rec->caller});
       for (uint32_t i = 0; i < n; ++i)
-        reinterpret_cast<ring::EventRecord*>(ring::slot_at(ring_, tail + i))->state.store(ring::kSlotFree,
-                                                                                            std::memory_order_relaxed);
+        reinterpret_cast<ring::EventRecord*>(ring::slot_at(ring_, tail + i))
+            ->state.store(ring::kSlotFree, std::memory_order_relaxed);
       tail += n;
       ++taken;
     } else if (producer_gone) {

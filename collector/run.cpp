@@ -1,5 +1,10 @@
 #include "memtrace/collector/run.h"
 
+#include <poll.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cerrno>
 #include <csignal>
@@ -10,10 +15,6 @@
 #include <fstream>
 #include <map>
 #include <memory>
-#include <poll.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "control_socket.h"
 #include "launcher.h"
@@ -31,7 +32,7 @@ namespace {
 
 constexpr const char* kVersion = "0.1.0";
 
-std::atomic<int> g_signal{0};          // a signal to pass on to the program
+std::atomic<int> g_signal{0};            // a signal to pass on to the program
 std::atomic<bool> g_interrupted{false};  // any stop signal reached us
 
 // A signal someone sent to memtrace (kill, not the terminal, which signals the whole group and
@@ -87,8 +88,9 @@ bool make_output_dir(const RunOptions& options, std::string& dir, bool& created,
   if (!options.output_dir.empty()) {
     dir = options.output_dir;
     std::error_code ec;
-    if (fs::is_directory(dir, ec)) return ::access(dir.c_str(), W_OK | X_OK) == 0 ||
-                                          (error = "cannot write to output folder " + dir + ": " + std::strerror(errno), false);
+    if (fs::is_directory(dir, ec))
+      return ::access(dir.c_str(), W_OK | X_OK) == 0 ||
+             (error = "cannot write to output folder " + dir + ": " + std::strerror(errno), false);
     fs::path parent = fs::path(dir).parent_path();
     if (!parent.empty()) fs::create_directories(parent, ec);
     if (::mkdir(dir.c_str(), 0700) != 0) {
@@ -179,7 +181,8 @@ void Collector::welcome() {
     header.set_process_seen_ns(clock_ns(CLOCK_MONOTONIC) - origin_mono_);
     header.set_exec_index(static_cast<uint32_t>(images_[intro->pid] - 1));
     writer->write_header(header);
-    auto process = std::make_unique<TracedProcess>(intro->pid, intro->socket, intro->ring, std::move(writer), origin_mono_);
+    auto process =
+        std::make_unique<TracedProcess>(intro->pid, intro->socket, intro->ring, std::move(writer), origin_mono_);
     process->command.assign(header.command().begin(), header.command().end());
     if (ControlSocket::welcome(*intro)) processes_.push_back(std::move(process));
   }

@@ -26,9 +26,8 @@ std::unique_ptr<TraceReader> TraceReader::open(const std::string& path, std::str
   }
   uint32_t version = framing::get_u32(head + 8);
   if (version > framing::kFormatVersion) {
-    error = path + " is a version " + std::to_string(version) +
-            " trace; this memtrace reads versions up to " + std::to_string(framing::kFormatVersion) +
-            ": update memtrace to read it";
+    error = path + " is a version " + std::to_string(version) + " trace; this memtrace reads versions up to " +
+            std::to_string(framing::kFormatVersion) + ": update memtrace to read it";
     return nullptr;
   }
   if (framing::get_u32(head + 12) != 0) {
@@ -38,9 +37,9 @@ std::unique_ptr<TraceReader> TraceReader::open(const std::string& path, std::str
   reader->offset_ = sizeof head;
   if (!reader->read_chunk() || !reader->chunk_.has_header()) {
     error = path + ": " +
-            (reader->problem_.empty() ? "byte " + std::to_string(reader->chunk_offset_) +
-                                            ": the first chunk is not a trace header"
-                                      : reader->problem_);
+            (reader->problem_.empty()
+                 ? "byte " + std::to_string(reader->chunk_offset_) + ": the first chunk is not a trace header"
+                 : reader->problem_);
     return nullptr;
   }
   reader->header_ = reader->chunk_.header();
@@ -69,8 +68,8 @@ bool TraceReader::read_chunk() {
   }
   uint32_t length = framing::get_u32(head);
   if (length > framing::kMaxChunkBytes) {
-    fail(offset_, "chunk length " + std::to_string(length) + " exceeds the limit of " +
-                      std::to_string(framing::kMaxChunkBytes));
+    fail(offset_,
+         "chunk length " + std::to_string(length) + " exceeds the limit of " + std::to_string(framing::kMaxChunkBytes));
     return false;
   }
   if (head[4] != framing::kCodecNone || head[5] || head[6] || head[7]) {
@@ -81,8 +80,7 @@ bool TraceReader::read_chunk() {
   got = std::fread(buffer_.data(), 1, length, file_);
   if (got < length) {
     done_ = true;
-    problem_ = "trace ends early at byte " + std::to_string(offset_ + sizeof head + got) +
-               "; read up to there";
+    problem_ = "trace ends early at byte " + std::to_string(offset_ + sizeof head + got) + "; read up to there";
     return false;
   }
   if (framing::crc32c(buffer_.data(), length) != framing::get_u32(head + 8)) {
@@ -102,8 +100,8 @@ bool TraceReader::take_chunk() {
     case pb::Chunk::kStrings: {
       const auto& t = chunk_.strings();
       if (t.first_id() != strings_.size()) {
-        fail(chunk_offset_, "string table starts at id " + std::to_string(t.first_id()) +
-                                ", expected " + std::to_string(strings_.size()));
+        fail(chunk_offset_, "string table starts at id " + std::to_string(t.first_id()) + ", expected " +
+                                std::to_string(strings_.size()));
         return false;
       }
       for (const auto& s : t.values()) strings_.push_back(s);
@@ -137,17 +135,13 @@ bool TraceReader::take_chunk() {
         stacks_.emplace_back(s.frame_ids().begin(), s.frame_ids().end());
       }
       return true;
-    case pb::Chunk::kEvents:
-      return decode_events(chunk_.events());
+    case pb::Chunk::kEvents: return decode_events(chunk_.events());
     case pb::Chunk::kFooter:
       footer_ = chunk_.footer();
       done_ = true;
       return true;
-    case pb::Chunk::kHeader:
-      fail(chunk_offset_, "a second trace header");
-      return false;
-    default:
-      return true;  // annotations and chunk types of later versions: skipped
+    case pb::Chunk::kHeader: fail(chunk_offset_, "a second trace header"); return false;
+    default: return true;  // annotations and chunk types of later versions: skipped
   }
 }
 
@@ -169,8 +163,10 @@ bool TraceReader::decode_events(const pb::EventBatch& b) {
     if (b.time_delta_size()) t += static_cast<uint64_t>(b.time_delta(i));
     e.t_ns = t;
     if (b.tid_size()) e.tid = b.tid(i);
-    if (b.api_size()) e.api = b.api(i) < static_cast<uint32_t>(Api::kCount) ? static_cast<Api>(b.api(i)) : Api::kUnknown;
-    if (b.kind_size()) e.kind = b.kind(i) < static_cast<uint32_t>(MemKind::kCount) ? static_cast<MemKind>(b.kind(i)) : MemKind::kUnknown;
+    if (b.api_size())
+      e.api = b.api(i) < static_cast<uint32_t>(Api::kCount) ? static_cast<Api>(b.api(i)) : Api::kUnknown;
+    if (b.kind_size())
+      e.kind = b.kind(i) < static_cast<uint32_t>(MemKind::kCount) ? static_cast<MemKind>(b.kind(i)) : MemKind::kUnknown;
     e.layer = b.layer_size() ? (b.layer(i) <= 3 ? static_cast<Layer>(b.layer(i)) : Layer::kUnknown) : Layer::kReserved;
     e.device = b.device_size() ? b.device(i) : -1;
     if (b.stream_size()) e.stream = b.stream(i);

@@ -1,9 +1,10 @@
 #include "memtrace/format/trace_writer.h"
 
-#include <cerrno>
-#include <cstring>
 #include <fcntl.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include "memtrace/format/framing.h"
 

@@ -18,54 +18,26 @@ namespace {
 template <typename Fn>
 using Real = RealFunction<Fn>;
 
-template <typename Fn, typename... Args>
-CUresult call_real(Real<Fn>& real, Args... args) {
-  Fn fn = real.get();
-  return fn ? fn(args...) : CUDA_ERROR_NOT_INITIALIZED;
-}
+constexpr CUresult kMissing = CUDA_ERROR_NOT_INITIALIZED;  // no driver to call
 
 uint64_t address_of(CUresult result, const CUdeviceptr* ptr) { return result == CUDA_SUCCESS && ptr ? *ptr : 0; }
 uint64_t address_of(CUresult result, void* const* ptr) {
   return result == CUDA_SUCCESS && ptr ? reinterpret_cast<uint64_t>(*ptr) : 0;
 }
 
-CUresult record(Call& call, CUresult result, uint64_t addr, uint64_t size, int device, CUstream stream = nullptr) {
-  if (call.active()) {
-    call.record.addr = addr;
-    call.record.size = size;
-    call.record.device = device;
-    call.record.stream = reinterpret_cast<uint64_t>(stream);
-    call.finish(result);
-  }
-  return result;
-}
-
-template <typename Fn, typename... Args>
-CUresult free_call(Api api, uint64_t caller, Real<Fn>& real, uint64_t addr, uint64_t size, CUstream stream,
-                   Args... args) {
-  Call call(api, caller);
-  call.record.addr = addr;
-  call.record.size = size;
-  call.record.stream = reinterpret_cast<uint64_t>(stream);
-  call.stamp_before();
-  CUresult result = call_real(real, args...);
-  call.finish(result);
-  return result;
-}
-
 CUresult alloc_async(Api api, uint64_t caller, Real<decltype(&cuMemAllocAsync)>& real, CUdeviceptr* dptr,
                      size_t bytesize, CUstream stream) {
   Call call(api, caller);
-  CUresult result = call_real(real, dptr, bytesize, stream);
-  return record(call, result, address_of(result, dptr), bytesize, call.active() ? driver_device() : -1, stream);
+  CUresult result = call_real<kMissing>(real, dptr, bytesize, stream);
+  return record_after(call, result, address_of(result, dptr), bytesize, call.active() ? driver_device() : -1, stream);
 }
 
 CUresult alloc_from_pool(uint64_t caller, Real<decltype(&cuMemAllocFromPoolAsync)>& real, CUdeviceptr* dptr,
                          size_t bytesize, CUmemoryPool pool, CUstream stream) {
   Call call(Api::kCuMemAllocFromPoolAsync, caller);
-  CUresult result = call_real(real, dptr, bytesize, pool, stream);
+  CUresult result = call_real<kMissing>(real, dptr, bytesize, pool, stream);
   if (call.active()) call.record.aux = reinterpret_cast<uint64_t>(pool);
-  return record(call, result, address_of(result, dptr), bytesize, call.active() ? driver_device() : -1, stream);
+  return record_after(call, result, address_of(result, dptr), bytesize, call.active() ? driver_device() : -1, stream);
 }
 
 Real<decltype(&cuMemAlloc)> real_cuMemAlloc("cuMemAlloc_v2", Library::kDriver);
@@ -76,7 +48,7 @@ Real<decltype(&cuMemFreeAsync)> real_cuMemFreeAsync("cuMemFreeAsync", Library::k
 Real<decltype(&cuMemFreeAsync)> real_cuMemFreeAsync_ptsz("cuMemFreeAsync_ptsz", Library::kDriver);
 Real<decltype(&cuMemAllocFromPoolAsync)> real_cuMemAllocFromPoolAsync("cuMemAllocFromPoolAsync", Library::kDriver);
 Real<decltype(&cuMemAllocFromPoolAsync)> real_cuMemAllocFromPoolAsync_ptsz("cuMemAllocFromPoolAsync_ptsz",
-                                                                             Library::kDriver);
+                                                                           Library::kDriver);
 Real<decltype(&cuMemAllocManaged)> real_cuMemAllocManaged("cuMemAllocManaged", Library::kDriver);
 Real<decltype(&cuMemHostAlloc)> real_cuMemHostAlloc("cuMemHostAlloc", Library::kDriver);
 Real<decltype(&cuMemAllocHost)> real_cuMemAllocHost("cuMemAllocHost_v2", Library::kDriver);
@@ -93,12 +65,12 @@ Real<decltype(&cuMemAddressFree)> real_cuMemAddressFree("cuMemAddressFree", Libr
 
 MEMTRACE_EXPORT CUresult cuMemAlloc(CUdeviceptr* dptr, size_t bytesize) {
   Call call(Api::kCuMemAlloc, MEMTRACE_CALLER);
-  CUresult result = call_real(real_cuMemAlloc, dptr, bytesize);
-  return record(call, result, address_of(result, dptr), bytesize, call.active() ? driver_device() : -1);
+  CUresult result = call_real<kMissing>(real_cuMemAlloc, dptr, bytesize);
+  return record_after(call, result, address_of(result, dptr), bytesize, call.active() ? driver_device() : -1);
 }
 
 MEMTRACE_EXPORT CUresult cuMemFree(CUdeviceptr dptr) {
-  return free_call(Api::kCuMemFree, MEMTRACE_CALLER, real_cuMemFree, dptr, 0, nullptr, dptr);
+  return free_call<kMissing>(Api::kCuMemFree, MEMTRACE_CALLER, real_cuMemFree, dptr, 0, nullptr, dptr);
 }
 
 MEMTRACE_EXPORT CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
@@ -110,11 +82,13 @@ MEMTRACE_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize
 }
 
 MEMTRACE_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
-  return free_call(Api::kCuMemFreeAsync, MEMTRACE_CALLER, real_cuMemFreeAsync, dptr, 0, hStream, dptr, hStream);
+  return free_call<kMissing>(Api::kCuMemFreeAsync, MEMTRACE_CALLER, real_cuMemFreeAsync, dptr, 0, hStream, dptr,
+                             hStream);
 }
 
 MEMTRACE_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) {
-  return free_call(Api::kCuMemFreeAsync, MEMTRACE_CALLER, real_cuMemFreeAsync_ptsz, dptr, 0, hStream, dptr, hStream);
+  return free_call<kMissing>(Api::kCuMemFreeAsync, MEMTRACE_CALLER, real_cuMemFreeAsync_ptsz, dptr, 0, hStream, dptr,
+                             hStream);
 }
 
 MEMTRACE_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
@@ -129,33 +103,33 @@ MEMTRACE_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t 
 
 MEMTRACE_EXPORT CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flags) {
   Call call(Api::kCuMemAllocManaged, MEMTRACE_CALLER);
-  CUresult result = call_real(real_cuMemAllocManaged, dptr, bytesize, flags);
-  return record(call, result, address_of(result, dptr), bytesize, call.active() ? driver_device() : -1);
+  CUresult result = call_real<kMissing>(real_cuMemAllocManaged, dptr, bytesize, flags);
+  return record_after(call, result, address_of(result, dptr), bytesize, call.active() ? driver_device() : -1);
 }
 
 MEMTRACE_EXPORT CUresult cuMemHostAlloc(void** pp, size_t bytesize, unsigned int Flags) {
   Call call(Api::kCuMemHostAlloc, MEMTRACE_CALLER);
-  CUresult result = call_real(real_cuMemHostAlloc, pp, bytesize, Flags);
-  return record(call, result, address_of(result, pp), bytesize, -1);
+  CUresult result = call_real<kMissing>(real_cuMemHostAlloc, pp, bytesize, Flags);
+  return record_after(call, result, address_of(result, pp), bytesize, -1);
 }
 
 MEMTRACE_EXPORT CUresult cuMemAllocHost(void** pp, size_t bytesize) {
   Call call(Api::kCuMemAllocHost, MEMTRACE_CALLER);
-  CUresult result = call_real(real_cuMemAllocHost, pp, bytesize);
-  return record(call, result, address_of(result, pp), bytesize, -1);
+  CUresult result = call_real<kMissing>(real_cuMemAllocHost, pp, bytesize);
+  return record_after(call, result, address_of(result, pp), bytesize, -1);
 }
 
 MEMTRACE_EXPORT CUresult cuMemFreeHost(void* p) {
-  return free_call(Api::kCuMemFreeHost, MEMTRACE_CALLER, real_cuMemFreeHost, reinterpret_cast<uint64_t>(p), 0,
-                   nullptr, p);
+  return free_call<kMissing>(Api::kCuMemFreeHost, MEMTRACE_CALLER, real_cuMemFreeHost, reinterpret_cast<uint64_t>(p), 0,
+                             nullptr, p);
 }
 
 MEMTRACE_EXPORT CUresult cuMemAllocPitch(CUdeviceptr* dptr, size_t* pPitch, size_t WidthInBytes, size_t Height,
                                          unsigned int ElementSizeBytes) {
   Call call(Api::kCuMemAllocPitch, MEMTRACE_CALLER);
-  CUresult result = call_real(real_cuMemAllocPitch, dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+  CUresult result = call_real<kMissing>(real_cuMemAllocPitch, dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
   uint64_t bytes = result == CUDA_SUCCESS && pPitch ? uint64_t(*pPitch) * Height : uint64_t(WidthInBytes) * Height;
-  return record(call, result, address_of(result, dptr), bytes, call.active() ? driver_device() : -1);
+  return record_after(call, result, address_of(result, dptr), bytes, call.active() ? driver_device() : -1);
 }
 
 // Physical memory behind a handle: the handle is the object's identity, its device the
@@ -163,35 +137,36 @@ MEMTRACE_EXPORT CUresult cuMemAllocPitch(CUdeviceptr* dptr, size_t* pPitch, size
 MEMTRACE_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const CUmemAllocationProp* prop,
                                      unsigned long long flags) {
   Call call(Api::kCuMemCreate, MEMTRACE_CALLER);
-  CUresult result = call_real(real_cuMemCreate, handle, size, prop, flags);
+  CUresult result = call_real<kMissing>(real_cuMemCreate, handle, size, prop, flags);
   int device = prop && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE ? prop->location.id : -1;
   uint64_t id = result == CUDA_SUCCESS && handle ? *handle : 0;
-  return record(call, result, id, size, device);
+  return record_after(call, result, id, size, device);
 }
 
 MEMTRACE_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
-  return free_call(Api::kCuMemRelease, MEMTRACE_CALLER, real_cuMemRelease, handle, 0, nullptr, handle);
+  return free_call<kMissing>(Api::kCuMemRelease, MEMTRACE_CALLER, real_cuMemRelease, handle, 0, nullptr, handle);
 }
 
 MEMTRACE_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
                                   unsigned long long flags) {
   Call call(Api::kCuMemMap, MEMTRACE_CALLER);
-  CUresult result = call_real(real_cuMemMap, ptr, size, offset, handle, flags);
+  CUresult result = call_real<kMissing>(real_cuMemMap, ptr, size, offset, handle, flags);
   if (call.active()) call.record.aux = handle;
-  return record(call, result, ptr, size, -1);
+  return record_after(call, result, ptr, size, -1);
 }
 
 MEMTRACE_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
-  return free_call(Api::kCuMemUnmap, MEMTRACE_CALLER, real_cuMemUnmap, ptr, size, nullptr, ptr, size);
+  return free_call<kMissing>(Api::kCuMemUnmap, MEMTRACE_CALLER, real_cuMemUnmap, ptr, size, nullptr, ptr, size);
 }
 
 MEMTRACE_EXPORT CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CUdeviceptr addr,
                                              unsigned long long flags) {
   Call call(Api::kCuMemAddressReserve, MEMTRACE_CALLER);
-  CUresult result = call_real(real_cuMemAddressReserve, ptr, size, alignment, addr, flags);
-  return record(call, result, address_of(result, ptr), size, -1);
+  CUresult result = call_real<kMissing>(real_cuMemAddressReserve, ptr, size, alignment, addr, flags);
+  return record_after(call, result, address_of(result, ptr), size, -1);
 }
 
 MEMTRACE_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
-  return free_call(Api::kCuMemAddressFree, MEMTRACE_CALLER, real_cuMemAddressFree, ptr, size, nullptr, ptr, size);
+  return free_call<kMissing>(Api::kCuMemAddressFree, MEMTRACE_CALLER, real_cuMemAddressFree, ptr, size, nullptr, ptr,
+                             size);
 }

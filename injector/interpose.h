@@ -84,6 +84,41 @@ class Call {
   bool stamped_ = false;
 };
 
+// Calls the real function, or answers MISSING when there is none to call.
+template <auto kMissing, typename Fn, typename... Args>
+auto call_real(RealFunction<Fn>& real, Args... args) {
+  Fn fn = real.get();
+  return fn ? fn(args...) : kMissing;
+}
+
+// Records a call that created something, once the real call has returned it.
+template <typename Result>
+Result record_after(Call& call, Result result, uint64_t addr, uint64_t size, int device, const void* stream = nullptr) {
+  if (call.active()) {
+    call.record.addr = addr;
+    call.record.size = size;
+    call.record.device = device;
+    call.record.stream = reinterpret_cast<uint64_t>(stream);
+    call.finish(static_cast<int>(result));
+  }
+  return result;
+}
+
+// A call that releases something: ordered before the real call (once it returns, another thread
+// may be handed the same address), recorded with its result after.
+template <auto kMissing, typename Fn, typename... Args>
+auto free_call(Api api, uint64_t caller, RealFunction<Fn>& real, uint64_t addr, uint64_t size, const void* stream,
+               Args... args) {
+  Call call(api, caller);
+  call.record.addr = addr;
+  call.record.size = size;
+  call.record.stream = reinterpret_cast<uint64_t>(stream);
+  call.stamp_before();
+  auto result = call_real<kMissing>(real, args...);
+  call.finish(static_cast<int>(result));
+  return result;
+}
+
 // The current device of the runtime, and of the driver's current context; -1 if unknown.
 int runtime_device();
 int driver_device();

@@ -1,10 +1,10 @@
 // Modern CUDA hands out driver functions through cuGetProcAddress and the runtime's
 // cudaGetDriverEntryPoint(ByVersion); PyTorch's expandable segments get cuMemCreate and cuMemMap
 // that way. Symbol interposition alone misses those calls, so we hand out our own interposers.
-#include <cstring>
-
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+
+#include <cstring>
 
 #include "interpose.h"
 
@@ -26,10 +26,11 @@ cudaError_t cudaGetDriverEntryPointByVersion_ptsz(const char*, void**, unsigned 
 namespace {
 
 constexpr unsigned long long kPerThreadStream = CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
-static_assert(static_cast<int>(CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) == static_cast<int>(cudaEnablePerThreadDefaultStream));
+static_assert(static_cast<int>(CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) ==
+              static_cast<int>(cudaEnablePerThreadDefaultStream));
 
 struct Wrapped {
-  const char* name;  // as cuGetProcAddress takes it: no _v2 or _ptsz suffix
+  const char* name;   // as cuGetProcAddress takes it: no _v2 or _ptsz suffix
   int since_version;  // the ABI our interposer has exists from this CUDA version on
   void* legacy_stream;
   void* per_thread_stream;
@@ -50,8 +51,7 @@ const Wrapped kWrapped[] = {
     {"cuMemAllocManaged", 6000, as_pointer(&cuMemAllocManaged), as_pointer(&cuMemAllocManaged)},
     {"cuMemAllocAsync", 11020, as_pointer(&cuMemAllocAsync), as_pointer(&cuMemAllocAsync_ptsz)},
     {"cuMemFreeAsync", 11020, as_pointer(&cuMemFreeAsync), as_pointer(&cuMemFreeAsync_ptsz)},
-    {"cuMemAllocFromPoolAsync", 11020, as_pointer(&cuMemAllocFromPoolAsync),
-     as_pointer(&cuMemAllocFromPoolAsync_ptsz)},
+    {"cuMemAllocFromPoolAsync", 11020, as_pointer(&cuMemAllocFromPoolAsync), as_pointer(&cuMemAllocFromPoolAsync_ptsz)},
     {"cuMemCreate", 10020, as_pointer(&cuMemCreate), as_pointer(&cuMemCreate)},
     {"cuMemRelease", 10020, as_pointer(&cuMemRelease), as_pointer(&cuMemRelease)},
     {"cuMemMap", 10020, as_pointer(&cuMemMap), as_pointer(&cuMemMap)},
@@ -67,8 +67,10 @@ void substitute(const char* symbol, void** pfn, int cuda_version, unsigned long 
   if (!symbol || !pfn || !*pfn) return;
   for (const Wrapped& w : kWrapped) {
     if (std::strcmp(symbol, w.name) != 0) continue;
-    if (cuda_version >= w.since_version) *pfn = (flags & kPerThreadStream) ? w.per_thread_stream : w.legacy_stream;
-    else if (std::strcmp(symbol, "cuGetProcAddress") == 0) *pfn = as_pointer(&cuGetProcAddress);
+    if (cuda_version >= w.since_version)
+      *pfn = (flags & kPerThreadStream) ? w.per_thread_stream : w.legacy_stream;
+    else if (std::strcmp(symbol, "cuGetProcAddress") == 0)
+      *pfn = as_pointer(&cuGetProcAddress);
     return;
   }
 }
@@ -80,8 +82,8 @@ RealFunction<decltype(&cuGetProcAddress)> real_cuGetProcAddress("cuGetProcAddres
 RealFunction<decltype(&cuGetProcAddress_v2)> real_cuGetProcAddress_v2("cuGetProcAddress_v2", Library::kDriver);
 RealFunction<decltype(&cudaGetDriverEntryPoint_ptsz)> real_cudaGetDriverEntryPoint("cudaGetDriverEntryPoint",
                                                                                    Library::kRuntime);
-RealFunction<decltype(&cudaGetDriverEntryPoint_ptsz)> real_cudaGetDriverEntryPoint_ptsz(
-    "cudaGetDriverEntryPoint_ptsz", Library::kRuntime);
+RealFunction<decltype(&cudaGetDriverEntryPoint_ptsz)> real_cudaGetDriverEntryPoint_ptsz("cudaGetDriverEntryPoint_ptsz",
+                                                                                        Library::kRuntime);
 RealFunction<decltype(&cudaGetDriverEntryPointByVersion_ptsz)> real_cudaGetDriverEntryPointByVersion(
     "cudaGetDriverEntryPointByVersion", Library::kRuntime);
 RealFunction<decltype(&cudaGetDriverEntryPointByVersion_ptsz)> real_cudaGetDriverEntryPointByVersion_ptsz(

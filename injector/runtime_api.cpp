@@ -23,49 +23,21 @@ uint64_t address_of(cudaError_t result, void** ptr) {
   return result == cudaSuccess && ptr ? reinterpret_cast<uint64_t>(*ptr) : 0;
 }
 
-template <typename Fn, typename... Args>
-cudaError_t call_real(Real<Fn>& real, Args... args) {
-  Fn fn = real.get();
-  return fn ? fn(args...) : cudaErrorInitializationError;
-}
+constexpr cudaError_t kMissing = cudaErrorInitializationError;  // no runtime to call
 
-cudaError_t record_alloc(Call& call, cudaError_t result, uint64_t addr, uint64_t size, int device,
-                         cudaStream_t stream = nullptr) {
-  if (call.active()) {
-    call.record.addr = addr;
-    call.record.size = size;
-    call.record.device = device;
-    call.record.stream = reinterpret_cast<uint64_t>(stream);
-    call.finish(result);
-  }
-  return result;
-}
-
-// Frees: ordered before the real call, recorded with its result after.
-template <typename Fn, typename... Args>
-cudaError_t free_call(Api api, uint64_t caller, Real<Fn>& real, void* ptr, cudaStream_t stream, Args... args) {
+cudaError_t malloc_async(Api api, uint64_t caller, Real<decltype(&cudaMallocAsync)>& real, void** ptr, size_t size,
+                         cudaStream_t stream) {
   Call call(api, caller);
-  call.record.addr = reinterpret_cast<uint64_t>(ptr);
-  call.record.stream = reinterpret_cast<uint64_t>(stream);
-  call.stamp_before();
-  cudaError_t result = call_real(real, args...);
-  call.finish(result);
-  return result;
+  cudaError_t result = call_real<kMissing>(real, ptr, size, stream);
+  return record_after(call, result, address_of(result, ptr), size, call.active() ? runtime_device() : -1, stream);
 }
 
-cudaError_t malloc_async(Api api, uint64_t caller, Real<decltype(&cudaMallocAsync)>& real, void** ptr,
-                         size_t size, cudaStream_t stream) {
-  Call call(api, caller);
-  cudaError_t result = call_real(real, ptr, size, stream);
-  return record_alloc(call, result, address_of(result, ptr), size, call.active() ? runtime_device() : -1, stream);
-}
-
-cudaError_t malloc_from_pool(uint64_t caller, Real<decltype(&cudaMallocFromPoolAsync)>& real, void** ptr,
-                             size_t size, cudaMemPool_t pool, cudaStream_t stream) {
+cudaError_t malloc_from_pool(uint64_t caller, Real<decltype(&cudaMallocFromPoolAsync)>& real, void** ptr, size_t size,
+                             cudaMemPool_t pool, cudaStream_t stream) {
   Call call(Api::kCudaMallocFromPoolAsync, caller);
-  cudaError_t result = call_real(real, ptr, size, pool, stream);
+  cudaError_t result = call_real<kMissing>(real, ptr, size, pool, stream);
   if (call.active()) call.record.aux = reinterpret_cast<uint64_t>(pool);
-  return record_alloc(call, result, address_of(result, ptr), size, call.active() ? runtime_device() : -1, stream);
+  return record_after(call, result, address_of(result, ptr), size, call.active() ? runtime_device() : -1, stream);
 }
 
 Real<decltype(&cudaMalloc)> real_cudaMalloc("cudaMalloc", Library::kRuntime);
@@ -76,7 +48,7 @@ Real<decltype(&cudaFreeAsync)> real_cudaFreeAsync("cudaFreeAsync", Library::kRun
 Real<decltype(&cudaFreeAsync)> real_cudaFreeAsync_ptsz("cudaFreeAsync_ptsz", Library::kRuntime);
 Real<decltype(&cudaMallocFromPoolAsync)> real_cudaMallocFromPoolAsync("cudaMallocFromPoolAsync", Library::kRuntime);
 Real<decltype(&cudaMallocFromPoolAsync)> real_cudaMallocFromPoolAsync_ptsz("cudaMallocFromPoolAsync_ptsz",
-                                                                             Library::kRuntime);
+                                                                           Library::kRuntime);
 Real<decltype(&cudaMallocManaged)> real_cudaMallocManaged("cudaMallocManaged", Library::kRuntime);
 Real<decltype(&cudaMallocHost)> real_cudaMallocHost("cudaMallocHost", Library::kRuntime);
 Real<decltype(&cudaHostAlloc)> real_cudaHostAlloc("cudaHostAlloc", Library::kRuntime);
@@ -88,12 +60,13 @@ Real<decltype(&cudaMalloc3D)> real_cudaMalloc3D("cudaMalloc3D", Library::kRuntim
 
 MEMTRACE_EXPORT cudaError_t cudaMalloc(void** devPtr, size_t size) {
   Call call(Api::kCudaMalloc, MEMTRACE_CALLER);
-  cudaError_t result = call_real(real_cudaMalloc, devPtr, size);
-  return record_alloc(call, result, address_of(result, devPtr), size, call.active() ? runtime_device() : -1);
+  cudaError_t result = call_real<kMissing>(real_cudaMalloc, devPtr, size);
+  return record_after(call, result, address_of(result, devPtr), size, call.active() ? runtime_device() : -1);
 }
 
 MEMTRACE_EXPORT cudaError_t cudaFree(void* devPtr) {
-  return free_call(Api::kCudaFree, MEMTRACE_CALLER, real_cudaFree, devPtr, nullptr, devPtr);
+  return free_call<kMissing>(Api::kCudaFree, MEMTRACE_CALLER, real_cudaFree, reinterpret_cast<uint64_t>(devPtr), 0,
+                             nullptr, devPtr);
 }
 
 MEMTRACE_EXPORT cudaError_t cudaMallocAsync(void** devPtr, size_t size, cudaStream_t stream) {
@@ -105,11 +78,13 @@ MEMTRACE_EXPORT cudaError_t cudaMallocAsync_ptsz(void** devPtr, size_t size, cud
 }
 
 MEMTRACE_EXPORT cudaError_t cudaFreeAsync(void* devPtr, cudaStream_t stream) {
-  return free_call(Api::kCudaFreeAsync, MEMTRACE_CALLER, real_cudaFreeAsync, devPtr, stream, devPtr, stream);
+  return free_call<kMissing>(Api::kCudaFreeAsync, MEMTRACE_CALLER, real_cudaFreeAsync,
+                             reinterpret_cast<uint64_t>(devPtr), 0, stream, devPtr, stream);
 }
 
 MEMTRACE_EXPORT cudaError_t cudaFreeAsync_ptsz(void* devPtr, cudaStream_t stream) {
-  return free_call(Api::kCudaFreeAsync, MEMTRACE_CALLER, real_cudaFreeAsync_ptsz, devPtr, stream, devPtr, stream);
+  return free_call<kMissing>(Api::kCudaFreeAsync, MEMTRACE_CALLER, real_cudaFreeAsync_ptsz,
+                             reinterpret_cast<uint64_t>(devPtr), 0, stream, devPtr, stream);
 }
 
 MEMTRACE_EXPORT cudaError_t cudaMallocFromPoolAsync(void** ptr, size_t size, cudaMemPool_t pool, cudaStream_t stream) {
@@ -123,38 +98,39 @@ MEMTRACE_EXPORT cudaError_t cudaMallocFromPoolAsync_ptsz(void** ptr, size_t size
 
 MEMTRACE_EXPORT cudaError_t cudaMallocManaged(void** devPtr, size_t size, unsigned int flags) {
   Call call(Api::kCudaMallocManaged, MEMTRACE_CALLER);
-  cudaError_t result = call_real(real_cudaMallocManaged, devPtr, size, flags);
-  return record_alloc(call, result, address_of(result, devPtr), size, call.active() ? runtime_device() : -1);
+  cudaError_t result = call_real<kMissing>(real_cudaMallocManaged, devPtr, size, flags);
+  return record_after(call, result, address_of(result, devPtr), size, call.active() ? runtime_device() : -1);
 }
 
 MEMTRACE_EXPORT cudaError_t cudaMallocHost(void** ptr, size_t size) {
   Call call(Api::kCudaMallocHost, MEMTRACE_CALLER);
-  cudaError_t result = call_real(real_cudaMallocHost, ptr, size);
-  return record_alloc(call, result, address_of(result, ptr), size, -1);
+  cudaError_t result = call_real<kMissing>(real_cudaMallocHost, ptr, size);
+  return record_after(call, result, address_of(result, ptr), size, -1);
 }
 
 MEMTRACE_EXPORT cudaError_t cudaHostAlloc(void** pHost, size_t size, unsigned int flags) {
   Call call(Api::kCudaHostAlloc, MEMTRACE_CALLER);
-  cudaError_t result = call_real(real_cudaHostAlloc, pHost, size, flags);
-  return record_alloc(call, result, address_of(result, pHost), size, -1);
+  cudaError_t result = call_real<kMissing>(real_cudaHostAlloc, pHost, size, flags);
+  return record_after(call, result, address_of(result, pHost), size, -1);
 }
 
 MEMTRACE_EXPORT cudaError_t cudaFreeHost(void* ptr) {
-  return free_call(Api::kCudaFreeHost, MEMTRACE_CALLER, real_cudaFreeHost, ptr, nullptr, ptr);
+  return free_call<kMissing>(Api::kCudaFreeHost, MEMTRACE_CALLER, real_cudaFreeHost, reinterpret_cast<uint64_t>(ptr), 0,
+                             nullptr, ptr);
 }
 
 MEMTRACE_EXPORT cudaError_t cudaMallocPitch(void** devPtr, size_t* pitch, size_t width, size_t height) {
   Call call(Api::kCudaMallocPitch, MEMTRACE_CALLER);
-  cudaError_t result = call_real(real_cudaMallocPitch, devPtr, pitch, width, height);
+  cudaError_t result = call_real<kMissing>(real_cudaMallocPitch, devPtr, pitch, width, height);
   uint64_t bytes = result == cudaSuccess && pitch ? uint64_t(*pitch) * height : uint64_t(width) * height;
-  return record_alloc(call, result, address_of(result, devPtr), bytes, call.active() ? runtime_device() : -1);
+  return record_after(call, result, address_of(result, devPtr), bytes, call.active() ? runtime_device() : -1);
 }
 
 MEMTRACE_EXPORT cudaError_t cudaMalloc3D(cudaPitchedPtr* pitchedDevPtr, cudaExtent extent) {
   Call call(Api::kCudaMalloc3D, MEMTRACE_CALLER);
-  cudaError_t result = call_real(real_cudaMalloc3D, pitchedDevPtr, extent);
+  cudaError_t result = call_real<kMissing>(real_cudaMalloc3D, pitchedDevPtr, extent);
   bool ok = result == cudaSuccess && pitchedDevPtr;
   uint64_t pitch = ok ? pitchedDevPtr->pitch : extent.width;
   uint64_t addr = ok ? reinterpret_cast<uint64_t>(pitchedDevPtr->ptr) : 0;
-  return record_alloc(call, result, addr, pitch * extent.height * extent.depth, call.active() ? runtime_device() : -1);
+  return record_after(call, result, addr, pitch * extent.height * extent.depth, call.active() ? runtime_device() : -1);
 }

@@ -1,10 +1,5 @@
 #include "session.h"
 
-#include <atomic>
-#include <cerrno>
-#include <cstdlib>
-#include <cstring>
-#include <ctime>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
@@ -14,6 +9,12 @@
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
 
 #include "memtrace/ring.h"
 
@@ -79,7 +80,8 @@ bool send_hello(int sock, int ring_fd, size_t ring_bytes) {
 bool connect_to_collector() {
   const char* path = std::getenv("MEMTRACE_SOCKET");
   if (!path || !*path) return false;
-  if (const char* s = std::getenv("MEMTRACE_MAX_STALL_MS")) g_max_stall_ns = std::strtoull(s, nullptr, 10) * 1'000'000ull;
+  if (const char* s = std::getenv("MEMTRACE_MAX_STALL_MS"))
+    g_max_stall_ns = std::strtoull(s, nullptr, 10) * 1'000'000ull;
 
   const size_t data_bytes = ring_data_bytes();
   const size_t total = ring::kHeaderBytes + data_bytes;

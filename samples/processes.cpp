@@ -4,12 +4,12 @@
 //   processes --child N  a child that allocates N buffers
 //   processes --idle     a child that touches no CUDA
 #include <cuda_runtime_api.h>
-
-#include <cstring>
 #include <spawn.h>
-#include <string>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <cstring>
+#include <string>
 
 #include "sample_account.h"
 
@@ -74,8 +74,7 @@ int main(int argc, char** argv) {
   pid_t idle;
   char idle_flag[] = "--idle";
   char* idle_argv[] = {argv[0], idle_flag, nullptr};
-  if (posix_spawn(&idle, "/proc/self/exe", nullptr, nullptr, idle_argv, environ) == 0)
-    failures += wait_for(idle) != 0;
+  if (posix_spawn(&idle, "/proc/self/exe", nullptr, nullptr, idle_argv, environ) == 0) failures += wait_for(idle) != 0;
 
   int parent_status = allocate_some(2);
   return failures ? 1 : parent_status;

@@ -4,12 +4,13 @@
 // so tests can hold memtrace's report against what the program knows of itself.
 #pragma once
 
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <string>
-#include <unistd.h>
 
 namespace sample {
 
@@ -42,8 +43,10 @@ class Account {
     std::string s = "{";
     for (const auto& [k, v] : m) {
       if (s.size() > 1) s += ",";
-      if constexpr (std::is_same_v<K, std::string>) s += "\"" + k + "\":";
-      else s += "\"" + std::to_string(k) + "\":";
+      if constexpr (std::is_same_v<K, std::string>)
+        s += "\"" + k + "\":";
+      else
+        s += "\"" + std::to_string(k) + "\":";
       s += std::to_string(v);
     }
     return s + "}";
@@ -53,14 +56,13 @@ class Account {
 };
 
 // Stops the sample with a message when a call that must work fails.
-#define SAMPLE_CHECK(expr)                                                                     \
-  do {                                                                                         \
-    long long sample_check_result = static_cast<long long>(expr);                              \
-    if (sample_check_result != 0) {                                                            \
-      std::fprintf(stderr, "%s:%d: %s failed with %lld\n", __FILE__, __LINE__, #expr,           \
-                   sample_check_result);                                                       \
-      std::exit(2);                                                                            \
-    }                                                                                          \
+#define SAMPLE_CHECK(expr)                                                                                  \
+  do {                                                                                                      \
+    long long sample_check_result = static_cast<long long>(expr);                                           \
+    if (sample_check_result != 0) {                                                                         \
+      std::fprintf(stderr, "%s:%d: %s failed with %lld\n", __FILE__, __LINE__, #expr, sample_check_result); \
+      std::exit(2);                                                                                         \
+    }                                                                                                       \
   } while (0)
 
 inline long arg_value(int argc, char** argv, const char* name, long fallback) {

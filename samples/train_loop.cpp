@@ -5,7 +5,6 @@
 #include <cuda_runtime_api.h>
 
 #include <csignal>
-
 #include <vector>
 
 #include "sample_account.h"

@@ -77,23 +77,18 @@ TEST_P(SampleTest, ReportMatchesLedgerAndSample) {
     }
     // Every sample's own account of its calls agrees too.
     if (accounts.count(pid)) {
-      for (const auto& [api, calls] : accounts[pid]["calls"].items())
-        EXPECT_EQ(events[api]["calls"], calls) << api;
+      for (const auto& [api, calls] : accounts[pid]["calls"].items()) EXPECT_EQ(events[api]["calls"], calls) << api;
     }
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Samples, SampleTest,
-    ::testing::Values(SampleCase{"train_loop", {"--steps", "5"}, {}},
-                      SampleCase{"leak", {"--iterations", "30"}, {}},
+    ::testing::Values(SampleCase{"train_loop", {"--steps", "5"}, {}}, SampleCase{"leak", {"--iterations", "30"}, {}},
                       SampleCase{"oom", {"--chunk-mib", "4096"}, {"--sim-capacity", "20GiB"}, 1},
-                      SampleCase{"vmm", {}, {}},
-                      SampleCase{"stream_pool", {}, {}},
-                      SampleCase{"multi_device", {}, {"--sim-devices", "3"}},
-                      SampleCase{"driver_api", {}, {}},
-                      SampleCase{"runtime_kinds", {}, {}},
-                      SampleCase{"processes", {}, {}},
+                      SampleCase{"vmm", {}, {}}, SampleCase{"stream_pool", {}, {}},
+                      SampleCase{"multi_device", {}, {"--sim-devices", "3"}}, SampleCase{"driver_api", {}, {}},
+                      SampleCase{"runtime_kinds", {}, {}}, SampleCase{"processes", {}, {}},
                       SampleCase{"threads", {"--threads", "8", "--iterations", "3000"}, {}, 0, false}),
     [](const auto& info) { return info.param.name; });
 
@@ -130,7 +125,8 @@ TEST(Report, LeakIsLiveAtExit) {
 TEST(Export, JsonlHasEveryEventInTimeOrder) {
   std::string dir = e2e::temp_dir("export");
   ASSERT_EQ(e2e::run_sample(dir, "processes").status, 0);
-  e2e::Result r = e2e::run({e2e::kMemtrace, "export", "--format", "jsonl", "-o", dir + "/events.jsonl", dir + "/traces"});
+  e2e::Result r =
+      e2e::run({e2e::kMemtrace, "export", "--format", "jsonl", "-o", dir + "/events.jsonl", dir + "/traces"});
   ASSERT_EQ(r.status, 0) << r.err;
 
   uint64_t ledger_calls = 0;

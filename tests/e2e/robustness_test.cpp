@@ -1,15 +1,15 @@
 // memtrace run must leave programs alone: their output and exit status, with and without CUDA,
 // when they die, when they cannot start, and when there is no collector at all.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <thread>
-#include <unistd.h>
 
 #include "harness.h"
 
@@ -21,8 +21,8 @@ using nlohmann::json;
 TEST(Run, ProgramWithoutCudaRunsUnchanged) {
   std::string dir = e2e::temp_dir("nocuda");
   e2e::Result plain = e2e::run({e2e::sample_path("no_cuda"), "x", "two words"});
-  e2e::Result traced = e2e::run({e2e::kMemtrace, "run", "-o", dir + "/out", "--", e2e::sample_path("no_cuda"), "x",
-                                 "two words"});
+  e2e::Result traced =
+      e2e::run({e2e::kMemtrace, "run", "-o", dir + "/out", "--", e2e::sample_path("no_cuda"), "x", "two words"});
   EXPECT_EQ(plain.status, 3);
   EXPECT_EQ(traced.status, 3);
   EXPECT_EQ(traced.out, plain.out);
@@ -53,7 +53,8 @@ TEST(Run, ProgramKilledMidRunLeavesACompleteTrace) {
   json p = e2e::report_json(dir + "/traces")["processes"][0];
   EXPECT_EQ(p["exit_status"], 128 + SIGKILL);
   EXPECT_NE(p["end_reason"].get<std::string>().find("killed by signal 9"), std::string::npos) << p["end_reason"];
-  for (const auto& [api, counts] : ledger.apis) EXPECT_EQ(p["events"][api]["calls"].get<uint64_t>(), counts.calls) << api;
+  for (const auto& [api, counts] : ledger.apis)
+    EXPECT_EQ(p["events"][api]["calls"].get<uint64_t>(), counts.calls) << api;
   EXPECT_EQ(p["devices"][0]["peak_reserved_bytes"].get<uint64_t>(), ledger.peak.at(0));
   EXPECT_EQ(p["devices"][0]["live_at_exit_bytes"].get<uint64_t>(), ledger.live.at(0));
 }
@@ -93,7 +94,7 @@ TEST(Run, DefaultOutputFolderIsPrivate) {
   for (const auto& e : fs::directory_iterator(dir)) folders.push_back(e.path());
   ASSERT_EQ(folders.size(), 1u);
   EXPECT_EQ(folders[0].filename().string().rfind("memtrace-", 0), 0u) << folders[0];
-  struct stat st{};
+  struct stat st {};
   ASSERT_EQ(::stat(folders[0].c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0700u);
   for (const auto& e : fs::directory_iterator(folders[0])) {

@@ -1,14 +1,15 @@
 #include "device_model.h"
 
+#include <pthread.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <map>
 #include <mutex>
 #include <new>
-#include <pthread.h>
 #include <string>
-#include <sys/mman.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 #include <vector>
 
 namespace sim {
@@ -25,11 +26,16 @@ uint64_t parse_size(const char* text, uint64_t fallback) {
   if (end == text || value < 0) return fallback;
   std::string unit(end);
   uint64_t scale = 1;
-  if (unit == "K" || unit == "KiB" || unit == "k") scale = 1ull << 10;
-  else if (unit == "M" || unit == "MiB") scale = 1ull << 20;
-  else if (unit == "G" || unit == "GiB") scale = 1ull << 30;
-  else if (unit == "T" || unit == "TiB") scale = 1ull << 40;
-  else if (!unit.empty() && unit != "B") return fallback;
+  if (unit == "K" || unit == "KiB" || unit == "k")
+    scale = 1ull << 10;
+  else if (unit == "M" || unit == "MiB")
+    scale = 1ull << 20;
+  else if (unit == "G" || unit == "GiB")
+    scale = 1ull << 30;
+  else if (unit == "T" || unit == "TiB")
+    scale = 1ull << 40;
+  else if (!unit.empty() && unit != "B")
+    return fallback;
   return static_cast<uint64_t>(value * static_cast<double>(scale));
 }
 
@@ -221,7 +227,8 @@ Status vmm_reserve(uint64_t size, uint64_t alignment, uint64_t* addr) {
   uint64_t aligned = (start + align - 1) & ~(align - 1);
   if (aligned > start) ::munmap(p, static_cast<size_t>(aligned - start));
   uint64_t end = start + span;
-  if (end > aligned + size) ::munmap(reinterpret_cast<void*>(aligned + size), static_cast<size_t>(end - aligned - size));
+  if (end > aligned + size)
+    ::munmap(reinterpret_cast<void*>(aligned + size), static_cast<size_t>(end - aligned - size));
   std::lock_guard lock(m.mutex);
   m.reservations[aligned] = size;
   *addr = aligned;

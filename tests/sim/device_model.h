@@ -15,8 +15,8 @@ inline constexpr size_t kVmmGranularity = 2u << 20;
 inline constexpr size_t kPitchAlignment = 512;
 
 int device_count();
-uint64_t device_capacity();       // bytes per device
-uint64_t context_overhead();      // bytes every device shows as used
+uint64_t device_capacity();   // bytes per device
+uint64_t context_overhead();  // bytes every device shows as used
 bool valid_device(int device);
 // Free and total bytes as cudaMemGetInfo reports them.
 void memory_info(int device, uint64_t* free_bytes, uint64_t* total_bytes);

@@ -1,13 +1,13 @@
 // The driver API of the simulated device (libcuda.so.1): the allocation-related subset, device
 // and context basics, and cuGetProcAddress, with the driver's real error codes.
+#include <cuda.h>
+#include <dlfcn.h>
+
 #include <atomic>
 #include <cstring>
-#include <dlfcn.h>
 #include <mutex>
 #include <string>
 #include <vector>
-
-#include <cuda.h>
 
 #include "device_model.h"
 #include "ledger.h"
@@ -469,17 +469,27 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion, cu
     int since;
   };
   static const Versioned kVersioned[] = {
-      {"cuMemAlloc", "_v2", 3020},         {"cuMemFree", "_v2", 3020},       {"cuMemAllocHost", "_v2", 3020},
-      {"cuMemAllocPitch", "_v2", 3020},    {"cuMemGetInfo", "_v2", 3020},    {"cuDeviceTotalMem", "_v2", 3020},
-      {"cuCtxDestroy", "_v2", 4000},       {"cuCtxPushCurrent", "_v2", 4000}, {"cuCtxPopCurrent", "_v2", 4000},
-      {"cuStreamDestroy", "_v2", 4000},    {"cuDevicePrimaryCtxRelease", "_v2", 11000},
-      {"cuDevicePrimaryCtxReset", "_v2", 11000}, {"cuMemsetD8", "_v2", 3020},
-      {"cuGetProcAddress", "_v2", 12000},  {"cuCtxCreate", "_v4", 12050},
+      {"cuMemAlloc", "_v2", 3020},
+      {"cuMemFree", "_v2", 3020},
+      {"cuMemAllocHost", "_v2", 3020},
+      {"cuMemAllocPitch", "_v2", 3020},
+      {"cuMemGetInfo", "_v2", 3020},
+      {"cuDeviceTotalMem", "_v2", 3020},
+      {"cuCtxDestroy", "_v2", 4000},
+      {"cuCtxPushCurrent", "_v2", 4000},
+      {"cuCtxPopCurrent", "_v2", 4000},
+      {"cuStreamDestroy", "_v2", 4000},
+      {"cuDevicePrimaryCtxRelease", "_v2", 11000},
+      {"cuDevicePrimaryCtxReset", "_v2", 11000},
+      {"cuMemsetD8", "_v2", 3020},
+      {"cuGetProcAddress", "_v2", 12000},
+      {"cuCtxCreate", "_v4", 12050},
   };
   std::vector<std::string> candidates;
   if (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) candidates.push_back(std::string(symbol) + "_ptsz");
   for (const auto& v : kVersioned)
-    if (std::strcmp(v.name, symbol) == 0 && cudaVersion >= v.since) candidates.push_back(std::string(symbol) + v.suffix);
+    if (std::strcmp(v.name, symbol) == 0 && cudaVersion >= v.since)
+      candidates.push_back(std::string(symbol) + v.suffix);
   candidates.push_back(symbol);
   *pfn = nullptr;
   for (const auto& name : candidates) {

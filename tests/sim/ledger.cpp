@@ -1,14 +1,15 @@
 #include "ledger.h"
 
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fcntl.h>
 #include <mutex>
-#include <pthread.h>
 #include <string>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "device_model.h"
 

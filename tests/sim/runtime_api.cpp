@@ -1,11 +1,11 @@
 // The runtime API of the simulated device (libcudart.so.13). Like NVIDIA's runtime it serves
 // allocations through the driver: each call here makes the matching public driver call, so an
 // interposer sees both, and must count one event.
-#include <cstring>
-#include <mutex>
-
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <mutex>
 
 #include "ledger.h"
 
@@ -124,8 +124,7 @@ cudaError_t entry_point(const char* symbol, void** fn, unsigned int version, uns
     CUdriverProcAddressQueryResult found;
     CUresult r = cuGetProcAddress_v2(symbol, fn, static_cast<int>(version), flags, &found);
     if (status)
-      *status = found == CU_GET_PROC_ADDRESS_SUCCESS ? cudaDriverEntryPointSuccess
-                                                     : cudaDriverEntryPointSymbolNotFound;
+      *status = found == CU_GET_PROC_ADDRESS_SUCCESS ? cudaDriverEntryPointSuccess : cudaDriverEntryPointSymbolNotFound;
     // A symbol that is not there is not an error of the call, only of the lookup.
     return r == CUDA_ERROR_NOT_FOUND ? cudaSuccess : to_error(r);
   });
@@ -184,7 +183,9 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
       [&] { return to_error(cuDeviceGetAttribute(value, static_cast<CUdevice_attribute>(attr), device)); });
 }
 
-cudaError_t cudaDeviceSynchronize(void) { return with_context([] { return cudaSuccess; }); }
+cudaError_t cudaDeviceSynchronize(void) {
+  return with_context([] { return cudaSuccess; });
+}
 
 cudaError_t cudaDeviceReset(void) {
   return with_context([] { return to_error(cuDevicePrimaryCtxReset_v2(t_device)); });
@@ -273,7 +274,8 @@ cudaError_t cudaMallocFromPoolAsync_ptsz(void** ptr, size_t size, cudaMemPool_t 
 }
 
 cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device) {
-  return with_context([&] { return to_error(cuDeviceGetDefaultMemPool(reinterpret_cast<CUmemoryPool*>(pool), device)); });
+  return with_context(
+      [&] { return to_error(cuDeviceGetDefaultMemPool(reinterpret_cast<CUmemoryPool*>(pool), device)); });
 }
 
 cudaError_t cudaMemPoolCreate(cudaMemPool_t* pool, const cudaMemPoolProps* props) {
@@ -281,8 +283,8 @@ cudaError_t cudaMemPoolCreate(cudaMemPool_t* pool, const cudaMemPoolProps* props
   return with_context([&] {
     CUmemPoolProps p{};
     p.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
-    p.location.type = props->location.type == cudaMemLocationTypeDevice ? CU_MEM_LOCATION_TYPE_DEVICE
-                                                                         : CU_MEM_LOCATION_TYPE_INVALID;
+    p.location.type =
+        props->location.type == cudaMemLocationTypeDevice ? CU_MEM_LOCATION_TYPE_DEVICE : CU_MEM_LOCATION_TYPE_INVALID;
     p.location.id = props->location.id;
     return to_error(cuMemPoolCreate(reinterpret_cast<CUmemoryPool*>(pool), &p));
   });
@@ -384,7 +386,9 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   return with_context([&] { return to_error(cuStreamDestroy_v2(reinterpret_cast<CUstream>(stream))); });
 }
 
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return with_context([] { return cudaSuccess; }); }
+cudaError_t cudaStreamSynchronize(cudaStream_t) {
+  return with_context([] { return cudaSuccess; });
+}
 
 cudaError_t cudaLaunchKernel(const void*, dim3, dim3, void**, size_t, cudaStream_t) {
   return with_context([] { return cudaSuccess; });
@@ -397,7 +401,8 @@ cudaError_t cudaGetDriverEntryPoint(const char* symbol, void** funcPtr, unsigned
 
 cudaError_t cudaGetDriverEntryPoint_ptsz(const char* symbol, void** funcPtr, unsigned long long flags,
                                          cudaDriverEntryPointQueryResult* driverStatus) {
-  return entry_point(symbol, funcPtr, CUDART_VERSION, flags ? flags : static_cast<unsigned long long>(cudaEnablePerThreadDefaultStream), driverStatus);
+  return entry_point(symbol, funcPtr, CUDART_VERSION,
+                     flags ? flags : static_cast<unsigned long long>(cudaEnablePerThreadDefaultStream), driverStatus);
 }
 
 cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** funcPtr, unsigned int cudaVersion,
@@ -408,7 +413,8 @@ cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** funcPtr,
 cudaError_t cudaGetDriverEntryPointByVersion_ptsz(const char* symbol, void** funcPtr, unsigned int cudaVersion,
                                                   unsigned long long flags,
                                                   cudaDriverEntryPointQueryResult* driverStatus) {
-  return entry_point(symbol, funcPtr, cudaVersion, flags ? flags : static_cast<unsigned long long>(cudaEnablePerThreadDefaultStream), driverStatus);
+  return entry_point(symbol, funcPtr, cudaVersion,
+                     flags ? flags : static_cast<unsigned long long>(cudaEnablePerThreadDefaultStream), driverStatus);
 }
 
 // What nvcc-built programs call at start-up to register their kernels: accepted, remembered nowhere.

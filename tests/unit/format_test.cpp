@@ -1,11 +1,11 @@
 // The trace format: what is written reads back the same, and a cut or damaged file never
 // crashes the reader: it reads what is whole or says what is wrong and where.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <random>
-#include <unistd.h>
 
 #include "memtrace/format/trace_reader.h"
 #include "memtrace/format/trace_writer.h"

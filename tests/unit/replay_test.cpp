@@ -1,7 +1,8 @@
 // The replay and the report built on it, on hand-made event sequences with known answers.
+#include "memtrace/analysis/replay.h"
+
 #include <gtest/gtest.h>
 
-#include "memtrace/analysis/replay.h"
 #include "memtrace/analysis/report.h"
 
 namespace {
@@ -65,8 +66,7 @@ TEST(Replay, PeakAndSitesAtThePeak) {
 
 TEST(Replay, FailedCallsCountButChangeNothing) {
   ProcessReport r = replay_all({
-      alloc(Api::kCudaMalloc, 0x1000, 100, 1),
-      alloc(Api::kCudaMalloc, 0, 1 << 30, 2, 1, 0, /*result=*/2),
+      alloc(Api::kCudaMalloc, 0x1000, 100, 1), alloc(Api::kCudaMalloc, 0, 1 << 30, 2, 1, 0, /*result=*/2),
       release(Api::kCudaFree, 0x9999, 3),  // never allocated
   });
   EXPECT_EQ(r.calls.at(Api::kCudaMalloc).failed, 1u);
@@ -94,7 +94,8 @@ TEST(Replay, VmmHandleLivesUntilReleasedAndUnmapped) {
   Replay replay;
   ReportBuilder builder;
   std::vector<Event> events = {alloc(Api::kCuMemAddressReserve, 0x200000, 8 << 20, 1, 1, -1),
-                               alloc(Api::kCuMemCreate, 7, 2 << 20, 2, 1, 0), map,
+                               alloc(Api::kCuMemCreate, 7, 2 << 20, 2, 1, 0),
+                               map,
                                release(Api::kCuMemRelease, 7, 4),
                                release(Api::kCuMemUnmap, 0x200000, 5, 2 << 20),
                                release(Api::kCuMemAddressFree, 0x200000, 6, 8 << 20)};

@@ -1,14 +1,14 @@
 // The ring protocol between threads of one process: every published record arrives once, and
 // slots a dead writer left unpublished are stepped over.
-#include <gtest/gtest.h>
+#include "ring_consumer.h"
 
-#include <atomic>
+#include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
-#include <thread>
 #include <unistd.h>
 
-#include "ring_consumer.h"
+#include <atomic>
+#include <thread>
 
 namespace {
 

@@ -1,6 +1,6 @@
-#include <gtest/gtest.h>
-
 #include "memtrace/analysis/units.h"
+
+#include <gtest/gtest.h>
 
 using memtrace::format_bytes;
 using memtrace::format_duration_ns;

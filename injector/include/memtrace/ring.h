@@ -16,11 +16,12 @@
 // back in causal order even though threads publish them in any order.
 #pragma once
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <sys/mman.h>
-#include <unistd.h>
 
 namespace memtrace::ring {
 

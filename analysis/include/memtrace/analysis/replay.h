@@ -29,7 +29,9 @@ struct Site {
 };
 
 struct SiteHash {
-  size_t operator()(const Site& s) const { return std::hash<uint64_t>()(s.stack_id * 64 + static_cast<uint64_t>(s.api)); }
+  size_t operator()(const Site& s) const {
+    return std::hash<uint64_t>()(s.stack_id * 64 + static_cast<uint64_t>(s.api));
+  }
 };
 
 // Device memory (device, managed, VMM physical) that came or went on one device with an event.

@@ -1,10 +1,9 @@
 // `memtrace report` as text for the terminal and as JSON for scripts.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "memtrace/analysis/report.h"
 
