@@ -3,8 +3,12 @@
 #include <charconv>
 #include <memory>
 #include <queue>
+#include <unordered_map>
 
+#include "memtrace.pb.h"
 #include "memtrace/analysis/replay.h"
+#include "memtrace/analysis/report_render.h"
+#include "memtrace/analysis/stacks.h"
 #include "memtrace/format/trace_reader.h"
 
 namespace memtrace {
@@ -13,10 +17,23 @@ namespace {
 
 struct Source {
   std::unique_ptr<TraceReader> reader;
+  std::unique_ptr<StackView> stacks;
+  std::unordered_map<uint64_t, std::string> stack_json_cache;  // stack id -> ,"stack":[...]
   Replay replay;
   Event next;
   bool has_next = false;
   void advance() { has_next = reader->next(next); }
+
+  const std::string& stack_fields(uint64_t stack_id) {
+    auto [it, fresh] = stack_json_cache.try_emplace(stack_id);
+    if (fresh) {
+      it->second = ",\"stack\":" + stack_json(stacks->frames(stack_id)).dump();
+      uint32_t flags = stacks->flags(stack_id);
+      if (flags & pb::STACK_PYTHON_NO_GIL) it->second += ",\"python_frames\":\"gil_not_held\"";
+      if (flags & pb::STACK_TRUNCATED) it->second += ",\"stack_truncated\":true";
+    }
+    return it->second;
+  }
 };
 
 template <typename T>
@@ -26,7 +43,7 @@ void append_number(std::string& out, T value) {
   out.append(text, end);
 }
 
-void append_event(std::string& out, int pid, const Event& e, const ReplayStep& step) {
+void append_event(std::string& out, int pid, const Event& e, const ReplayStep& step, Source& source) {
   out += "{\"t_ns\":";
   append_number(out, e.t_ns);
   out += ",\"pid\":";
@@ -55,18 +72,20 @@ void append_event(std::string& out, int pid, const Event& e, const ReplayStep& s
   }
   out += ",\"result\":";
   append_number(out, e.result);
+  if (e.op() == Op::kAlloc && e.stack_id) out += source.stack_fields(e.stack_id);
   out += "}\n";
 }
 
 }  // namespace
 
-bool export_jsonl(const std::vector<std::string>& traces, std::FILE* out, std::vector<std::string>& warnings,
-                  std::string& error) {
+bool export_jsonl(const std::vector<std::string>& traces, std::FILE* out, bool keep_cuda_frames,
+                  std::vector<std::string>& warnings, std::string& error) {
   std::vector<std::unique_ptr<Source>> sources;
   for (const auto& path : traces) {
     auto source = std::make_unique<Source>();
     source->reader = TraceReader::open(path, error);
     if (!source->reader) return false;
+    source->stacks = std::make_unique<StackView>(*source->reader, keep_cuda_frames);
     source->advance();
     sources.push_back(std::move(source));
   }
@@ -85,7 +104,7 @@ bool export_jsonl(const std::vector<std::string>& traces, std::FILE* out, std::v
     queue.pop();
     Source& s = *sources[i];
     const ReplayStep& step = s.replay.apply(s.next);
-    append_event(buffer, s.reader->header().pid(), s.next, step);
+    append_event(buffer, s.reader->header().pid(), s.next, step, s);
     if (buffer.size() > (1 << 16)) {
       std::fwrite(buffer.data(), 1, buffer.size(), out);
       buffer.clear();

@@ -23,7 +23,9 @@ void ReportBuilder::add(const ReplayStep& step) {
       d.at_peak = d.sites;
       d.peak_unsaved = false;
     }
-    SiteLive& s = d.sites[change.site];
+    Site key{change.site.api, site_key_ ? site_key_(change.site.stack_id) : change.site.stack_id};
+    SiteLive& s = d.sites[key];
+    if (s.count == 0) s.stack_id = change.site.stack_id;
     s.bytes += static_cast<uint64_t>(change.bytes);
     if (change.bytes > 0) {
       ++s.count;
@@ -32,7 +34,7 @@ void ReportBuilder::add(const ReplayStep& step) {
       --s.count;
       --d.count;
     }
-    if (s.bytes == 0 && s.count == 0) d.sites.erase(change.site);
+    if (s.bytes == 0 && s.count == 0) d.sites.erase(key);
     d.live += static_cast<uint64_t>(change.bytes);
     if (d.live > d.peak) {
       d.peak = d.live;
@@ -65,7 +67,7 @@ void ReportBuilder::finish(ProcessReport& report) {
     for (const auto& [site, live] : d.at_peak)
       if (live.bytes > 0) {
         SiteTotal total;
-        total.site = site;
+        total.site = Site{site.api, live.stack_id};
         total.bytes = live.bytes;
         total.count = live.count;
         r.peak_sites.push_back(std::move(total));

@@ -3,17 +3,12 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "memtrace.pb.h"
 #include "memtrace/analysis/units.h"
 
 namespace memtrace {
 
 namespace {
-
-std::string hex(uint64_t v) {
-  char text[24];
-  std::snprintf(text, sizeof text, "0x%llx", static_cast<unsigned long long>(v));
-  return text;
-}
 
 std::string percent(uint64_t part, uint64_t whole) {
   char text[16];
@@ -29,9 +24,21 @@ std::string pad(std::string s, size_t width, bool right = false) {
 
 }  // namespace
 
-std::string site_location(const SiteTotal& site) {
-  if (!site.module.empty()) return std::filesystem::path(site.module).filename().string() + "+" + hex(site.offset);
-  return site.address ? hex(site.address) : "(unknown caller)";
+nlohmann::json stack_json(const std::vector<FrameView>& frames) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const FrameView& f : frames) {
+    nlohmann::json frame = {{"kind", f.python ? "python" : "native"},
+                            {"function", f.function},
+                            {"file", f.file},
+                            {"line", f.line},
+                            {"module", f.module}};
+    if (!f.python) {
+      frame["offset"] = f.offset;
+      if (f.inlined) frame["inlined"] = true;
+    }
+    out.push_back(std::move(frame));
+  }
+  return out;
 }
 
 std::string command_line(const std::vector<std::string>& command) {
@@ -53,12 +60,16 @@ nlohmann::json report_json(const std::vector<ProcessReport>& processes) {
     nlohmann::json devices = nlohmann::json::array();
     for (const DeviceReport& d : p.devices) {
       nlohmann::json sites = nlohmann::json::array();
-      for (const SiteTotal& s : d.peak_sites)
-        sites.push_back({{"api", std::string(api_name(s.site.api))},
-                         {"bytes", s.bytes},
-                         {"count", s.count},
-                         {"location", site_location(s)},
-                         {"frame", {{"address", s.address}, {"module", s.module}, {"offset", s.offset}}}});
+      for (const SiteTotal& s : d.peak_sites) {
+        nlohmann::json site = {{"api", std::string(api_name(s.site.api))},
+                               {"bytes", s.bytes},
+                               {"count", s.count},
+                               {"location", s.location},
+                               {"stack", stack_json(s.stack)}};
+        if (s.stack_flags & pb::STACK_TRUNCATED) site["stack_truncated"] = true;
+        if (s.stack_flags & pb::STACK_PYTHON_NO_GIL) site["python_frames"] = "gil_not_held";
+        sites.push_back(std::move(site));
+      }
       devices.push_back({{"device", d.device},
                          {"peak_reserved_bytes", d.peak_bytes},
                          {"peak_time_ns", d.peak_time_ns},
@@ -115,11 +126,13 @@ std::string report_text(const std::vector<ProcessReport>& processes) {
       if (d.peak_sites.empty()) continue;
       out += "    largest sites at the peak:\n";
       out += "    " + pad("bytes", 11, true) + pad("share", 8, true) + pad("count", 8, true) + "  " + pad("api", 26) +
-             "caller\n";
-      for (const SiteTotal& s : d.peak_sites)
+             "allocated at\n";
+      for (const SiteTotal& s : d.peak_sites) {
         out += "    " + pad(format_bytes(s.bytes), 11, true) + pad(percent(s.bytes, d.peak_bytes), 8, true) +
-               pad(std::to_string(s.count), 8, true) + "  " + pad(std::string(api_name(s.site.api)), 26) +
-               site_location(s) + "\n";
+               pad(std::to_string(s.count), 8, true) + "  " + pad(std::string(api_name(s.site.api)), 26) + s.location +
+               "\n";
+        if (s.stack_flags & pb::STACK_PYTHON_NO_GIL) out += std::string(57, ' ') + "(GIL not held: no Python frames)\n";
+      }
     }
     if (p.devices.empty()) out += "\n  no device memory was allocated\n";
   }

@@ -28,7 +28,7 @@ std::vector<std::string> find_traces(const std::string& path, std::string& error
   return traces;
 }
 
-bool analyze_trace(const std::string& path, size_t top_sites, ProcessReport& report, std::string& error) {
+bool analyze_trace(const std::string& path, const ReportOptions& options, ProcessReport& report, std::string& error) {
   std::unique_ptr<TraceReader> reader = TraceReader::open(path, error);
   if (!reader) return false;
   const pb::TraceHeader& h = reader->header();
@@ -38,7 +38,9 @@ bool analyze_trace(const std::string& path, size_t top_sites, ProcessReport& rep
   report.trace_path = path;
 
   Replay replay;
-  ReportBuilder builder(top_sites);
+  StackView stacks(*reader, options.keep_cuda_frames);
+  ReportBuilder builder(options.top_sites,
+                        [&](uint64_t stack_id) { return stacks.site_key(stack_id, options.grouping); });
   Event event;
   uint64_t last_t = 0;
   while (reader->next(event)) {
@@ -59,13 +61,11 @@ bool analyze_trace(const std::string& path, size_t top_sites, ProcessReport& rep
   }
   for (DeviceReport& d : report.devices) {
     for (SiteTotal& s : d.peak_sites) {
-      const std::vector<uint64_t>* stack = reader->stack(s.site.stack_id);
-      if (!stack || stack->empty()) continue;
-      if (const pb::Frame* f = reader->frame(stack->front())) {
-        s.address = f->address();
-        s.module = std::string(reader->string(f->module()));
-        s.offset = f->offset();
-      }
+      s.stack = stacks.frames(s.site.stack_id);
+      s.stack_flags = stacks.flags(s.site.stack_id);
+      std::optional<FrameView> named = stacks.site_frame(s.site.stack_id, options.grouping);
+      if (!named && !s.stack.empty()) named = s.stack.front();
+      s.location = named ? frame_label(*named) : "(no stack)";
     }
   }
   std::sort(report.devices.begin(), report.devices.end(),

@@ -14,7 +14,7 @@ namespace {
 
 constexpr int kExitUsage = 2;
 
-int report(const std::string& path, bool json) {
+int report(const std::string& path, bool json, const memtrace::ReportOptions& options) {
   std::string error;
   std::vector<std::string> traces = memtrace::find_traces(path, error);
   if (traces.empty()) {
@@ -24,7 +24,7 @@ int report(const std::string& path, bool json) {
   std::vector<memtrace::ProcessReport> processes;
   for (const auto& trace : traces) {
     memtrace::ProcessReport p;
-    if (!memtrace::analyze_trace(trace, 10, p, error)) {
+    if (!memtrace::analyze_trace(trace, options, p, error)) {
       std::fprintf(stderr, "memtrace report: %s\n", error.c_str());
       return 1;
     }
@@ -38,7 +38,7 @@ int report(const std::string& path, bool json) {
   return 0;
 }
 
-int export_events(const std::string& path, const std::string& format, const std::string& output) {
+int export_events(const std::string& path, const std::string& format, const std::string& output, bool keep_cuda) {
   if (format != "jsonl") {
     std::fprintf(stderr, "memtrace export: unknown format '%s' (known: jsonl)\n", format.c_str());
     return kExitUsage;
@@ -58,7 +58,7 @@ int export_events(const std::string& path, const std::string& format, const std:
     }
   }
   std::vector<std::string> warnings;
-  bool ok = memtrace::export_jsonl(traces, out, warnings, error);
+  bool ok = memtrace::export_jsonl(traces, out, keep_cuda, warnings, error);
   if (out != stdout) std::fclose(out);
   for (const auto& w : warnings) std::fprintf(stderr, "memtrace export: %s\n", w.c_str());
   if (!ok) std::fprintf(stderr, "memtrace export: %s\n", error.c_str());
@@ -83,22 +83,35 @@ int main(int argc, char** argv) {
   CLI::Option* cap = run_cmd->add_option("--sim-capacity", sim_capacity, "Memory per simulated device, e.g. 80GiB");
   CLI::Option* devs =
       run_cmd->add_option("--sim-devices", sim_devices, "Number of simulated devices")->check(CLI::Range(1, 64));
-  run_cmd->add_option("command", run.command, "The program to run and its arguments (after --)")->required();
+  run_cmd->add_option("--stack-depth", run.stack_depth, "Native frames to record per allocation (default 64)")
+      ->check(CLI::Range(1, 256));
+  bool no_native = false, no_python = false;
+  run_cmd->add_flag("--no-native-stacks", no_native, "Record only the immediate caller, not the native stack");
+  run_cmd->add_flag("--no-python-stacks", no_python, "Do not record Python frames");
+  run_cmd->add_option("command", run.command, "The program to run and its arguments (after --)");
   run_cmd->footer(
       "Exit status: CMD's own, 128+N when signal N killed it; 125 when memtrace failed,\n"
       "126 when CMD cannot run, 127 when it is not found.");
 
-  std::string report_path;
+  std::string report_path, by = "user";
   bool report_json = false;
+  memtrace::ReportOptions report_options;
   CLI::App* report_cmd = app.add_subcommand("report", "Summarize traces: events, peaks, largest sites");
   report_cmd->add_option("path", report_path, "An output folder or one .memtrace file")->required();
   report_cmd->add_flag("--json", report_json, "Print JSON instead of text");
+  report_cmd->add_option("--by", by,
+                         "Group sites by: user (innermost Python frame, else native; default), python, native, stack")
+      ->check(CLI::IsMember({"user", "python", "native", "stack"}));
+  report_cmd->add_flag("--keep-cuda-frames", report_options.keep_cuda_frames,
+                       "Show frames inside the CUDA libraries at the top of stacks");
 
   std::string export_path, export_format = "jsonl", export_output;
   CLI::App* export_cmd = app.add_subcommand("export", "Write every event in a format other tools read");
   export_cmd->add_option("path", export_path, "An output folder or one .memtrace file")->required();
   export_cmd->add_option("--format", export_format, "jsonl: one JSON object per event")->required();
   export_cmd->add_option("-o,--output", export_output, "Output file (default: standard output)");
+  bool export_keep_cuda = false;
+  export_cmd->add_flag("--keep-cuda-frames", export_keep_cuda, "Keep frames inside the CUDA libraries in stacks");
 
   try {
     app.parse(argc, argv);
@@ -121,9 +134,17 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "memtrace run: --sim-capacity and --sim-devices need --sim\n");
       return memtrace::kExitMemtraceFailedCode;
     }
+    run.native_stacks = !no_native;
+    run.python_stacks = !no_python;
     return memtrace::run_command(run);
   }
-  if (*report_cmd) return report(report_path, report_json);
-  if (*export_cmd) return export_events(export_path, export_format, export_output);
+  if (*report_cmd) {
+    report_options.grouping = by == "python"   ? memtrace::SiteGrouping::kPython
+                              : by == "native" ? memtrace::SiteGrouping::kNative
+                              : by == "stack"  ? memtrace::SiteGrouping::kStack
+                                               : memtrace::SiteGrouping::kUser;
+    return report(report_path, report_json, report_options);
+  }
+  if (*export_cmd) return export_events(export_path, export_format, export_output, export_keep_cuda);
   return kExitUsage;
 }

@@ -4,37 +4,89 @@
 
 namespace memtrace {
 
-size_t RingConsumer::drain(std::vector<RawEvent>& out, bool producer_gone) {
+// Gathers the record's payload and hands it on. Everything in it comes from the traced
+// process's memory: sizes are checked against what the slots can hold.
+bool RingConsumer::deliver(const unsigned char* first, uint32_t slots, uint64_t tail, RecordSink& sink) {
+  payload_.resize((slots - 1) * ring::kContinuationBytes);
+  for (uint32_t i = 1; i < slots; ++i)
+    std::memcpy(payload_.data() + (i - 1) * ring::kContinuationBytes, ring::slot_at(ring_, tail + i) + 8,
+                ring::kContinuationBytes);
+  const size_t available = payload_.size();
+  const auto* words = reinterpret_cast<const uint64_t*>(payload_.data());
+  switch (ring::state_type(reinterpret_cast<const std::atomic<uint32_t>*>(first)->load(std::memory_order_relaxed))) {
+    case ring::kSlotEvent: {
+      const auto* rec = reinterpret_cast<const ring::EventRecord*>(first);
+      size_t natives = rec->native_frames, pythons = rec->python_frames;
+      if ((natives + 2 * pythons) * sizeof(uint64_t) > available) return false;
+      RawEvent e;
+      e.api = rec->api;
+      e.kind = rec->kind;
+      e.python_state = rec->python_state;
+      e.stack_truncated = rec->stack_truncated != 0;
+      e.device = rec->device;
+      e.result = rec->result;
+      e.tid = rec->tid;
+      e.seq = rec->seq;
+      e.t_ns = rec->t_ns;
+      e.addr = rec->addr;
+      e.size = rec->size;
+      e.stream = rec->stream;
+      e.aux = rec->aux;
+      e.caller = rec->caller;
+      sink.on_event(e, words, natives, words + natives, pythons);
+      return true;
+    }
+    case ring::kSlotModule: {
+      const auto* rec = reinterpret_cast<const ring::ModuleRecord*>(first);
+      if (rec->path_bytes > available) return false;
+      sink.on_module(rec->bias, rec->start, rec->end, std::string(reinterpret_cast<const char*>(words), rec->path_bytes));
+      return true;
+    }
+    case ring::kSlotCode: {
+      const auto* rec = reinterpret_cast<const ring::CodeRecord*>(first);
+      if (size_t(rec->name_bytes) + rec->file_bytes > available) return false;
+      const char* text = reinterpret_cast<const char*>(words);
+      sink.on_code(rec->code, std::string(text, rec->name_bytes), std::string(text + rec->name_bytes, rec->file_bytes));
+      return true;
+    }
+    default:
+      return false;
+  }
+}
+
+size_t RingConsumer::drain(RecordSink& sink, bool producer_gone) {
   ring::RingHeader* h = ring_.header;
   const uint64_t slots = h->slot_count;
   uint64_t tail = h->tail.load(std::memory_order_relaxed);
   uint64_t head = h->head.load(std::memory_order_acquire);
   // The header is the traced process's memory: never trust it further than the ring's size.
   if (head - tail > slots) head = tail + slots;
-  size_t taken = 0;
+  size_t events = 0, taken = 0;
+  unsigned char first[ring::kSlotBytes];
   while (tail < head) {
-    auto* rec = reinterpret_cast<ring::EventRecord*>(ring::slot_at(ring_, tail));
-    uint32_t state = rec->state.load(std::memory_order_acquire);
-    uint32_t n = ring::state_slots(state);
-    if (ring::state_type(state) == ring::kSlotEvent && n >= 1 && n <= head - tail) {
-      out.push_back(RawEvent{rec->api, rec->kind, rec->device, rec->result, rec->tid, rec->seq, rec->t_ns, rec->addr,
-                             rec->size, rec->stream, rec->aux, rec->caller});
+    auto* state = reinterpret_cast<std::atomic<uint32_t>*>(ring::slot_at(ring_, tail));
+    uint32_t s = state->load(std::memory_order_acquire);
+    uint32_t type = ring::state_type(s), n = ring::state_slots(s);
+    bool record = type == ring::kSlotEvent || type == ring::kSlotModule || type == ring::kSlotCode;
+    if (record && n >= 1 && n <= head - tail) {
+      std::memcpy(first, ring::slot_at(ring_, tail), ring::kSlotBytes);
+      if (!deliver(first, n, tail, sink)) ++malformed_;
+      else if (type == ring::kSlotEvent) ++events;
       for (uint32_t i = 0; i < n; ++i)
-        reinterpret_cast<ring::EventRecord*>(ring::slot_at(ring_, tail + i))
-            ->state.store(ring::kSlotFree, std::memory_order_relaxed);
+        reinterpret_cast<std::atomic<uint32_t>*>(ring::slot_at(ring_, tail + i))
+            ->store(ring::kSlotFree, std::memory_order_relaxed);
       tail += n;
-      ++taken;
     } else if (producer_gone) {
-      rec->state.store(ring::kSlotFree, std::memory_order_relaxed);
-      if (ring::state_type(state) != ring::kSlotContinuation) ++incomplete_;
+      state->store(ring::kSlotFree, std::memory_order_relaxed);
+      if (type != ring::kSlotContinuation) ++incomplete_;
       tail += 1;
     } else {
       break;  // a writer is still filling this slot
     }
-    if ((taken & 63) == 0) h->tail.store(tail, std::memory_order_release);
+    if ((++taken & 63) == 0) h->tail.store(tail, std::memory_order_release);
   }
   h->tail.store(tail, std::memory_order_release);
-  return taken;
+  return events;
 }
 
 void RingConsumer::take_dropped(std::vector<uint64_t>& out) {

@@ -2,26 +2,41 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "memtrace/ring.h"
 
 namespace memtrace {
 
-// A record copied out of shared memory, so the producer can reuse its slot.
+// An event copied out of shared memory, so the producer can reuse its slots.
 struct RawEvent {
-  uint16_t api;
-  uint8_t kind;
-  int32_t device;
-  int32_t result;
-  uint32_t tid;
-  uint64_t seq;
-  uint64_t t_ns;
-  uint64_t addr;
-  uint64_t size;
-  uint64_t stream;
-  uint64_t aux;
-  uint64_t caller;
+  uint16_t api = 0;
+  uint8_t kind = 0;
+  uint8_t python_state = 0;
+  bool stack_truncated = false;
+  int32_t device = -1;
+  int32_t result = 0;
+  uint32_t tid = 0;
+  uint64_t seq = 0;
+  uint64_t t_ns = 0;
+  uint64_t addr = 0;
+  uint64_t size = 0;
+  uint64_t stream = 0;
+  uint64_t aux = 0;
+  uint64_t caller = 0;
+  uint64_t stack_id = 0;  // filled in by the collector once the stack is interned
+};
+
+// What a drained ring hands over, record by record, in ring order.
+class RecordSink {
+ public:
+  virtual ~RecordSink() = default;
+  // NATIVE: return addresses, innermost first; PYTHON: (code object, line) pairs.
+  virtual void on_event(RawEvent& event, const uint64_t* native, size_t native_count, const uint64_t* python,
+                        size_t python_count) = 0;
+  virtual void on_module(uint64_t bias, uint64_t start, uint64_t end, std::string path) = 0;
+  virtual void on_code(uint64_t code, std::string name, std::string file) = 0;
 };
 
 class RingConsumer {
@@ -31,18 +46,24 @@ class RingConsumer {
   RingConsumer(const RingConsumer&) = delete;
   RingConsumer& operator=(const RingConsumer&) = delete;
 
-  // Appends the published records to OUT. When PRODUCER_GONE, slots that will never be
-  // published (their writer died) are stepped over and counted.
-  size_t drain(std::vector<RawEvent>& out, bool producer_gone);
+  // Hands every published record to SINK; returns how many events there were. When
+  // PRODUCER_GONE, slots that will never be published (their writer died) are stepped over and
+  // counted.
+  size_t drain(RecordSink& sink, bool producer_gone);
 
   uint64_t incomplete_records() const { return incomplete_; }
+  uint64_t malformed_records() const { return malformed_; }
   uint64_t dropped_events() const { return ring_.header->dropped_events.load(std::memory_order_acquire); }
   // Sequence numbers of events the producer dropped, from the first not yet taken.
   void take_dropped(std::vector<uint64_t>& out);
 
  private:
+  bool deliver(const unsigned char* first, uint32_t slots, uint64_t tail, RecordSink& sink);
+
   ring::Mapping ring_;
+  std::vector<unsigned char> payload_;
   uint64_t incomplete_ = 0;
+  uint64_t malformed_ = 0;
   uint64_t dropped_taken_ = 0;
 };
 

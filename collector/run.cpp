@@ -133,6 +133,7 @@ class Collector {
   pid_t child_;
   uint64_t origin_mono_, origin_unix_;
   ControlSocket& control_;
+  Symbolizer symbolizer_;  // shared: processes of one run load the same libraries
   std::vector<std::unique_ptr<TracedProcess>> processes_;
   std::map<int, int> images_;  // pid -> traces made for it so far
   std::vector<ProcessReport> reports_;
@@ -182,7 +183,7 @@ void Collector::welcome() {
     header.set_exec_index(static_cast<uint32_t>(images_[intro->pid] - 1));
     writer->write_header(header);
     auto process =
-        std::make_unique<TracedProcess>(intro->pid, intro->socket, intro->ring, std::move(writer), origin_mono_);
+        std::make_unique<TracedProcess>(intro->pid, intro->socket, intro->ring, std::move(writer), origin_mono_, symbolizer_);
     process->command.assign(header.command().begin(), header.command().end());
     if (ControlSocket::welcome(*intro)) processes_.push_back(std::move(process));
   }
@@ -318,6 +319,10 @@ int run_command(const RunOptions& options) {
   for (char** e = environ; *e; ++e) env.emplace_back(*e);
   set_env(env, "LD_PRELOAD", injector.string(), true);
   set_env(env, "MEMTRACE_SOCKET", control->path());
+  if (options.python_stacks) set_env(env, "PYTHONPATH", (libs / "python").string(), true);  // the shim
+  set_env(env, "MEMTRACE_STACK_DEPTH", std::to_string(options.stack_depth));
+  set_env(env, "MEMTRACE_NATIVE_STACKS", options.native_stacks ? "1" : "0");
+  set_env(env, "MEMTRACE_PYTHON_STACKS", options.python_stacks ? "1" : "0");
   if (options.sim) {
     set_env(env, "LD_LIBRARY_PATH", sim.string(), true);
     if (options.sim_capacity) set_env(env, "MEMTRACE_SIM_CAPACITY", std::to_string(*options.sim_capacity));

@@ -5,8 +5,13 @@
 namespace memtrace {
 
 TracedProcess::TracedProcess(int pid, int socket, ring::Mapping ring, std::unique_ptr<TraceWriter> writer,
-                             uint64_t origin_ns)
-    : pid_(pid), socket_(socket), ring_(ring), writer_(std::move(writer)), origin_ns_(origin_ns), modules_(pid) {}
+                             uint64_t origin_ns, Symbolizer& symbolizer)
+    : pid_(pid),
+      socket_(socket),
+      ring_(ring),
+      writer_(std::move(writer)),
+      origin_ns_(origin_ns),
+      stacks_(symbolizer, *writer_) {}
 
 TracedProcess::~TracedProcess() {
   if (socket_ >= 0) ::close(socket_);
@@ -28,29 +33,34 @@ void TracedProcess::record(const RawEvent& raw) {
   e.size = raw.size;
   e.aux = raw.aux;
   e.result = raw.result;
-  if (raw.caller) {
-    auto [it, fresh] = stack_of_caller_.try_emplace(raw.caller, 0);
-    if (fresh) {
-      std::string module;
-      uint64_t offset = 0;
-      modules_.resolve(raw.caller, module, offset);
-      it->second = writer_->intern_stack({writer_->intern_frame(raw.caller, module, offset)});
-    }
-    e.stack_id = it->second;
-  }
+  e.stack_id = raw.stack_id;
   writer_->add(e);
   summary_.add(replay_.apply(e));
 }
 
+// Stacks are resolved as records arrive, in ring order: the modules and code objects they name
+// were reported before them, and a library unloaded later cannot change what they meant.
+void TracedProcess::on_event(RawEvent& event, const uint64_t* native, size_t native_count, const uint64_t* python,
+                             size_t python_count) {
+  event.stack_id =
+      stacks_.intern(native, native_count, python, python_count, event.python_state, event.stack_truncated);
+  sequencer_.push(event, [this](const RawEvent& e) { record(e); });
+}
+
+void TracedProcess::on_module(uint64_t bias, uint64_t start, uint64_t end, std::string path) {
+  stacks_.add_module(bias, start, end, std::move(path));
+}
+
+void TracedProcess::on_code(uint64_t code, std::string name, std::string file) {
+  stacks_.add_code(code, std::move(name), std::move(file));
+}
+
 size_t TracedProcess::drain() {
-  batch_.clear();
-  size_t n = ring_.drain(batch_, ended_);
   auto emit = [this](const RawEvent& e) { record(e); };
   dropped_.clear();
   ring_.take_dropped(dropped_);
   for (uint64_t seq : dropped_) sequencer_.skip(seq, emit);
-  for (const RawEvent& e : batch_) sequencer_.push(e, emit);
-  return n;
+  return ring_.drain(*this, ended_);
 }
 
 void TracedProcess::mark_ended() {

@@ -13,14 +13,16 @@
 #include "memtrace/analysis/replay.h"
 #include "memtrace/analysis/report.h"
 #include "memtrace/format/trace_writer.h"
-#include "module_map.h"
 #include "ring_consumer.h"
+#include "stack_builder.h"
+#include "symbolizer.h"
 
 namespace memtrace {
 
-class TracedProcess {
+class TracedProcess : private RecordSink {
  public:
-  TracedProcess(int pid, int socket, ring::Mapping ring, std::unique_ptr<TraceWriter> writer, uint64_t origin_ns);
+  TracedProcess(int pid, int socket, ring::Mapping ring, std::unique_ptr<TraceWriter> writer, uint64_t origin_ns,
+                Symbolizer& symbolizer);
   ~TracedProcess();
 
   int pid() const { return pid_; }
@@ -44,6 +46,10 @@ class TracedProcess {
 
  private:
   void record(const RawEvent& raw);
+  void on_event(RawEvent& event, const uint64_t* native, size_t native_count, const uint64_t* python,
+                size_t python_count) override;
+  void on_module(uint64_t bias, uint64_t start, uint64_t end, std::string path) override;
+  void on_code(uint64_t code, std::string name, std::string file) override;
 
   int pid_;
   int socket_;
@@ -51,9 +57,7 @@ class TracedProcess {
   std::unique_ptr<TraceWriter> writer_;
   uint64_t origin_ns_;
   EventSequencer sequencer_;
-  ModuleMap modules_;
-  std::unordered_map<uint64_t, uint64_t> stack_of_caller_;
-  std::vector<RawEvent> batch_;
+  StackBuilder stacks_;
   std::vector<uint64_t> dropped_;
   uint64_t last_t_ = 0;
   Replay replay_;

@@ -133,6 +133,7 @@ bool TraceReader::take_chunk() {
           }
         }
         stacks_.emplace_back(s.frame_ids().begin(), s.frame_ids().end());
+        stack_flags_.push_back(s.flags());
       }
       return true;
     case pb::Chunk::kEvents: return decode_events(chunk_.events());
@@ -217,5 +218,7 @@ const pb::Frame* TraceReader::frame(uint64_t id) const {
 const std::vector<uint64_t>* TraceReader::stack(uint64_t id) const {
   return id < stacks_.size() ? &stacks_[id] : nullptr;
 }
+
+uint32_t TraceReader::stack_flags(uint64_t id) const { return id < stack_flags_.size() ? stack_flags_[id] : 0; }
 
 }  // namespace memtrace

@@ -82,27 +82,37 @@ uint64_t TraceWriter::intern_string(std::string_view value) {
   return it->second;
 }
 
-uint64_t TraceWriter::intern_frame(uint64_t address, std::string_view module, uint64_t offset) {
-  std::string key(reinterpret_cast<const char*>(&address), sizeof address);
-  key.append(module);
+uint64_t TraceWriter::intern_frame(const FrameInfo& f) {
+  std::string key;
+  key.reserve(40 + f.module.size() + f.function.size() + f.file.size());
+  for (uint64_t v : {uint64_t(f.python), f.address, f.offset, uint64_t(f.line), uint64_t(f.inlined)})
+    key.append(reinterpret_cast<const char*>(&v), sizeof v);
+  for (std::string_view part : {f.module, f.function, f.file}) key.append(part).push_back('\0');
   auto [it, inserted] = frames_.try_emplace(std::move(key), frames_.size() + 1);
   if (inserted) {
     pb::Frame* frame = pending_frames_.add_frames();
     frame->set_id(it->second);
-    frame->set_address(address);
-    if (!module.empty()) frame->set_module(intern_string(module));
-    frame->set_offset(offset);
+    frame->set_address(f.address);
+    if (!f.module.empty()) frame->set_module(intern_string(f.module));
+    frame->set_offset(f.offset);
+    if (!f.function.empty()) frame->set_function(intern_string(f.function));
+    if (!f.file.empty()) frame->set_file(intern_string(f.file));
+    frame->set_line(f.line);
+    frame->set_frame_kind(f.python ? 1 : 0);
+    frame->set_inlined(f.inlined);
   }
   return it->second;
 }
 
-uint64_t TraceWriter::intern_stack(const std::vector<uint64_t>& frame_ids) {
+uint64_t TraceWriter::intern_stack(const std::vector<uint64_t>& frame_ids, uint32_t flags) {
   std::string key(reinterpret_cast<const char*>(frame_ids.data()), frame_ids.size() * sizeof(uint64_t));
+  key.append(reinterpret_cast<const char*>(&flags), sizeof flags);
   auto [it, inserted] = stacks_.try_emplace(std::move(key), stacks_.size() + 1);
   if (inserted) {
     pb::Stack* stack = pending_stacks_.add_stacks();
     stack->set_id(it->second);
     for (uint64_t id : frame_ids) stack->add_frame_ids(id);
+    stack->set_flags(flags);
   }
   return it->second;
 }

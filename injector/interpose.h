@@ -67,13 +67,21 @@ class Call {
     }
   }
 
-  // Records the call with its result; leaves errno as the real call left it.
+  // Records the call with its result, and for an allocation (failed ones too) its stack; leaves
+  // errno as the real call left it.
   void finish(int result) {
     if (!active_) return;
     int saved_errno = errno;
     record.result = result;
-    if (!stamped_) stamp(record);  // allocations: after the real call returned the address
-    publish(record);
+    if (api_info(record.api).op == Op::kAlloc) {
+      StackCapture stack;
+      capture_stack(stack_options(), record.caller, stack);
+      stamp(record);  // after the real call returned the address, and after the stack walk
+      publish(record, &stack);
+    } else {
+      if (!stamped_) stamp(record);
+      publish(record, nullptr);
+    }
     errno = saved_errno;
   }
 

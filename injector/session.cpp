@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <ctime>
 
 #include "memtrace/ring.h"
@@ -27,6 +28,7 @@ std::atomic<int> g_state{kUninit};
 ring::Mapping g_ring;
 int g_socket = -1;
 uint64_t g_max_stall_ns = 10'000'000'000ull;
+StackOptions g_stack_options;
 // Set once a publish gave up after the full stall bound; later publishes then do not wait again
 // until the ring has room, so a stopped collector costs the program one stall, not one per event.
 std::atomic<bool> g_stalled{false};
@@ -82,6 +84,9 @@ bool connect_to_collector() {
   if (!path || !*path) return false;
   if (const char* s = std::getenv("MEMTRACE_MAX_STALL_MS"))
     g_max_stall_ns = std::strtoull(s, nullptr, 10) * 1'000'000ull;
+  if (const char* s = std::getenv("MEMTRACE_STACK_DEPTH")) g_stack_options.depth = std::atoi(s);
+  if (const char* s = std::getenv("MEMTRACE_NATIVE_STACKS")) g_stack_options.native = std::strcmp(s, "0") != 0;
+  if (const char* s = std::getenv("MEMTRACE_PYTHON_STACKS")) g_stack_options.python = std::strcmp(s, "0") != 0;
 
   const size_t data_bytes = ring_data_bytes();
   const size_t total = ring::kHeaderBytes + data_bytes;
@@ -136,6 +141,8 @@ void forget_parent_session() {
   if (state == kActive || state == kStarting) g_state.store(kUninit, std::memory_order_relaxed);
   g_stalled.store(false, std::memory_order_relaxed);
   t_tid = 0;
+  forget_described_code();
+  forget_reported_modules();
 }
 
 __attribute__((constructor)) void install_fork_handler() { ::pthread_atfork(nullptr, nullptr, forget_parent_session); }
@@ -152,14 +159,14 @@ void count_dropped(uint64_t seq) {
   h->dropped_events.fetch_add(1, std::memory_order_release);
 }
 
-bool reserve_slot(uint64_t& index) {
+bool reserve_slots(uint32_t slots, uint64_t& index) {
   ring::RingHeader* h = g_ring.header;
   uint64_t head = h->head.load(std::memory_order_relaxed);
   uint64_t deadline = 0;
   for (;;) {
     uint64_t tail = h->tail.load(std::memory_order_acquire);
-    if (head - tail < h->slot_count) {
-      if (h->head.compare_exchange_weak(head, head + 1, std::memory_order_acq_rel, std::memory_order_relaxed)) {
+    if (head + slots - tail <= h->slot_count) {
+      if (h->head.compare_exchange_weak(head, head + slots, std::memory_order_acq_rel, std::memory_order_relaxed)) {
         index = head;
         if (g_stalled.load(std::memory_order_relaxed)) g_stalled.store(false, std::memory_order_relaxed);
         return true;
@@ -198,6 +205,7 @@ bool session_active() {
   if (state == kUninit && g_state.compare_exchange_strong(state, kStarting, std::memory_order_acq_rel)) {
     bool ok = connect_to_collector();
     g_state.store(ok ? kActive : kDisabled, std::memory_order_release);
+    if (ok) report_new_modules();  // before any event, so every frame finds its module
     return ok;
   }
   // Another thread is connecting: wait for it (it makes no call that could wait on us).
@@ -210,28 +218,94 @@ void stamp(CallRecord& record) {
   record.t_ns = monotonic_ns();
 }
 
-void publish(const CallRecord& r) {
+namespace {
+
+// Writes a record into SLOTS reserved slots from INDEX: the payload into the continuation
+// slots first, then the first slot, whose state is published last.
+void write_record(uint64_t index, uint32_t type, uint32_t slots, const void* first, const void* payload,
+                  size_t payload_bytes) {
+  auto* bytes = static_cast<const unsigned char*>(payload);
+  for (uint32_t i = 1; i < slots; ++i) {
+    unsigned char* slot = ring::slot_at(g_ring, index + i);
+    size_t offset = (i - 1) * ring::kContinuationBytes;
+    size_t n = payload_bytes - offset < ring::kContinuationBytes ? payload_bytes - offset : ring::kContinuationBytes;
+    std::memcpy(slot + 8, bytes + offset, n);
+    reinterpret_cast<std::atomic<uint32_t>*>(slot)->store(ring::kSlotContinuation, std::memory_order_relaxed);
+  }
+  unsigned char* slot = ring::slot_at(g_ring, index);
+  std::memcpy(slot + 4, static_cast<const unsigned char*>(first) + 4, ring::kSlotBytes - 4);
+  reinterpret_cast<std::atomic<uint32_t>*>(slot)->store(ring::make_state(type, slots), std::memory_order_release);
+}
+
+// Module and code descriptions: dropped silently if the ring stays full (the frames that need
+// them then show addresses only); they never hold the program up longer than an event would.
+void publish_description(uint32_t type, const void* first, std::string_view a, std::string_view b) {
   if (g_state.load(std::memory_order_acquire) != kActive) return;
+  std::string payload;
+  payload.reserve(a.size() + b.size());
+  payload.append(a).append(b);
+  uint32_t slots = ring::slots_for(payload.size());
+  if (slots > ring::kMaxSlots) return;
   uint64_t index;
-  if (!reserve_slot(index)) {
+  if (reserve_slots(slots, index)) write_record(index, type, slots, first, payload.data(), payload.size());
+}
+
+}  // namespace
+
+void publish_code(uint64_t code, std::string_view name, std::string_view file) {
+  ring::CodeRecord rec{};
+  rec.name_bytes = static_cast<uint32_t>(name.size());
+  rec.code = code;
+  rec.file_bytes = static_cast<uint32_t>(file.size());
+  publish_description(ring::kSlotCode, &rec, name, file);
+}
+
+void publish_module(uint64_t bias, uint64_t start, uint64_t end, std::string_view path) {
+  ring::ModuleRecord rec{};
+  rec.path_bytes = static_cast<uint32_t>(path.size());
+  rec.bias = bias;
+  rec.start = start;
+  rec.end = end;
+  publish_description(ring::kSlotModule, &rec, path, {});
+}
+
+const StackOptions& stack_options() { return g_stack_options; }
+
+void publish(const CallRecord& r, const StackCapture* stack) {
+  if (g_state.load(std::memory_order_acquire) != kActive) return;
+  ring::EventRecord rec;
+  rec.api = static_cast<uint16_t>(r.api);
+  rec.kind = static_cast<uint8_t>(r.kind);
+  rec.python_state = stack ? stack->python_state : 0;
+  rec.device = r.device;
+  rec.result = r.result;
+  rec.tid = current_tid();
+  rec.native_frames = stack ? stack->native_count : 0;
+  rec.python_frames = stack ? stack->python_count : 0;
+  rec.seq = r.seq;
+  rec.t_ns = r.t_ns;
+  rec.addr = r.addr;
+  rec.size = r.size;
+  rec.stream = r.stream;
+  rec.aux = r.aux;
+  rec.caller = r.caller;
+  rec.stack_truncated = stack && stack->truncated;
+  // The payload: native addresses, then (code, line) pairs, gathered into one run of words.
+  uint64_t words[kMaxNativeFrames + 2 * kMaxPythonFrames];
+  size_t count = 0;
+  if (stack) {
+    std::memcpy(words, stack->native, stack->native_count * sizeof(uint64_t));
+    count = stack->native_count;
+    std::memcpy(words + count, stack->python, 2 * stack->python_count * sizeof(uint64_t));
+    count += 2 * stack->python_count;
+  }
+  uint32_t slots = ring::slots_for(count * sizeof(uint64_t));
+  uint64_t index;
+  if (!reserve_slots(slots, index)) {
     if (g_state.load(std::memory_order_relaxed) == kActive) count_dropped(r.seq);
     return;
   }
-  auto* rec = reinterpret_cast<ring::EventRecord*>(ring::slot_at(g_ring, index));
-  rec->api = static_cast<uint16_t>(r.api);
-  rec->kind = static_cast<uint8_t>(r.kind);
-  rec->flags = 0;
-  rec->device = r.device;
-  rec->result = r.result;
-  rec->tid = current_tid();
-  rec->seq = r.seq;
-  rec->t_ns = r.t_ns;
-  rec->addr = r.addr;
-  rec->size = r.size;
-  rec->stream = r.stream;
-  rec->aux = r.aux;
-  rec->caller = r.caller;
-  rec->state.store(ring::make_state(ring::kSlotEvent, 1), std::memory_order_release);
+  write_record(index, ring::kSlotEvent, slots, &rec, words, count * sizeof(uint64_t));
 }
 
 }  // namespace memtrace::inject

@@ -3,8 +3,10 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "memtrace/format/api.h"
+#include "stack_capture.h"
 
 namespace memtrace::inject {
 
@@ -29,9 +31,22 @@ bool session_active();
 // Takes the event's place in the causal order: its sequence number and timestamp.
 void stamp(CallRecord& record);
 
-// Hands a stamped record to the collector. Waits a bounded time if the ring is full; counts the
-// event as dropped if it cannot be delivered.
-void publish(const CallRecord& record);
+// Hands a stamped record, and its stack if it has one, to the collector. Waits a bounded time
+// if the ring is full; counts the event as dropped if it cannot be delivered.
+void publish(const CallRecord& record, const StackCapture* stack);
+
+// Describes a Python code object (python_stack.cpp) and the loaded modules (modules.cpp).
+void publish_code(uint64_t code, std::string_view name, std::string_view file);
+void publish_module(uint64_t bias, uint64_t start, uint64_t end, std::string_view path);
+
+// How stacks are taken in this process (from memtrace run's options).
+const StackOptions& stack_options();
+
+// Tells the collector about every module loaded now that it has not heard of (modules.cpp);
+// ensure_... does so only when one of ADDRESSES lies outside the modules already reported.
+void report_new_modules();
+void ensure_modules_reported(const uint64_t* addresses, int count);
+void forget_reported_modules();
 
 uint64_t monotonic_ns();
 

@@ -62,14 +62,49 @@ Result run(const std::vector<std::string>& argv, const std::vector<std::string>&
   return r;
 }
 
-Result run_sample(const std::string& dir, const std::string& sample, const std::vector<std::string>& args,
+Result run_traced(const std::string& dir, const std::vector<std::string>& command,
                   const std::vector<std::string>& memtrace_options) {
   std::vector<std::string> argv{kMemtrace, "run", "--sim", "-o", dir + "/traces"};
   argv.insert(argv.end(), memtrace_options.begin(), memtrace_options.end());
   argv.push_back("--");
-  argv.push_back(sample_path(sample));
-  argv.insert(argv.end(), args.begin(), args.end());
+  argv.insert(argv.end(), command.begin(), command.end());
   return run(argv, {"MEMTRACE_SIM_LEDGER=" + dir + "/ledger-%p.txt"});
+}
+
+Result run_sample(const std::string& dir, const std::string& sample, const std::vector<std::string>& args,
+                  const std::vector<std::string>& memtrace_options) {
+  std::vector<std::string> command{sample_path(sample)};
+  command.insert(command.end(), args.begin(), args.end());
+  return run_traced(dir, command, memtrace_options);
+}
+
+std::string python_sample_path(const std::string& script) { return std::string(MEMTRACE_PYTHON_SAMPLES) + "/" + script; }
+
+std::vector<std::string> python_sample(const std::string& script, const std::vector<std::string>& args) {
+  std::vector<std::string> command{MEMTRACE_PYTHON, python_sample_path(script)};
+  command.insert(command.end(), args.begin(), args.end());
+  return command;
+}
+
+uint32_t marked_line(const std::string& source, const std::string& mark) {
+  std::ifstream in(source);
+  std::string line;
+  for (uint32_t number = 1; std::getline(in, line); ++number) {
+    size_t at = line.find("memtrace-test: " + mark);
+    if (at != std::string::npos && line.size() == at + 15 + mark.size()) return number;
+  }
+  ADD_FAILURE() << "no line marked 'memtrace-test: " << mark << "' in " << source;
+  return 0;
+}
+
+std::vector<nlohmann::json> exported_events(const std::string& dir) {
+  Result r = run({kMemtrace, "export", "--format", "jsonl", dir + "/traces"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  std::vector<nlohmann::json> events;
+  std::istringstream in(r.out);
+  std::string line;
+  while (std::getline(in, line)) events.push_back(nlohmann::json::parse(line));
+  return events;
 }
 
 std::map<int, Ledger> read_ledgers(const std::string& dir) {

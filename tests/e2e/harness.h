@@ -18,9 +18,21 @@ struct Result {
 // Runs ARGV with the extra environment ENV ("NAME=value"), capturing its output.
 Result run(const std::vector<std::string>& argv, const std::vector<std::string>& env = {});
 
-// `memtrace run --sim -o DIR [EXTRA...] -- SAMPLE ARGS...`, with a ledger per process in DIR.
+// `memtrace run --sim -o DIR/traces [OPTIONS...] -- COMMAND...`, with a ledger per process in DIR.
+Result run_traced(const std::string& dir, const std::vector<std::string>& command,
+                  const std::vector<std::string>& memtrace_options = {});
+// The same for one of the C++ samples.
 Result run_sample(const std::string& dir, const std::string& sample, const std::vector<std::string>& args = {},
                   const std::vector<std::string>& memtrace_options = {});
+// The command that runs a Python sample.
+std::vector<std::string> python_sample(const std::string& script, const std::vector<std::string>& args = {});
+std::string python_sample_path(const std::string& script);
+
+// The line of SOURCE marked `memtrace-test: MARK`; fails the test when there is none.
+uint32_t marked_line(const std::string& source, const std::string& mark);
+
+// Every line of `memtrace export --format jsonl` for the traces in DIR/traces.
+std::vector<nlohmann::json> exported_events(const std::string& dir);
 
 struct LedgerApi {
   uint64_t calls = 0, failed = 0, bytes = 0;

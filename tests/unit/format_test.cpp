@@ -52,7 +52,12 @@ std::string write_trace(const std::string& name, const std::vector<Event>& event
   header.add_command("./train");
   header.add_command("--steps");
   writer->write_header(header);
-  uint64_t frame = writer->intern_frame(0x401000, "/bin/train", 0x1000);
+  FrameInfo info;
+  info.address = 0x401000;
+  info.module = "/bin/train";
+  info.offset = 0x1000;
+  info.function = "train_step";
+  uint64_t frame = writer->intern_frame(info);
   uint64_t stack = writer->intern_stack({frame});
   for (Event e : events) {
     e.stack_id = stack;

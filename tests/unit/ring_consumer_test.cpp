@@ -14,6 +14,13 @@ namespace {
 
 using namespace memtrace;
 
+struct Collected : RecordSink {
+  std::vector<RawEvent> events;
+  void on_event(RawEvent& e, const uint64_t*, size_t, const uint64_t*, size_t) override { events.push_back(e); }
+  void on_module(uint64_t, uint64_t, uint64_t, std::string) override {}
+  void on_code(uint64_t, std::string, std::string) override {}
+};
+
 struct TestRing {
   ring::Mapping producer;
   std::unique_ptr<RingConsumer> consumer;
@@ -56,12 +63,12 @@ TEST(RingConsumer, ManyWritersEveryRecordOnce) {
       }
     });
   std::vector<bool> seen(kThreads * kPerThread, false);
-  std::vector<RawEvent> out;
+  Collected out;
   uint64_t received = 0;
   while (received < kThreads * kPerThread) {
-    out.clear();
+    out.events.clear();
     ring.consumer->drain(out, false);
-    for (const RawEvent& e : out) {
+    for (const RawEvent& e : out.events) {
       ASSERT_LT(e.seq, seen.size());
       ASSERT_FALSE(seen[e.seq]) << "record " << e.seq << " arrived twice";
       ASSERT_EQ(e.size, e.seq * 3) << "record " << e.seq << " arrived torn";
@@ -78,12 +85,12 @@ TEST(RingConsumer, StepsOverWhatADeadWriterLeft) {
   ring.publish(0);
   ring.publish(1, /*commit=*/false);  // the writer died here
   ring.publish(2);
-  std::vector<RawEvent> out;
+  Collected out;
   ring.consumer->drain(out, false);
-  ASSERT_EQ(out.size(), 1u);  // waits behind the unpublished slot while the process lives
+  ASSERT_EQ(out.events.size(), 1u);  // waits behind the unpublished slot while the process lives
   ring.consumer->drain(out, true);
-  ASSERT_EQ(out.size(), 2u);
-  EXPECT_EQ(out[1].seq, 2u);
+  ASSERT_EQ(out.events.size(), 2u);
+  EXPECT_EQ(out.events[1].seq, 2u);
   EXPECT_EQ(ring.consumer->incomplete_records(), 1u);
 }
 

@@ -32,10 +32,15 @@ inline constexpr size_t kHeaderBytes = 4096;
 inline constexpr size_t kDefaultDataBytes = 8u << 20;
 inline constexpr size_t kDroppedLogSize = 256;
 
-// Slot states. A record is one or more slots; only its first slot says how many.
+// Slot states. A record is one or more slots; only its first slot says how many. The later
+// (continuation) slots each carry kContinuationBytes of the record's payload after their state.
 inline constexpr uint32_t kSlotFree = 0;
 inline constexpr uint32_t kSlotEvent = 0x45;         // low byte; slot count in bits 8..15
+inline constexpr uint32_t kSlotModule = 0x4D;        // a loaded module's executable range
+inline constexpr uint32_t kSlotCode = 0x50;          // a Python code object's names
 inline constexpr uint32_t kSlotContinuation = 0x43;  // a later slot of a multi-slot record
+inline constexpr size_t kContinuationBytes = kSlotBytes - 8;
+inline constexpr uint32_t kMaxSlots = 255;
 
 inline constexpr uint32_t make_state(uint32_t type, uint32_t slots) { return type | (slots << 8); }
 inline constexpr uint32_t state_type(uint32_t state) { return state & 0xFF; }
@@ -61,16 +66,25 @@ static_assert(sizeof(RingHeader) <= kHeaderBytes);
 static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free,
               "ring atomics must be lock-free to work across processes");
 
-// One event; exactly one slot.
+// What an event's Python frames are.
+enum PythonState : uint8_t {
+  kNoPython = 0,        // no Python interpreter in the process (or Python stacks are off)
+  kPythonFrames = 1,    // the thread held the GIL: its Python frames follow
+  kPythonNoGil = 2,     // Python runs, but this thread did not hold the GIL: frames unknown
+};
+
+// One event. Its payload: native_frames return addresses (innermost first), then python_frames
+// pairs of (code object, line number), innermost first.
 struct EventRecord {
   std::atomic<uint32_t> state;
   uint16_t api;   // memtrace::Api
   uint8_t kind;   // memtrace::MemKind
-  uint8_t flags;  // reserved
+  uint8_t python_state;
   int32_t device;
   int32_t result;
   uint32_t tid;
-  uint32_t reserved0;
+  uint16_t native_frames;
+  uint16_t python_frames;
   uint64_t seq;
   uint64_t t_ns;  // CLOCK_MONOTONIC
   uint64_t addr;
@@ -78,9 +92,39 @@ struct EventRecord {
   uint64_t stream;
   uint64_t aux;
   uint64_t caller;  // return address of the call into the CUDA API
-  uint64_t reserved1[6];
+  uint8_t stack_truncated;  // the native stack was deeper than the limit
+  uint8_t reserved1[47];
 };
 static_assert(sizeof(EventRecord) == kSlotBytes);
+
+// A module (executable or shared library) mapped into the process: addresses in [start, end)
+// belong to it at ELF virtual address (address - bias). Payload: its path.
+struct ModuleRecord {
+  std::atomic<uint32_t> state;
+  uint32_t path_bytes;
+  uint64_t bias;
+  uint64_t start;
+  uint64_t end;
+  uint8_t reserved[96];
+};
+static_assert(sizeof(ModuleRecord) == kSlotBytes);
+
+// A Python code object seen in a stack for the first time. Payload: its (qualified) name, then
+// its file name.
+struct CodeRecord {
+  std::atomic<uint32_t> state;
+  uint32_t name_bytes;
+  uint64_t code;
+  uint32_t file_bytes;
+  uint32_t first_line;
+  uint8_t reserved[104];
+};
+static_assert(sizeof(CodeRecord) == kSlotBytes);
+
+// Slots needed for a record whose payload is PAYLOAD bytes.
+inline constexpr uint32_t slots_for(size_t payload) {
+  return 1 + static_cast<uint32_t>((payload + kContinuationBytes - 1) / kContinuationBytes);
+}
 
 // The first message on the control socket, with the ring's memfd attached (SCM_RIGHTS).
 // The collector answers with one byte, kHelloAccepted, once it has mapped the ring.

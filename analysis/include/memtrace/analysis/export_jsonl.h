@@ -9,7 +9,8 @@ namespace memtrace {
 
 // Writes every event of TRACES to OUT. Returns false with ERROR set when a trace cannot be
 // opened; a cut or damaged trace exports what it holds and adds its problem to WARNINGS.
-bool export_jsonl(const std::vector<std::string>& traces, std::FILE* out, std::vector<std::string>& warnings,
-                  std::string& error);
+// An allocation carries "stack" (innermost first, CUDA frames on top cut unless KEEP_CUDA_FRAMES).
+bool export_jsonl(const std::vector<std::string>& traces, std::FILE* out, bool keep_cuda_frames,
+                  std::vector<std::string>& warnings, std::string& error);
 
 }  // namespace memtrace

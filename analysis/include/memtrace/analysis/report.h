@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "memtrace/analysis/replay.h"
+#include "memtrace/analysis/stacks.h"
 
 namespace memtrace {
 
@@ -20,13 +22,13 @@ struct ApiCounts {
 };
 
 struct SiteTotal {
-  Site site;
+  Site site;  // api, and the stack of one of its allocations
   uint64_t bytes = 0;
   uint64_t count = 0;
-  // The caller, once resolved against the trace's frames.
-  uint64_t address = 0;
-  std::string module;
-  uint64_t offset = 0;
+  // Filled in against the trace's tables: what names the site, and that stack as shown.
+  std::string location;
+  std::vector<FrameView> stack;
+  uint32_t stack_flags = 0;
 };
 
 struct DeviceReport {
@@ -56,10 +58,13 @@ struct ProcessReport {
   std::vector<DeviceReport> devices;  // by device ordinal
 };
 
-// Builds a ProcessReport from the replay of one process's events.
+// Builds a ProcessReport from the replay of one process's events. Sites are grouped by API and
+// by what SITE_KEY makes of their stack id (by default the stack itself).
 class ReportBuilder {
  public:
-  explicit ReportBuilder(size_t top_sites = 10) : top_sites_(top_sites) {}
+  using SiteKey = std::function<uint64_t(uint64_t stack_id)>;
+  explicit ReportBuilder(size_t top_sites = 10, SiteKey site_key = nullptr)
+      : top_sites_(top_sites), site_key_(std::move(site_key)) {}
   void add(const ReplayStep& step);
   // Fills the event-derived parts of REPORT (calls, devices, peaks, sites).
   void finish(ProcessReport& report);
@@ -68,6 +73,7 @@ class ReportBuilder {
   struct SiteLive {
     uint64_t bytes = 0;
     uint64_t count = 0;
+    uint64_t stack_id = 0;  // one stack of the site, to show
   };
   using SiteMap = std::unordered_map<Site, SiteLive, SiteHash>;
   struct DeviceState {
@@ -80,6 +86,7 @@ class ReportBuilder {
     SiteMap at_peak;
   };
   size_t top_sites_;
+  SiteKey site_key_;
   std::map<Api, ApiCounts> calls_;
   std::map<int32_t, DeviceState> devices_;
   uint64_t pinned_host_live_ = 0;

@@ -12,8 +12,8 @@ namespace memtrace {
 // The JSON contract of `memtrace report --json` (fields are added, never removed or renamed).
 nlohmann::json report_json(const std::vector<ProcessReport>& processes);
 std::string report_text(const std::vector<ProcessReport>& processes);
-// "train_loop+0x1a2b", or the bare address when the module is unknown.
-std::string site_location(const SiteTotal& site);
+// A stack as JSON: [{"kind","function","file","line","module",...}], innermost first.
+nlohmann::json stack_json(const std::vector<FrameView>& frames);
 std::string command_line(const std::vector<std::string>& command);
 
 }  // namespace memtrace

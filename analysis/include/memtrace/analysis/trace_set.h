@@ -13,9 +13,15 @@ namespace memtrace {
 // The trace files PATH names, in a stable order; empty with ERROR set when there are none.
 std::vector<std::string> find_traces(const std::string& path, std::string& error);
 
+struct ReportOptions {
+  size_t top_sites = 10;
+  SiteGrouping grouping = SiteGrouping::kUser;
+  bool keep_cuda_frames = false;
+};
+
 // Reads one trace through the replay into its report. Returns false with ERROR set when the
 // file is not a readable trace at all; a cut or damaged trace gives a report of what was read,
 // with `complete` false and `problem` saying why.
-bool analyze_trace(const std::string& path, size_t top_sites, ProcessReport& report, std::string& error);
+bool analyze_trace(const std::string& path, const ReportOptions& options, ProcessReport& report, std::string& error);
 
 }  // namespace memtrace

@@ -14,6 +14,9 @@ struct RunOptions {
   bool sim = false;
   std::optional<uint64_t> sim_capacity;
   std::optional<int> sim_devices;
+  int stack_depth = 64;
+  bool native_stacks = true;
+  bool python_stacks = true;
   std::vector<std::string> command;
 };
 

@@ -37,6 +37,7 @@ class TraceReader {
   std::string_view string(uint64_t id) const;
   const pb::Frame* frame(uint64_t id) const;
   const std::vector<uint64_t>* stack(uint64_t id) const;
+  uint32_t stack_flags(uint64_t id) const;
 
  private:
   TraceReader(std::FILE* file, std::string path);
@@ -56,6 +57,7 @@ class TraceReader {
   std::vector<std::string> strings_{""};  // id 0 is the empty string
   std::vector<pb::Frame> frames_{pb::Frame()};
   std::vector<std::vector<uint64_t>> stacks_{{}};
+  std::vector<uint32_t> stack_flags_{0};
   std::vector<Event> events_;
   size_t next_event_ = 0;
   std::optional<pb::Footer> footer_;

@@ -13,6 +13,18 @@
 
 namespace memtrace {
 
+// One frame of a stack, as the writer interns it.
+struct FrameInfo {
+  bool python = false;
+  uint64_t address = 0;  // native: the return address
+  std::string_view module;
+  uint64_t offset = 0;  // native: the ELF virtual address in the module
+  std::string_view function;
+  std::string_view file;
+  uint32_t line = 0;
+  bool inlined = false;
+};
+
 class TraceWriter {
  public:
   // Creates PATH with mode 0600, never over an existing file nor through a symbolic link.
@@ -24,8 +36,8 @@ class TraceWriter {
 
   void write_header(const pb::TraceHeader& header);
   uint64_t intern_string(std::string_view value);
-  uint64_t intern_frame(uint64_t address, std::string_view module, uint64_t offset);
-  uint64_t intern_stack(const std::vector<uint64_t>& frame_ids);
+  uint64_t intern_frame(const FrameInfo& frame);
+  uint64_t intern_stack(const std::vector<uint64_t>& frame_ids, uint32_t flags = 0);
   void add(const Event& event);
   // Writes what is buffered as whole chunks, so a reader sees it even if we die next.
   void flush();
@@ -50,8 +62,8 @@ class TraceWriter {
   std::string path_;
   std::string error_;
   std::unordered_map<std::string, uint64_t> strings_;
-  std::unordered_map<std::string, uint64_t> frames_;  // address and module -> frame id
-  std::unordered_map<std::string, uint64_t> stacks_;  // frame ids as bytes -> stack id
+  std::unordered_map<std::string, uint64_t> frames_;  // everything about the frame -> frame id
+  std::unordered_map<std::string, uint64_t> stacks_;  // frame ids and flags as bytes -> stack id
   pb::StringTable pending_strings_;
   pb::FrameTable pending_frames_;
   pb::StackTable pending_stacks_;

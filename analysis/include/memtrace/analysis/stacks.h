@@ -1,0 +1,55 @@
+// Stacks as people read them: frames resolved from a trace's tables, the frames of memtrace and
+// of the CUDA libraries cut from the top, and the innermost frame of the user's own code.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "memtrace/format/trace_reader.h"
+
+namespace memtrace {
+
+struct FrameView {
+  uint64_t id = 0;
+  bool python = false;
+  std::string function;
+  std::string file;
+  uint32_t line = 0;
+  std::string module;
+  uint64_t offset = 0;
+  uint64_t address = 0;
+  bool inlined = false;
+};
+
+// How report sites are grouped: by the innermost user frame (Python if there is one), by the
+// innermost Python frame, by the innermost native frame, or by the whole stack.
+enum class SiteGrouping { kUser, kPython, kNative, kStack };
+
+class StackView {
+ public:
+  StackView(const TraceReader& reader, bool keep_cuda_frames) : reader_(reader), keep_cuda_(keep_cuda_frames) {}
+
+  // The shown stack, innermost first.
+  std::vector<FrameView> frames(uint64_t stack_id) const;
+  uint32_t flags(uint64_t stack_id) const { return reader_.stack_flags(stack_id); }
+  // The frame a site is named by under GROUPING (none for kStack, or an empty stack).
+  std::optional<FrameView> site_frame(uint64_t stack_id, SiteGrouping grouping) const;
+  // What a site groups by: a frame id, or the stack id for kStack. Cached.
+  uint64_t site_key(uint64_t stack_id, SiteGrouping grouping);
+
+  FrameView frame(uint64_t frame_id) const;
+  static bool is_cuda_module(const std::string& module);
+
+ private:
+  const TraceReader& reader_;
+  bool keep_cuda_;
+  std::unordered_map<uint64_t, uint64_t> keys_;
+};
+
+// "train.py:88 in forward", "forward(int) at model.cpp:42", "libfoo.so+0x1a2b".
+std::string frame_label(const FrameView& frame);
+
+}  // namespace memtrace

@@ -1,0 +1,111 @@
+#include "stack_builder.h"
+
+#include <cstring>
+
+#include "memtrace.pb.h"
+#include "memtrace/ring.h"
+
+namespace memtrace {
+
+namespace {
+FrameInfo native_info(uint64_t address, std::string_view module, uint64_t offset) {
+  FrameInfo f;
+  f.address = address;
+  f.module = module;
+  f.offset = offset;
+  return f;
+}
+}  // namespace
+
+void StackBuilder::add_module(uint64_t bias, uint64_t start, uint64_t end, std::string path) {
+  // A library loaded where an unloaded one was: frames resolved from now on name the new one.
+  auto it = modules_.lower_bound(start);
+  while (it != modules_.end() && it->first < end) it = modules_.erase(it);
+  if (it != modules_.begin() && std::prev(it)->second.end > start) modules_.erase(std::prev(it));
+  modules_[start] = Module{end, bias, std::move(path)};
+  natives_.clear();  // addresses may now mean something else
+  stacks_.clear();
+}
+
+void StackBuilder::add_code(uint64_t code, std::string name, std::string file) {
+  code_[code] = {std::move(name), std::move(file)};
+}
+
+const StackBuilder::Native& StackBuilder::native_frame(uint64_t address) {
+  auto [it, fresh] = natives_.try_emplace(address);
+  if (!fresh) return it->second;
+  Native& n = it->second;
+  auto m = modules_.upper_bound(address);
+  if (m != modules_.begin() && address < std::prev(m)->second.end) {
+    const Module& module = std::prev(m)->second;
+    const uint64_t vaddr = address - module.bias;
+    const std::vector<SourceFrame>& frames = symbolizer_.symbolize(module.path, vaddr);
+    for (const SourceFrame& f : frames) {
+      FrameInfo info = native_info(address, module.path, vaddr);
+      info.function = f.function;
+      info.file = f.file;
+      info.line = f.line;
+      info.inlined = f.inlined;
+      n.frame_ids.push_back(writer_.intern_frame(info));
+      n.eval_loop |= f.function.rfind("_PyEval_EvalFrameDefault", 0) == 0;
+    }
+    if (frames.empty()) n.frame_ids.push_back(writer_.intern_frame(native_info(address, module.path, vaddr)));
+  } else {
+    n.frame_ids.push_back(writer_.intern_frame(native_info(address, {}, address)));  // no module: an address
+  }
+  return n;
+}
+
+uint64_t StackBuilder::python_frame(uint64_t code, uint64_t line) {
+  auto [it, fresh] = pythons_.try_emplace({code, line}, 0);
+  if (fresh) {
+    auto c = code_.find(code);
+    std::string_view name = c != code_.end() ? std::string_view(c->second.first) : "(unknown Python code)";
+    std::string_view file = c != code_.end() ? std::string_view(c->second.second) : "";
+    FrameInfo f;
+    f.python = true;
+    f.function = name;
+    f.file = file;
+    f.line = static_cast<uint32_t>(line);
+    it->second = writer_.intern_frame(f);
+  }
+  return it->second;
+}
+
+uint64_t StackBuilder::intern(const uint64_t* native, size_t native_count, const uint64_t* python,
+                              size_t python_count, uint8_t python_state, bool truncated) {
+  if (native_count == 0 && python_count == 0 && python_state != ring::kPythonNoGil) return 0;
+  uint32_t flags = (truncated ? pb::STACK_TRUNCATED : 0) | (python_state == ring::kPythonNoGil ? pb::STACK_PYTHON_NO_GIL : 0);
+  std::string key(reinterpret_cast<const char*>(native), native_count * sizeof(uint64_t));
+  key.append(reinterpret_cast<const char*>(python), python_count * 2 * sizeof(uint64_t));
+  key.append(reinterpret_cast<const char*>(&flags), sizeof flags);
+  auto [it, fresh] = stacks_.try_emplace(std::move(key), 0);
+  if (!fresh) return it->second;
+
+  // Python frames replace the evaluation-loop frames, innermost first. One loop frame runs a
+  // whole chain of Python calls since 3.11, so when there are more Python frames than loop
+  // frames the innermost loop frame takes the extra ones.
+  size_t loops = 0;
+  for (size_t i = 0; i < native_count; ++i) loops += native_frame(native[i]).eval_loop;
+  size_t next_python = 0;
+  auto take_python = [&](size_t count) {
+    for (size_t k = 0; k < count && next_python < python_count; ++k, ++next_python)
+      scratch_.push_back(python_frame(python[2 * next_python], python[2 * next_python + 1]));
+  };
+  scratch_.clear();
+  size_t loops_seen = 0;
+  for (size_t i = 0; i < native_count; ++i) {
+    const Native& n = native_frame(native[i]);
+    if (n.eval_loop && python_count > 0) {
+      take_python(loops_seen == 0 && python_count > loops ? python_count - loops + 1 : 1);
+      ++loops_seen;
+      continue;
+    }
+    scratch_.insert(scratch_.end(), n.frame_ids.begin(), n.frame_ids.end());
+  }
+  take_python(python_count);  // no loop frames seen (native stacks off): Python frames go last
+  it->second = writer_.intern_stack(scratch_, flags);
+  return it->second;
+}
+
+}  // namespace memtrace

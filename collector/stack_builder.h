@@ -1,0 +1,50 @@
+// Turns the raw stack of an event (return addresses and Python code objects) into one interned
+// stack of the trace: native frames symbolized (inlined calls as frames of their own), and the
+// Python frames standing where the interpreter's evaluation loop stood, as memray's hybrid
+// stacks do.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "memtrace/format/trace_writer.h"
+#include "symbolizer.h"
+
+namespace memtrace {
+
+class StackBuilder {
+ public:
+  StackBuilder(Symbolizer& symbolizer, TraceWriter& writer) : symbolizer_(symbolizer), writer_(writer) {}
+
+  void add_module(uint64_t bias, uint64_t start, uint64_t end, std::string path);
+  void add_code(uint64_t code, std::string name, std::string file);
+  // The trace's stack id for these frames; 0 for none.
+  uint64_t intern(const uint64_t* native, size_t native_count, const uint64_t* python, size_t python_count,
+                  uint8_t python_state, bool truncated);
+
+ private:
+  struct Native {
+    std::vector<uint64_t> frame_ids;  // innermost first
+    bool eval_loop = false;           // CPython's evaluation loop: Python frames go here
+  };
+  struct Module {
+    uint64_t end, bias;
+    std::string path;
+  };
+  const Native& native_frame(uint64_t address);
+  uint64_t python_frame(uint64_t code, uint64_t line);
+
+  Symbolizer& symbolizer_;
+  TraceWriter& writer_;
+  std::map<uint64_t, Module> modules_;  // by start address; a later report replaces an overlap
+  std::unordered_map<uint64_t, std::pair<std::string, std::string>> code_;  // name, file
+  std::unordered_map<uint64_t, Native> natives_;
+  std::map<std::pair<uint64_t, uint64_t>, uint64_t> pythons_;
+  std::unordered_map<std::string, uint64_t> stacks_;  // raw stack bytes -> stack id
+  std::vector<uint64_t> scratch_;
+};
+
+}  // namespace memtrace

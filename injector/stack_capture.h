@@ -1,0 +1,41 @@
+// The call stack of an allocation, taken inside the traced process: native return addresses
+// (libunwind) and, when the thread holds the GIL, its Python frames. Symbolizing is left to the
+// collector.
+#pragma once
+
+#include <cstdint>
+
+namespace memtrace::inject {
+
+inline constexpr int kMaxNativeFrames = 256;
+inline constexpr int kMaxPythonFrames = 128;
+
+struct StackCapture {
+  uint16_t native_count = 0;
+  uint16_t python_count = 0;
+  uint8_t python_state = 0;  // ring::PythonState
+  bool truncated = false;
+  uint64_t native[kMaxNativeFrames];
+  uint64_t python[2 * kMaxPythonFrames];  // (code object, line) pairs
+};
+
+struct StackOptions {
+  int depth = 64;  // native frames at most
+  bool native = true;
+  bool python = true;
+};
+
+// Fills STACK for the current thread. CALLER is the return address into the program, the
+// stack's innermost frame when native stacks are off.
+void capture_stack(const StackOptions& options, uint64_t caller, StackCapture& stack);
+
+// Python frames of the current thread (python_state and python[]); describes each code object
+// to the collector the first time it appears. Defined in python_stack.cpp.
+void capture_python(int max_frames, StackCapture& stack);
+// The collector of a forked child has seen none of the parent's code objects.
+void forget_described_code();
+
+// Whether ADDRESS lies in this library: frames of memtrace itself are not part of a stack.
+bool in_injector(uint64_t address);
+
+}  // namespace memtrace::inject

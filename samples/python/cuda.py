@@ -1,0 +1,52 @@
+"""The few CUDA runtime calls the Python samples make, through ctypes on libcudart.so.13, and
+the account every sample keeps of itself (printed as `memtrace-sample: {...}` at exit).
+
+PyDLL keeps the GIL during the call, as framework code calling into CUDA does; CDLL releases it.
+"""
+
+import ctypes
+import json
+import os
+
+_runtime = ctypes.PyDLL("libcudart.so.13")
+_runtime_nogil = ctypes.CDLL("libcudart.so.13")
+for _lib in (_runtime, _runtime_nogil):
+    _lib.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
+    _lib.cudaMalloc.restype = ctypes.c_int
+    _lib.cudaFree.argtypes = [ctypes.c_void_p]
+    _lib.cudaFree.restype = ctypes.c_int
+
+calls = {}
+live = 0
+peak = 0
+
+
+def _count(api, nbytes):
+    global live, peak
+    calls[api] = calls.get(api, 0) + 1
+    live += nbytes
+    peak = max(peak, live)
+
+
+def malloc(nbytes, hold_gil=True):
+    ptr = ctypes.c_void_p()
+    lib = _runtime if hold_gil else _runtime_nogil
+    err = lib.cudaMalloc(ctypes.byref(ptr), nbytes)  # memtrace-test: cudaMalloc
+    if err != 0:
+        raise MemoryError(f"cudaMalloc failed with error {err}")
+    _count("cudaMalloc", nbytes)
+    return ptr.value, nbytes
+
+
+def free(buffer):
+    ptr, nbytes = buffer
+    err = _runtime.cudaFree(ctypes.c_void_p(ptr))
+    if err != 0:
+        raise RuntimeError(f"cudaFree failed with error {err}")
+    _count("cudaFree", -nbytes)
+
+
+def print_account():
+    print("memtrace-sample: " + json.dumps({
+        "pid": os.getpid(), "calls": calls, "failed": {},
+        "peak_bytes": {"0": peak}, "live_at_exit_bytes": {"0": live}}), flush=True)
