@@ -19,6 +19,7 @@
 
 #include "interpose.h"
 #include "session.h"
+#include "stack_capture.h"
 
 namespace memtrace::inject {
 namespace {
@@ -81,6 +82,7 @@ void report_new_modules() {
   std::sort(ranges->begin(), ranges->end(), [](const Range& a, const Range& b) { return a.start < b.start; });
   g_ranges.store(ranges, std::memory_order_release);
   g_rescan.store(false, std::memory_order_relaxed);
+  look_for_python_again();
 }
 
 void forget_reported_modules() {

@@ -3,6 +3,7 @@
 // may walk its frames; others are marked as such.
 #include <dlfcn.h>
 
+#include <atomic>
 #include <cstring>
 #include <string>
 #include <unordered_set>
@@ -39,11 +40,15 @@ void find(Fn& fn, const char* name) {
   fn = reinterpret_cast<Fn>(::dlsym(RTLD_DEFAULT, name));
 }
 
-// Looked up again until found: an embedding program may load Python after its first CUDA call.
+// A program without Python is asked again only when modules were loaded since (an embedding
+// program may load Python after its first CUDA call); dlsym on every allocation would be slow.
+std::atomic<bool> g_look_again{true};
+
 const PythonApi* python_api() {
   static PythonApi api;
   static bool found = false;
   if (found) return &api;
+  if (!g_look_again.exchange(false, std::memory_order_relaxed)) return nullptr;
   find(api.is_initialized, "Py_IsInitialized");
   if (!api.is_initialized) return nullptr;
   find(api.gil_check, "PyGILState_Check");
@@ -87,6 +92,8 @@ void describe(const PythonApi& py, Object* code) {
 }  // namespace
 
 void forget_described_code() { g_described = nullptr; }  // the references stay: they are harmless
+
+void look_for_python_again() { g_look_again.store(true, std::memory_order_relaxed); }
 
 void capture_python(int max_frames, StackCapture& stack) {
   const PythonApi* py = python_api();

@@ -34,6 +34,8 @@ void capture_stack(const StackOptions& options, uint64_t caller, StackCapture& s
 void capture_python(int max_frames, StackCapture& stack);
 // The collector of a forked child has seen none of the parent's code objects.
 void forget_described_code();
+// Modules were loaded: Python may be among them now.
+void look_for_python_again();
 
 // Whether ADDRESS lies in this library: frames of memtrace itself are not part of a stack.
 bool in_injector(uint64_t address);

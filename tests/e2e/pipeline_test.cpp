@@ -30,11 +30,33 @@ const json* find_process(const json& report, int pid) {
   return nullptr;
 }
 
+// What every traced run must satisfy: per process, the report's calls, failures and bytes per
+// API are the ledger's; its live bytes at exit too; its peaks the ledger's and the sample's own.
+void expect_report_matches_ledger(const std::string& dir, const e2e::Result& r, bool exact_peaks);
+
 TEST_P(SampleTest, ReportMatchesLedgerAndSample) {
   const SampleCase& c = GetParam();
   std::string dir = e2e::temp_dir(c.name);
   e2e::Result r = e2e::run_sample(dir, c.name, c.args, c.memtrace_options);
   ASSERT_EQ(r.status, c.exit_status) << r.err;
+  expect_report_matches_ledger(dir, r, c.exact_peaks);
+}
+
+class PythonSampleTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PythonSampleTest, ReportMatchesLedgerAndSample) {
+  std::string dir = e2e::temp_dir(GetParam());
+  e2e::Result r = e2e::run_traced(dir, e2e::python_sample(GetParam()));
+  ASSERT_EQ(r.status, 0) << r.err;
+  ASSERT_EQ(e2e::sample_accounts(r.out).size(), 1u) << r.out;
+  expect_report_matches_ledger(dir, r, true);
+}
+
+INSTANTIATE_TEST_SUITE_P(PythonSamples, PythonSampleTest,
+                         ::testing::Values("train_loop.py", "leak.py", "worker_thread.py"),
+                         [](const auto& info) { return info.param.substr(0, info.param.find('.')); });
+
+void expect_report_matches_ledger(const std::string& dir, const e2e::Result& r, bool exact_peaks) {
 
   std::map<int, Ledger> ledgers = e2e::read_ledgers(dir);
   std::map<int, json> accounts = e2e::sample_accounts(r.out);
@@ -67,7 +89,7 @@ TEST_P(SampleTest, ReportMatchesLedgerAndSample) {
       ASSERT_TRUE(devices.count(device)) << "device " << device << " missing";
       const json& d = *devices[device];
       EXPECT_EQ(d["live_at_exit_bytes"].get<uint64_t>(), ledger.live.at(device)) << "device " << device;
-      if (!c.exact_peaks) continue;
+      if (!exact_peaks) continue;
       EXPECT_EQ(d["peak_reserved_bytes"].get<uint64_t>(), peak) << "device " << device;
       if (accounts.count(pid)) {
         EXPECT_EQ(d["peak_reserved_bytes"].get<uint64_t>(),
