@@ -71,6 +71,8 @@ nlohmann::json report_json(const std::vector<ProcessReport>& processes) {
         sites.push_back(std::move(site));
       }
       devices.push_back({{"device", d.device},
+                         {"name", d.name},
+                         {"total_bytes", d.total_bytes},
                          {"peak_reserved_bytes", d.peak_bytes},
                          {"peak_time_ns", d.peak_time_ns},
                          {"live_at_exit_bytes", d.live_at_exit_bytes},
@@ -120,7 +122,8 @@ std::string report_text(const std::vector<ProcessReport>& processes) {
       out += "\n  pinned host memory: peak " + format_bytes(p.pinned_host_peak_bytes) + "\n";
 
     for (const DeviceReport& d : p.devices) {
-      out += "\n  device " + std::to_string(d.device) + ": peak reserved " + format_bytes(d.peak_bytes) + " at " +
+      std::string about = d.name.empty() ? "" : " (" + d.name + ", " + format_bytes(d.total_bytes) + ")";
+      out += "\n  device " + std::to_string(d.device) + about + ": peak reserved " + format_bytes(d.peak_bytes) + " at " +
              format_duration_ns(d.peak_time_ns) + "; live at exit " + format_bytes(d.live_at_exit_bytes) + " in " +
              std::to_string(d.live_at_exit_count) + " allocations\n";
       if (d.peak_sites.empty()) continue;

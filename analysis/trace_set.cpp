@@ -60,6 +60,11 @@ bool analyze_trace(const std::string& path, const ReportOptions& options, Proces
     report.end_time_ns = std::max(report.end_time_ns, footer->end_ns());
   }
   for (DeviceReport& d : report.devices) {
+    for (const pb::Device& known : reader->header().devices()) {
+      if (known.ordinal() != d.device) continue;
+      d.name = known.name();
+      d.total_bytes = known.total_bytes();
+    }
     for (SiteTotal& s : d.peak_sites) {
       s.stack = stacks.frames(s.site.stack_id);
       s.stack_flags = stacks.flags(s.site.stack_id);

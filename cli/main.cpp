@@ -85,6 +85,8 @@ int main(int argc, char** argv) {
       run_cmd->add_option("--sim-devices", sim_devices, "Number of simulated devices")->check(CLI::Range(1, 64));
   run_cmd->add_option("--stack-depth", run.stack_depth, "Native frames to record per allocation (default 64)")
       ->check(CLI::Range(1, 256));
+  run_cmd->add_option("--compress", run.compression, "zstd level for the traces, 0 for none (default 1)")
+      ->check(CLI::Range(0, 19));
   bool no_native = false, no_python = false;
   run_cmd->add_flag("--no-native-stacks", no_native, "Record only the immediate caller, not the native stack");
   run_cmd->add_flag("--no-python-stacks", no_python, "Do not record Python frames");

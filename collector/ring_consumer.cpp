@@ -49,6 +49,21 @@ bool RingConsumer::deliver(const unsigned char* first, uint32_t slots, uint64_t 
       sink.on_code(rec->code, std::string(text, rec->name_bytes), std::string(text + rec->name_bytes, rec->file_bytes));
       return true;
     }
+    case ring::kSlotDevices: {
+      const auto* rec = reinterpret_cast<const ring::DevicesRecord*>(first);
+      size_t at = 0;
+      const char* bytes = reinterpret_cast<const char*>(words);
+      for (uint32_t i = 0; i < rec->count; ++i) {
+        ring::DeviceEntry entry;
+        if (at + sizeof entry > available) return false;
+        std::memcpy(&entry, bytes + at, sizeof entry);
+        at += sizeof entry;
+        if (entry.name_bytes > available - at) return false;
+        sink.on_device(entry.ordinal, std::string(bytes + at, entry.name_bytes), entry.total_bytes);
+        at += entry.name_bytes;
+      }
+      return true;
+    }
     default:
       return false;
   }
@@ -67,7 +82,8 @@ size_t RingConsumer::drain(RecordSink& sink, bool producer_gone) {
     auto* state = reinterpret_cast<std::atomic<uint32_t>*>(ring::slot_at(ring_, tail));
     uint32_t s = state->load(std::memory_order_acquire);
     uint32_t type = ring::state_type(s), n = ring::state_slots(s);
-    bool record = type == ring::kSlotEvent || type == ring::kSlotModule || type == ring::kSlotCode;
+    bool record = type == ring::kSlotEvent || type == ring::kSlotModule || type == ring::kSlotCode ||
+                  type == ring::kSlotDevices;
     if (record && n >= 1 && n <= head - tail) {
       std::memcpy(first, ring::slot_at(ring_, tail), ring::kSlotBytes);
       if (!deliver(first, n, tail, sink)) ++malformed_;

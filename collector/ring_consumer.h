@@ -37,6 +37,7 @@ class RecordSink {
                         size_t python_count) = 0;
   virtual void on_module(uint64_t bias, uint64_t start, uint64_t end, std::string path) = 0;
   virtual void on_code(uint64_t code, std::string name, std::string file) = 0;
+  virtual void on_device(int32_t ordinal, std::string name, uint64_t total_bytes) = 0;
 };
 
 class RingConsumer {

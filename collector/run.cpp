@@ -117,8 +117,14 @@ bool make_output_dir(const RunOptions& options, std::string& dir, bool& created,
 
 class Collector {
  public:
-  Collector(std::string dir, pid_t child, uint64_t origin_mono, uint64_t origin_unix, ControlSocket& control)
-      : dir_(std::move(dir)), child_(child), origin_mono_(origin_mono), origin_unix_(origin_unix), control_(control) {}
+  Collector(std::string dir, pid_t child, uint64_t origin_mono, uint64_t origin_unix, ControlSocket& control,
+            int compression)
+      : dir_(std::move(dir)),
+        child_(child),
+        origin_mono_(origin_mono),
+        origin_unix_(origin_unix),
+        control_(control),
+        compression_(compression) {}
 
   int loop();
   const std::vector<ProcessReport>& reports() const { return reports_; }
@@ -133,6 +139,7 @@ class Collector {
   pid_t child_;
   uint64_t origin_mono_, origin_unix_;
   ControlSocket& control_;
+  int compression_;
   Symbolizer symbolizer_;  // shared: processes of one run load the same libraries
   std::vector<std::unique_ptr<TracedProcess>> processes_;
   std::map<int, int> images_;  // pid -> traces made for it so far
@@ -164,7 +171,7 @@ void Collector::welcome() {
       if (p->pid() == intro->pid && !p->finished()) finish(*p, std::nullopt, "replaced its program (exec)");
     std::string path = trace_path(intro->pid);
     std::string error;
-    std::unique_ptr<TraceWriter> writer = TraceWriter::create(path, error);
+    std::unique_ptr<TraceWriter> writer = TraceWriter::create(path, error, compression_);
     if (!writer) {
       std::fprintf(stderr, "memtrace: not tracing process %d: %s\n", intro->pid, error.c_str());
       ring::unmap_ring(intro->ring);
@@ -345,7 +352,7 @@ int run_command(const RunOptions& options) {
     if (created) ::rmdir(dir.c_str());
     return exit_code;
   }
-  Collector collector(dir, child, origin_mono, origin_unix, *control);
+  Collector collector(dir, child, origin_mono, origin_unix, *control, options.compression);
   int status = collector.loop();
   if (collector.traced() == 0) {
     std::fprintf(stderr, "memtrace: no CUDA allocations recorded: the program never used CUDA\n");

@@ -55,6 +55,14 @@ void TracedProcess::on_code(uint64_t code, std::string name, std::string file) {
   stacks_.add_code(code, std::move(name), std::move(file));
 }
 
+void TracedProcess::on_device(int32_t ordinal, std::string name, uint64_t total_bytes) {
+  pb::Device device;
+  device.set_ordinal(ordinal);
+  device.set_name(std::move(name));
+  device.set_total_bytes(total_bytes);
+  writer_->add_device(device);
+}
+
 size_t TracedProcess::drain() {
   auto emit = [this](const RawEvent& e) { record(e); };
   dropped_.clear();

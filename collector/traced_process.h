@@ -50,6 +50,7 @@ class TracedProcess : private RecordSink {
                 size_t python_count) override;
   void on_module(uint64_t bias, uint64_t start, uint64_t end, std::string path) override;
   void on_code(uint64_t code, std::string name, std::string file) override;
+  void on_device(int32_t ordinal, std::string name, uint64_t total_bytes) override;
 
   int pid_;
   int socket_;

@@ -5,6 +5,8 @@
 
 #include "memtrace/format/framing.h"
 
+#include <zstd.h>
+
 namespace memtrace {
 
 std::unique_ptr<TraceReader> TraceReader::open(const std::string& path, std::string& error) {
@@ -72,8 +74,9 @@ bool TraceReader::read_chunk() {
          "chunk length " + std::to_string(length) + " exceeds the limit of " + std::to_string(framing::kMaxChunkBytes));
     return false;
   }
-  if (head[4] != framing::kCodecNone || head[5] || head[6] || head[7]) {
-    fail(offset_ + 4, "unknown chunk codec " + std::to_string(head[4]));
+  const uint8_t codec = head[4];
+  if ((codec != framing::kCodecNone && codec != framing::kCodecZstd) || head[5] || head[6] || head[7]) {
+    fail(offset_ + 4, "unknown chunk codec " + std::to_string(codec));
     return false;
   }
   buffer_.resize(length);
@@ -86,6 +89,23 @@ bool TraceReader::read_chunk() {
   if (framing::crc32c(buffer_.data(), length) != framing::get_u32(head + 8)) {
     fail(offset_, "chunk checksum mismatch (the file is damaged)");
     return false;
+  }
+  if (codec == framing::kCodecZstd) {
+    // The frame says how large it unpacks to: refuse anything over the chunk limit before
+    // unpacking, so a damaged size cannot make us allocate without bound.
+    unsigned long long size = ZSTD_getFrameContentSize(buffer_.data(), buffer_.size());
+    if (size == ZSTD_CONTENTSIZE_UNKNOWN || size == ZSTD_CONTENTSIZE_ERROR || size > framing::kMaxChunkBytes) {
+      fail(offset_ + sizeof head, "compressed chunk with a bad or too large size");
+      return false;
+    }
+    unpacked_.resize(size);
+    size_t n = ZSTD_decompress(unpacked_.data(), unpacked_.size(), buffer_.data(), buffer_.size());
+    if (ZSTD_isError(n) || n != size) {
+      fail(offset_ + sizeof head, std::string("compressed chunk does not unpack: ") +
+                                      (ZSTD_isError(n) ? ZSTD_getErrorName(n) : "wrong size"));
+      return false;
+    }
+    buffer_.swap(unpacked_);
   }
   if (!chunk_.ParseFromString(buffer_)) {
     fail(offset_ + sizeof head, "chunk does not parse");
@@ -137,6 +157,9 @@ bool TraceReader::take_chunk() {
       }
       return true;
     case pb::Chunk::kEvents: return decode_events(chunk_.events());
+    case pb::Chunk::kDevices:
+      for (const auto& d : chunk_.devices().devices()) *header_.add_devices() = d;
+      return true;
     case pb::Chunk::kFooter:
       footer_ = chunk_.footer();
       done_ = true;

@@ -8,15 +8,17 @@
 
 #include "memtrace/format/framing.h"
 
+#include <zstd.h>
+
 namespace memtrace {
 
-std::unique_ptr<TraceWriter> TraceWriter::create(const std::string& path, std::string& error) {
+std::unique_ptr<TraceWriter> TraceWriter::create(const std::string& path, std::string& error, int compression) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) {
     error = "cannot create " + path + ": " + std::strerror(errno);
     return nullptr;
   }
-  std::unique_ptr<TraceWriter> writer(new TraceWriter(fd, path));
+  std::unique_ptr<TraceWriter> writer(new TraceWriter(fd, path, compression));
   unsigned char head[framing::kFileHeaderBytes] = {};
   std::memcpy(head, framing::kMagic, sizeof framing::kMagic);
   framing::put_u32(head + 8, framing::kFormatVersion);
@@ -28,12 +30,15 @@ std::unique_ptr<TraceWriter> TraceWriter::create(const std::string& path, std::s
   return writer;
 }
 
-TraceWriter::TraceWriter(int fd, std::string path) : fd_(fd), path_(std::move(path)) {
+TraceWriter::TraceWriter(int fd, std::string path, int compression)
+    : fd_(fd), path_(std::move(path)), compression_(compression) {
   pending_events_.reserve(kEventsPerBatch);
+  if (compression_ > 0) zstd_ = ZSTD_createCCtx();
 }
 
 TraceWriter::~TraceWriter() {
   if (fd_ >= 0) ::close(fd_);
+  ZSTD_freeCCtx(static_cast<ZSTD_CCtx*>(zstd_));
 }
 
 void TraceWriter::write_bytes(const void* data, size_t size) {
@@ -58,12 +63,24 @@ void TraceWriter::write_chunk(const pb::Chunk& chunk) {
     error_ = "internal error: chunk of " + std::to_string(scratch_.size()) + " bytes is too large";
     return;
   }
+  const std::string* payload = &scratch_;
+  uint8_t codec = framing::kCodecNone;
+  if (zstd_) {
+    compressed_.resize(ZSTD_compressBound(scratch_.size()));
+    size_t n = ZSTD_compressCCtx(static_cast<ZSTD_CCtx*>(zstd_), compressed_.data(), compressed_.size(),
+                                 scratch_.data(), scratch_.size(), compression_);
+    if (!ZSTD_isError(n) && n < scratch_.size()) {  // small chunks may not shrink: keep them as they are
+      compressed_.resize(n);
+      payload = &compressed_;
+      codec = framing::kCodecZstd;
+    }
+  }
   unsigned char head[framing::kChunkHeaderBytes] = {};
-  framing::put_u32(head, static_cast<uint32_t>(scratch_.size()));
-  head[4] = framing::kCodecNone;
-  framing::put_u32(head + 8, framing::crc32c(scratch_.data(), scratch_.size()));
+  framing::put_u32(head, static_cast<uint32_t>(payload->size()));
+  head[4] = codec;
+  framing::put_u32(head + 8, framing::crc32c(payload->data(), payload->size()));
   write_bytes(head, sizeof head);
-  write_bytes(scratch_.data(), scratch_.size());
+  write_bytes(payload->data(), payload->size());
 }
 
 void TraceWriter::write_header(const pb::TraceHeader& header) {
@@ -72,6 +89,8 @@ void TraceWriter::write_header(const pb::TraceHeader& header) {
   chunk.mutable_header()->set_format_version(framing::kFormatVersion);
   write_chunk(chunk);
 }
+
+void TraceWriter::add_device(const pb::Device& device) { *pending_devices_.add_devices() = device; }
 
 uint64_t TraceWriter::intern_string(std::string_view value) {
   auto [it, inserted] = strings_.try_emplace(std::string(value), strings_.size() + 1);
@@ -139,6 +158,11 @@ void TraceWriter::flush_tables() {
     chunk.mutable_stacks()->Swap(&pending_stacks_);
     write_chunk(chunk);
     pending_stacks_.Clear();
+  }
+  if (pending_devices_.devices_size() > 0) {
+    chunk.mutable_devices()->Swap(&pending_devices_);
+    write_chunk(chunk);
+    pending_devices_.Clear();
   }
 }
 

@@ -82,6 +82,7 @@ class Call {
       if (!stamped_) stamp(record);
       publish(record, nullptr);
     }
+    if (result == 0) describe_devices_once();
     errno = saved_errno;
   }
 

@@ -17,6 +17,7 @@
 #include <string>
 #include <ctime>
 
+#include "interpose.h"
 #include "memtrace/ring.h"
 
 namespace memtrace::inject {
@@ -32,6 +33,7 @@ StackOptions g_stack_options;
 // Set once a publish gave up after the full stall bound; later publishes then do not wait again
 // until the ring has room, so a stopped collector costs the program one stall, not one per event.
 std::atomic<bool> g_stalled{false};
+std::atomic<bool> g_devices_described{false};
 
 thread_local uint32_t t_tid __attribute__((tls_model("initial-exec"))) = 0;
 
@@ -140,6 +142,7 @@ void forget_parent_session() {
   }
   if (state == kActive || state == kStarting) g_state.store(kUninit, std::memory_order_relaxed);
   g_stalled.store(false, std::memory_order_relaxed);
+  g_devices_described.store(false, std::memory_order_relaxed);
   t_tid = 0;
   forget_described_code();
   forget_reported_modules();
@@ -251,6 +254,35 @@ void publish_description(uint32_t type, const void* first, std::string_view a, s
 }
 
 }  // namespace
+
+void describe_devices_once() {
+  if (g_devices_described.exchange(true, std::memory_order_relaxed)) return;
+  using GetCount = int (*)(int*);
+  using Get = int (*)(int*, int);
+  using GetName = int (*)(char*, int, int);
+  using TotalMem = int (*)(size_t*, int);
+  auto count_fn = reinterpret_cast<GetCount>(resolve_real("cuDeviceGetCount", Library::kDriver));
+  auto get_fn = reinterpret_cast<Get>(resolve_real("cuDeviceGet", Library::kDriver));
+  auto name_fn = reinterpret_cast<GetName>(resolve_real("cuDeviceGetName", Library::kDriver));
+  auto total_fn = reinterpret_cast<TotalMem>(resolve_real("cuDeviceTotalMem_v2", Library::kDriver));
+  int count = 0;
+  if (!count_fn || !get_fn || !name_fn || !total_fn || count_fn(&count) != 0 || count <= 0) return;
+  if (count > 64) count = 64;
+  std::string payload;
+  for (int i = 0; i < count; ++i) {
+    int device = 0;
+    char name[256] = {};
+    size_t total = 0;
+    if (get_fn(&device, i) != 0) continue;
+    name_fn(name, sizeof name - 1, device);
+    total_fn(&total, device);
+    ring::DeviceEntry entry{i, static_cast<uint32_t>(std::strlen(name)), total};
+    payload.append(reinterpret_cast<const char*>(&entry), sizeof entry).append(name, entry.name_bytes);
+  }
+  ring::DevicesRecord rec{};
+  rec.count = static_cast<uint32_t>(count);
+  publish_description(ring::kSlotDevices, &rec, payload, {});
+}
 
 void publish_code(uint64_t code, std::string_view name, std::string_view file) {
   ring::CodeRecord rec{};

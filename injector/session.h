@@ -39,6 +39,10 @@ void publish(const CallRecord& record, const StackCapture* stack);
 void publish_code(uint64_t code, std::string_view name, std::string_view file);
 void publish_module(uint64_t bias, uint64_t start, uint64_t end, std::string_view path);
 
+// Tells the collector the devices' names and sizes, once per session, after a call succeeded
+// (the driver is initialized by then).
+void describe_devices_once();
+
 // How stacks are taken in this process (from memtrace run's options).
 const StackOptions& stack_options();
 

@@ -41,11 +41,12 @@ std::vector<Event> sample_events(size_t n) {
   return events;
 }
 
-std::string write_trace(const std::string& name, const std::vector<Event>& events, bool footer = true) {
+std::string write_trace(const std::string& name, const std::vector<Event>& events, bool footer = true,
+                        int compression = 1) {
   std::string path = temp_path(name);
   fs::remove(path);
   std::string error;
-  auto writer = TraceWriter::create(path, error);
+  auto writer = TraceWriter::create(path, error, compression);
   EXPECT_TRUE(writer) << error;
   pb::TraceHeader header;
   header.set_pid(1234);
@@ -74,9 +75,11 @@ std::string write_trace(const std::string& name, const std::vector<Event>& event
   return path;
 }
 
-TEST(Format, RoundTrip) {
+class FormatRoundTrip : public ::testing::TestWithParam<int> {};
+
+TEST_P(FormatRoundTrip, EveryFieldComesBack) {
   auto events = sample_events(10000);
-  std::string path = write_trace("roundtrip", events);
+  std::string path = write_trace("roundtrip", events, true, GetParam());
   std::string error;
   auto reader = TraceReader::open(path, error);
   ASSERT_TRUE(reader) << error;
@@ -108,6 +111,28 @@ TEST(Format, RoundTrip) {
   EXPECT_FALSE(reader->corrupt());
   EXPECT_TRUE(reader->problem().empty());
   fs::remove(path);
+}
+
+INSTANTIATE_TEST_SUITE_P(Compression, FormatRoundTrip, ::testing::Values(0, 1, 9),
+                         [](const auto& info) { return "zstd" + std::to_string(info.param); });
+
+TEST(Format, CompressionShrinksRepetitiveEvents) {
+  std::vector<Event> events;
+  for (int i = 0; i < 20000; ++i) {
+    Event e;
+    e.t_ns = 1000 + 700 * i;
+    e.api = i % 2 ? Api::kCudaFree : Api::kCudaMalloc;
+    e.addr = 0x7f0000000000ull + (i % 64) * 4096;
+    e.size = 1 << 20;
+    e.device = 0;
+    e.tid = 4242;
+    events.push_back(e);
+  }
+  std::string raw = write_trace("raw", events, true, 0), packed = write_trace("packed", events, true, 1);
+  EXPECT_LT(fs::file_size(packed) * 4, fs::file_size(raw));
+  EXPECT_LT(fs::file_size(packed), events.size() * 3) << "at most 3 bytes per event";
+  fs::remove(raw);
+  fs::remove(packed);
 }
 
 TEST(Format, NeverWritesOverAFileOrThroughALink) {

@@ -38,6 +38,7 @@ inline constexpr uint32_t kSlotFree = 0;
 inline constexpr uint32_t kSlotEvent = 0x45;         // low byte; slot count in bits 8..15
 inline constexpr uint32_t kSlotModule = 0x4D;        // a loaded module's executable range
 inline constexpr uint32_t kSlotCode = 0x50;          // a Python code object's names
+inline constexpr uint32_t kSlotDevices = 0x44;       // the process's CUDA devices
 inline constexpr uint32_t kSlotContinuation = 0x43;  // a later slot of a multi-slot record
 inline constexpr size_t kContinuationBytes = kSlotBytes - 8;
 inline constexpr uint32_t kMaxSlots = 255;
@@ -120,6 +121,21 @@ struct CodeRecord {
   uint8_t reserved[104];
 };
 static_assert(sizeof(CodeRecord) == kSlotBytes);
+
+// The devices the process sees, sent once after its first successful call. Payload: per
+// device a DeviceEntry, then name_bytes of its name.
+struct DevicesRecord {
+  std::atomic<uint32_t> state;
+  uint32_t count;
+  uint8_t reserved[120];
+};
+static_assert(sizeof(DevicesRecord) == kSlotBytes);
+
+struct DeviceEntry {
+  int32_t ordinal;
+  uint32_t name_bytes;
+  uint64_t total_bytes;
+};
 
 // Slots needed for a record whose payload is PAYLOAD bytes.
 inline constexpr uint32_t slots_for(size_t payload) {

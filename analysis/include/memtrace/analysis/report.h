@@ -33,6 +33,8 @@ struct SiteTotal {
 
 struct DeviceReport {
   int32_t device = -1;
+  std::string name;          // as the driver names it, when the trace says
+  uint64_t total_bytes = 0;  // the device's memory, when the trace says
   uint64_t peak_bytes = 0;
   uint64_t peak_time_ns = 0;
   uint64_t live_at_exit_bytes = 0;

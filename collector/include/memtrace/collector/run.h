@@ -15,6 +15,7 @@ struct RunOptions {
   std::optional<uint64_t> sim_capacity;
   std::optional<int> sim_devices;
   int stack_depth = 64;
+  int compression = 1;  // zstd level per chunk; 0: none
   bool native_stacks = true;
   bool python_stacks = true;
   std::vector<std::string> command;

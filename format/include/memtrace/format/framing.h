@@ -1,7 +1,8 @@
 // The byte layout around the protobuf chunks: the file magic and each chunk's frame.
 //   file   := magic(8) version(u32 LE) reserved(u32 LE) chunk*
 //   chunk  := length(u32 LE) codec(u8) reserved(3 bytes, zero) crc32c(u32 LE) payload(length)
-// The payload is one serialized pb::Chunk (codec 0; later codecs compress it).
+// The payload is one serialized pb::Chunk: as is (codec 0) or as one zstd frame that records
+// its decompressed size (codec 1). The checksum covers the payload as stored.
 #pragma once
 
 #include <cstddef>
@@ -17,6 +18,7 @@ inline constexpr size_t kChunkHeaderBytes = 12;
 // A reader never holds more than this for one chunk; a writer never writes a larger one.
 inline constexpr uint32_t kMaxChunkBytes = 64u << 20;
 inline constexpr uint8_t kCodecNone = 0;
+inline constexpr uint8_t kCodecZstd = 1;
 
 uint32_t crc32c(const void* data, size_t size);
 

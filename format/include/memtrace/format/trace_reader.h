@@ -22,6 +22,7 @@ class TraceReader {
   static std::unique_ptr<TraceReader> open(const std::string& path, std::string& error);
   ~TraceReader();
 
+  // The header, with the devices the trace described so far (they follow the header).
   const pb::TraceHeader& header() const { return header_; }
   const std::string& path() const { return path_; }
 
@@ -54,6 +55,7 @@ class TraceReader {
   pb::TraceHeader header_;
   pb::Chunk chunk_;
   std::string buffer_;
+  std::string unpacked_;
   std::vector<std::string> strings_{""};  // id 0 is the empty string
   std::vector<pb::Frame> frames_{pb::Frame()};
   std::vector<std::vector<uint64_t>> stacks_{{}};

@@ -28,13 +28,16 @@ struct FrameInfo {
 class TraceWriter {
  public:
   // Creates PATH with mode 0600, never over an existing file nor through a symbolic link.
-  // Returns null and sets ERROR when it cannot.
-  static std::unique_ptr<TraceWriter> create(const std::string& path, std::string& error);
+  // COMPRESSION is the zstd level of each chunk (0: none). Returns null and sets ERROR when it
+  // cannot.
+  static std::unique_ptr<TraceWriter> create(const std::string& path, std::string& error, int compression = 1);
   ~TraceWriter();
   TraceWriter(const TraceWriter&) = delete;
   TraceWriter& operator=(const TraceWriter&) = delete;
 
   void write_header(const pb::TraceHeader& header);
+  // Written with the next chunk of events.
+  void add_device(const pb::Device& device);
   uint64_t intern_string(std::string_view value);
   uint64_t intern_frame(const FrameInfo& frame);
   uint64_t intern_stack(const std::vector<uint64_t>& frame_ids, uint32_t flags = 0);
@@ -52,7 +55,7 @@ class TraceWriter {
   static constexpr size_t kEventsPerBatch = 4096;
 
  private:
-  TraceWriter(int fd, std::string path);
+  TraceWriter(int fd, std::string path, int compression);
   void write_chunk(const pb::Chunk& chunk);
   void write_bytes(const void* data, size_t size);
   void flush_tables();
@@ -67,9 +70,13 @@ class TraceWriter {
   pb::StringTable pending_strings_;
   pb::FrameTable pending_frames_;
   pb::StackTable pending_stacks_;
+  pb::DeviceTable pending_devices_;
   std::vector<Event> pending_events_;
   uint64_t events_written_ = 0;
   std::string scratch_;
+  std::string compressed_;
+  int compression_;
+  void* zstd_ = nullptr;  // ZSTD_CCtx, reused for every chunk
 };
 
 }  // namespace memtrace
