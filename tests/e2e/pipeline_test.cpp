@@ -132,7 +132,8 @@ TEST(Report, SitesAtPeakNameTheSamplesCode) {
 TEST(Report, NamesTheDevices) {
   std::string dir = e2e::temp_dir("devices");
   ASSERT_EQ(e2e::run_sample(dir, "multi_device", {}, {"--sim-devices", "2", "--sim-capacity", "24GiB"}).status, 0);
-  const json& devices = e2e::report_json(dir + "/traces")["processes"][0]["devices"];
+  json report = e2e::report_json(dir + "/traces");
+  const json& devices = report["processes"][0]["devices"];
   ASSERT_EQ(devices.size(), 2u);
   EXPECT_EQ(devices[1]["name"], "memtrace simulated GPU 1");
   EXPECT_EQ(devices[1]["total_bytes"], 24ull << 30);
