@@ -20,6 +20,8 @@ class TraceReader {
   // Opens PATH and reads its header chunk. Returns null and sets ERROR (one sentence) when PATH is
   // not a readable trace.
   static std::unique_ptr<TraceReader> open(const std::string& path, std::string& error);
+  // The same over an open FILE, which the reader then owns; NAME is for messages.
+  static std::unique_ptr<TraceReader> open(std::FILE* file, const std::string& name, std::string& error);
   ~TraceReader();
 
   // The header, with the devices the trace described so far (they follow the header).
@@ -51,6 +53,7 @@ class TraceReader {
   std::FILE* file_;
   std::string path_;
   uint64_t offset_ = 0;        // bytes consumed so far
+  uint64_t file_size_ = 0;     // 0 when unknown
   uint64_t chunk_offset_ = 0;  // where the current chunk starts
   pb::TraceHeader header_;
   pb::Chunk chunk_;
