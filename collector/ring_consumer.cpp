@@ -71,10 +71,12 @@ bool RingConsumer::deliver(const unsigned char* first, uint32_t slots, uint64_t 
 
 size_t RingConsumer::drain(RecordSink& sink, bool producer_gone) {
   ring::RingHeader* h = ring_.header;
-  const uint64_t slots = h->slot_count;
-  uint64_t tail = h->tail.load(std::memory_order_relaxed);
-  uint64_t head = h->head.load(std::memory_order_acquire);
-  // The header is the traced process's memory: never trust it further than the ring's size.
+  const uint64_t slots = ring_.data_bytes / ring::kSlotBytes;
+  uint64_t tail = tail_;  // ours: the header's copy is only for the producers to read
+  // While the process lives, published slots say where records are; head (which producers keep
+  // writing) is read only to step over what a dead process left. Never further than one ring:
+  // the header is the traced process's memory.
+  uint64_t head = producer_gone ? h->head.load(std::memory_order_acquire) : tail + slots;
   if (head - tail > slots) head = tail + slots;
   size_t events = 0, taken = 0;
   unsigned char first[ring::kSlotBytes];
@@ -102,6 +104,7 @@ size_t RingConsumer::drain(RecordSink& sink, bool producer_gone) {
     if ((++taken & 63) == 0) h->tail.store(tail, std::memory_order_release);
   }
   h->tail.store(tail, std::memory_order_release);
+  tail_ = tail;
   return events;
 }
 

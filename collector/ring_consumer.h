@@ -63,6 +63,7 @@ class RingConsumer {
 
   ring::Mapping ring_;
   std::vector<unsigned char> payload_;
+  uint64_t tail_ = 0;
   uint64_t incomplete_ = 0;
   uint64_t malformed_ = 0;
   uint64_t dropped_taken_ = 0;

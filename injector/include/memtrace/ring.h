@@ -191,8 +191,10 @@ inline void unmap_ring(Mapping& m) {
   m = Mapping();
 }
 
+// From the mapping's own size, never the shared header's slot_count: the other side could
+// change that.
 inline unsigned char* slot_at(const Mapping& m, uint64_t index) {
-  return m.data + (index & (m.header->slot_count - 1)) * kSlotBytes;
+  return m.data + (index & (m.data_bytes / kSlotBytes - 1)) * kSlotBytes;
 }
 
 }  // namespace memtrace::ring
