@@ -14,6 +14,8 @@ void ReportBuilder::add(const ReplayStep& step) {
   else
     c.bytes += step.size;
   if (!step.matched) ++unmatched_frees_;
+  if (e.op() == Op::kAlloc && e.result == 2)  // cudaErrorMemoryAllocation, CUDA_ERROR_OUT_OF_MEMORY
+    oom_events_.push_back(OomEvent{e.t_ns, e.api, e.size, e.device, e.device_free, e.device_total});
   for (const MemoryChange& change : step.device_changes) {
     DeviceState& d = devices_[change.device];
     if (change.bytes < 0 && d.peak_unsaved) {
@@ -50,6 +52,7 @@ void ReportBuilder::add(const ReplayStep& step) {
 
 void ReportBuilder::finish(ProcessReport& report) {
   report.calls = calls_;
+  report.oom_events = oom_events_;
   report.unmatched_frees = unmatched_frees_;
   report.pinned_host_peak_bytes = pinned_host_peak_;
   report.devices.clear();

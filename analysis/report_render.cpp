@@ -79,6 +79,14 @@ nlohmann::json report_json(const std::vector<ProcessReport>& processes) {
                          {"live_at_exit_count", d.live_at_exit_count},
                          {"top_sites_at_peak", sites}});
     }
+    nlohmann::json oom_events = nlohmann::json::array();
+    for (const OomEvent& o : p.oom_events)
+      oom_events.push_back({{"t_ns", o.t_ns},
+                            {"api", std::string(api_name(o.api))},
+                            {"size", o.size},
+                            {"device", o.device},
+                            {"device_free_bytes", o.device_free_bytes},
+                            {"device_total_bytes", o.device_total_bytes}});
     out["processes"].push_back({
         {"pid", p.pid},
         {"command", p.command},
@@ -94,6 +102,8 @@ nlohmann::json report_json(const std::vector<ProcessReport>& processes) {
         {"incomplete_records", p.incomplete_records},
         {"unmatched_frees", p.unmatched_frees},
         {"pinned_host_peak_bytes", p.pinned_host_peak_bytes},
+        {"oom_events", oom_events},
+        {"snapshots", p.snapshots},
     });
   }
   return out;
@@ -138,6 +148,18 @@ std::string report_text(const std::vector<ProcessReport>& processes) {
       }
     }
     if (p.devices.empty()) out += "\n  no device memory was allocated\n";
+    if (!p.oom_events.empty()) {
+      out += "\n  out of memory " + std::to_string(p.oom_events.size()) + " time" + (p.oom_events.size() > 1 ? "s" : "") +
+             ":\n";
+      for (const OomEvent& o : p.oom_events) {
+        out += "    at " + format_duration_ns(o.t_ns) + ": " + std::string(api_name(o.api)) + " of " + format_bytes(o.size);
+        if (o.device >= 0) out += " on device " + std::to_string(o.device);
+        if (o.device_total_bytes)
+          out += " (" + format_bytes(o.device_free_bytes) + " free of " + format_bytes(o.device_total_bytes) + ")";
+        out += "\n";
+      }
+    }
+    for (const std::string& snap : p.snapshots) out += "  snapshot: " + snap + "  (memtrace snapshot " + snap + ")\n";
   }
   return out;
 }

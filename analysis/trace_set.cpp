@@ -73,6 +73,19 @@ bool analyze_trace(const std::string& path, const ReportOptions& options, Proces
       s.location = named ? frame_label(*named) : "(no stack)";
     }
   }
+  // Snapshots beside the trace: <reason>-<pid>[-<n>].memsnap.
+  std::error_code ec;
+  fs::path folder = fs::path(path).parent_path();
+  if (folder.empty()) folder = ".";
+  const std::string pid = "-" + std::to_string(report.pid);
+  for (const auto& entry : fs::directory_iterator(folder, ec)) {
+    std::string name = entry.path().filename().string();
+    size_t at = name.find(pid);
+    if (entry.path().extension() != ".memsnap" || at == std::string::npos) continue;
+    char after = name[at + pid.size()];
+    if (after == '-' || after == '.') report.snapshots.push_back(entry.path().string());
+  }
+  std::sort(report.snapshots.begin(), report.snapshots.end());
   std::sort(report.devices.begin(), report.devices.end(),
             [](const DeviceReport& a, const DeviceReport& b) { return a.device < b.device; });
   return true;

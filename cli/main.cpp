@@ -6,6 +6,7 @@
 
 #include "memtrace/analysis/export_jsonl.h"
 #include "memtrace/analysis/report_render.h"
+#include "memtrace/analysis/snapshot_view.h"
 #include "memtrace/analysis/trace_set.h"
 #include "memtrace/analysis/units.h"
 #include "memtrace/collector/run.h"
@@ -35,6 +36,29 @@ int report(const std::string& path, bool json, const memtrace::ReportOptions& op
     std::printf("%s\n", memtrace::report_json(processes).dump(2).c_str());
   else
     std::fputs(memtrace::report_text(processes).c_str(), stdout);
+  return 0;
+}
+
+int snapshot(const std::string& path, bool json, const memtrace::ReportOptions& options) {
+  std::string error;
+  std::vector<std::string> files = memtrace::find_snapshots(path, error);
+  if (files.empty()) {
+    std::fprintf(stderr, "memtrace snapshot: %s\n", error.c_str());
+    return 1;
+  }
+  nlohmann::json all = nlohmann::json::array();
+  std::string text;
+  for (const auto& file : files) {
+    memtrace::SnapshotReport s;
+    if (!memtrace::read_snapshot(file, options, s, error)) {
+      std::fprintf(stderr, "memtrace snapshot: %s\n", error.c_str());
+      return 1;
+    }
+    all.push_back(memtrace::snapshot_json(s));
+    text += (text.empty() ? "" : "\n") + memtrace::snapshot_text(s);
+  }
+  if (json) std::printf("%s\n", (files.size() == 1 ? all[0] : nlohmann::json{{"snapshots", all}}).dump(2).c_str());
+  else std::fputs(text.c_str(), stdout);
   return 0;
 }
 
@@ -87,6 +111,12 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 256));
   run_cmd->add_option("--compress", run.compression, "zstd level for the traces, 0 for none (default 1)")
       ->check(CLI::Range(0, 19));
+  std::string snapshot_every;
+  run_cmd->add_option("--max-oom-snapshots", run.max_oom_snapshots, "Out-of-memory snapshots per process (default 8)")
+      ->check(CLI::Range(0, 1000));
+  CLI::Option* every = run_cmd->add_option("--snapshot-every", snapshot_every,
+                                           "Take a snapshot of every traced process this often, e.g. 30s, 5m");
+  run_cmd->add_flag("--snapshot-at-peak", run.snapshot_at_peak, "Keep a snapshot of each process at its peak");
   bool no_native = false, no_python = false;
   run_cmd->add_flag("--no-native-stacks", no_native, "Record only the immediate caller, not the native stack");
   run_cmd->add_flag("--no-python-stacks", no_python, "Do not record Python frames");
@@ -106,6 +136,19 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"user", "python", "native", "stack"}));
   report_cmd->add_flag("--keep-cuda-frames", report_options.keep_cuda_frames,
                        "Show frames inside the CUDA libraries at the top of stacks");
+
+  std::string snapshot_path, snapshot_by = "user";
+  bool snapshot_as_json = false;
+  memtrace::ReportOptions snapshot_options;
+  CLI::App* snapshot_cmd = app.add_subcommand("snapshot", "What a snapshot (.memsnap) shows: the diagnosis, then the largest sites");
+  snapshot_cmd->add_option("path", snapshot_path, "A .memsnap file, or a folder of them")->required();
+  snapshot_cmd->add_flag("--json", snapshot_as_json, "Print JSON instead of text");
+  snapshot_cmd->add_option("--top", snapshot_options.top_sites, "How many sites to show (default 10)")
+      ->check(CLI::Range(1, 100000));
+  snapshot_cmd->add_option("--by", snapshot_by, "Group sites by: user (default), python, native, stack")
+      ->check(CLI::IsMember({"user", "python", "native", "stack"}));
+  snapshot_cmd->add_flag("--keep-cuda-frames", snapshot_options.keep_cuda_frames,
+                         "Show frames inside the CUDA libraries at the top of stacks");
 
   std::string export_path, export_format = "jsonl", export_output;
   CLI::App* export_cmd = app.add_subcommand("export", "Write every event in a format other tools read");
@@ -136,16 +179,32 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "memtrace run: --sim-capacity and --sim-devices need --sim\n");
       return memtrace::kExitMemtraceFailedCode;
     }
+    if (*every) {
+      auto ns = memtrace::parse_duration_ns(snapshot_every);
+      if (!ns || *ns < 100'000'000ull) {
+        std::fprintf(stderr, "memtrace run: --snapshot-every: '%s' is not a duration of 0.1s or more (try 30s)\n",
+                     snapshot_every.c_str());
+        return memtrace::kExitMemtraceFailedCode;
+      }
+      run.snapshot_every_ns = *ns;
+    }
     run.native_stacks = !no_native;
     run.python_stacks = !no_python;
     return memtrace::run_command(run);
   }
+  auto grouping = [](const std::string& name) {
+    return name == "python"   ? memtrace::SiteGrouping::kPython
+           : name == "native" ? memtrace::SiteGrouping::kNative
+           : name == "stack"  ? memtrace::SiteGrouping::kStack
+                              : memtrace::SiteGrouping::kUser;
+  };
   if (*report_cmd) {
-    report_options.grouping = by == "python"   ? memtrace::SiteGrouping::kPython
-                              : by == "native" ? memtrace::SiteGrouping::kNative
-                              : by == "stack"  ? memtrace::SiteGrouping::kStack
-                                               : memtrace::SiteGrouping::kUser;
+    report_options.grouping = grouping(by);
     return report(report_path, report_json, report_options);
+  }
+  if (*snapshot_cmd) {
+    snapshot_options.grouping = grouping(snapshot_by);
+    return snapshot(snapshot_path, snapshot_as_json, snapshot_options);
   }
   if (*export_cmd) return export_events(export_path, export_format, export_output, export_keep_cuda);
   return kExitUsage;

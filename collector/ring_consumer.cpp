@@ -33,6 +33,8 @@ bool RingConsumer::deliver(const unsigned char* first, uint32_t slots, uint64_t 
       e.stream = rec->stream;
       e.aux = rec->aux;
       e.caller = rec->caller;
+      e.device_free = rec->device_free;
+      e.device_total = rec->device_total;
       sink.on_event(e, words, natives, words + natives, pythons);
       return true;
     }

@@ -26,6 +26,8 @@ struct RawEvent {
   uint64_t aux = 0;
   uint64_t caller = 0;
   uint64_t stack_id = 0;  // filled in by the collector once the stack is interned
+  uint64_t device_free = 0;
+  uint64_t device_total = 0;
 };
 
 // What a drained ring hands over, record by record, in ring order.

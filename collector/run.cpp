@@ -34,6 +34,9 @@ constexpr const char* kVersion = "0.1.0";
 
 std::atomic<int> g_signal{0};            // a signal to pass on to the program
 std::atomic<bool> g_interrupted{false};  // any stop signal reached us
+std::atomic<bool> g_snapshot{false};     // SIGUSR1: snapshot every traced process now
+
+void on_snapshot_signal(int) { g_snapshot.store(true); }
 
 // A signal someone sent to memtrace (kill, not the terminal, which signals the whole group and
 // so reaches the program itself) is passed on to the program.
@@ -118,13 +121,20 @@ bool make_output_dir(const RunOptions& options, std::string& dir, bool& created,
 class Collector {
  public:
   Collector(std::string dir, pid_t child, uint64_t origin_mono, uint64_t origin_unix, ControlSocket& control,
-            int compression)
+            const RunOptions& options)
       : dir_(std::move(dir)),
         child_(child),
         origin_mono_(origin_mono),
         origin_unix_(origin_unix),
         control_(control),
-        compression_(compression) {}
+        compression_(options.compression),
+        snapshot_every_ns_(options.snapshot_every_ns) {
+    snapshot_options_.dir = dir_;
+    snapshot_options_.compression = options.compression;
+    snapshot_options_.max_oom = options.max_oom_snapshots;
+    snapshot_options_.at_peak = options.snapshot_at_peak;
+  }
+  const std::vector<std::string>& snapshots() const { return snapshots_; }
 
   int loop();
   const std::vector<ProcessReport>& reports() const { return reports_; }
@@ -140,6 +150,9 @@ class Collector {
   uint64_t origin_mono_, origin_unix_;
   ControlSocket& control_;
   int compression_;
+  uint64_t snapshot_every_ns_;
+  SnapshotOptions snapshot_options_;
+  std::vector<std::string> snapshots_;  // written so far, by every process
   Symbolizer symbolizer_;  // shared: processes of one run load the same libraries
   std::vector<std::unique_ptr<TracedProcess>> processes_;
   std::map<int, int> images_;  // pid -> traces made for it so far
@@ -190,7 +203,8 @@ void Collector::welcome() {
     header.set_exec_index(static_cast<uint32_t>(images_[intro->pid] - 1));
     writer->write_header(header);
     auto process =
-        std::make_unique<TracedProcess>(intro->pid, intro->socket, intro->ring, std::move(writer), origin_mono_, symbolizer_);
+        std::make_unique<TracedProcess>(intro->pid, intro->socket, intro->ring, std::move(writer), header, symbolizer_,
+                                        snapshot_options_);
     process->command.assign(header.command().begin(), header.command().end());
     if (ControlSocket::welcome(*intro)) processes_.push_back(std::move(process));
   }
@@ -198,6 +212,8 @@ void Collector::welcome() {
 
 void Collector::finish(TracedProcess& p, std::optional<int> status, const std::string& reason) {
   p.finish(status, reason, clock_ns(CLOCK_MONOTONIC));
+  for (const auto& e : p.snapshot_errors()) std::fprintf(stderr, "memtrace: snapshot: %s\n", e.c_str());
+  snapshots_.insert(snapshots_.end(), p.snapshot_paths().begin(), p.snapshot_paths().end());
   if (!p.write_error().empty()) std::fprintf(stderr, "memtrace: %s\n", p.write_error().c_str());
   ProcessReport report = p.report();
   report.command = p.command;
@@ -207,6 +223,7 @@ void Collector::finish(TracedProcess& p, std::optional<int> status, const std::s
 int Collector::loop() {
   bool waiting_note = false;
   uint64_t last_flush = clock_ns(CLOCK_MONOTONIC);
+  uint64_t next_periodic = last_flush + snapshot_every_ns_;
   int idle_ms = 0;
   for (;;) {
     if (int sig = g_signal.exchange(0); sig && !child_status_) ::kill(child_, sig);
@@ -249,6 +266,12 @@ int Collector::loop() {
     idle_ms = events ? 0 : std::min(idle_ms + 1, 5);
 
     uint64_t now = clock_ns(CLOCK_MONOTONIC);
+    bool periodic = snapshot_every_ns_ && now >= next_periodic;
+    if (g_snapshot.exchange(false) || periodic) {
+      auto reason = periodic ? pb::Snapshot::PERIODIC : pb::Snapshot::DEMAND;
+      for (auto& p : processes_) p->snapshot(reason, now);
+      if (periodic) next_periodic = now + snapshot_every_ns_;
+    }
     if (now - last_flush > 200'000'000ull) {  // what a killed collector leaves on disk stays recent
       for (auto& p : processes_)
         if (!p->finished()) p->flush();
@@ -275,7 +298,8 @@ int Collector::loop() {
   return *child_status_;
 }
 
-void print_summary(const std::vector<ProcessReport>& reports, const std::string& dir) {
+void print_summary(const std::vector<ProcessReport>& reports, const std::vector<std::string>& snapshots,
+                   const std::string& dir) {
   std::fprintf(stderr, "memtrace: %zu traced process%s, traces in %s/\n", reports.size(),
                reports.size() == 1 ? "" : "es", dir.c_str());
   for (const ProcessReport& r : reports) {
@@ -287,6 +311,7 @@ void print_summary(const std::vector<ProcessReport>& reports, const std::string&
     if (r.dropped_events) line += "; LOST " + std::to_string(r.dropped_events) + " events";
     std::fprintf(stderr, "%s\n", line.c_str());
   }
+  for (const auto& path : snapshots) std::fprintf(stderr, "memtrace: snapshot %s\n", path.c_str());
   std::fprintf(stderr, "memtrace: details: memtrace report %s\n", dir.c_str());
 }
 
@@ -342,6 +367,11 @@ int run_command(const RunOptions& options) {
   sigemptyset(&action.sa_mask);
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) ::sigaction(sig, &action, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
+  struct sigaction snapshot_action {};
+  snapshot_action.sa_handler = on_snapshot_signal;
+  snapshot_action.sa_flags = SA_RESTART;
+  sigemptyset(&snapshot_action.sa_mask);
+  ::sigaction(SIGUSR1, &snapshot_action, nullptr);
 
   uint64_t origin_mono = clock_ns(CLOCK_MONOTONIC);
   uint64_t origin_unix = clock_ns(CLOCK_REALTIME);
@@ -352,13 +382,13 @@ int run_command(const RunOptions& options) {
     if (created) ::rmdir(dir.c_str());
     return exit_code;
   }
-  Collector collector(dir, child, origin_mono, origin_unix, *control, options.compression);
+  Collector collector(dir, child, origin_mono, origin_unix, *control, options);
   int status = collector.loop();
   if (collector.traced() == 0) {
     std::fprintf(stderr, "memtrace: no CUDA allocations recorded: the program never used CUDA\n");
     if (created) ::rmdir(dir.c_str());
   } else {
-    print_summary(collector.reports(), dir);
+    print_summary(collector.reports(), collector.snapshots(), dir);
   }
   return status;
 }

@@ -101,17 +101,20 @@ const std::vector<SourceFrame>& Symbolizer::symbolize(const std::string& path, u
   GElf_Sym sym;
   GElf_Off offset;
   outer.function = demangle(dwfl_module_addrinfo(m->mod, pc, &offset, &sym, nullptr, nullptr, nullptr));
-  if (Dwfl_Line* line = dwfl_module_getsrc(m->mod, pc)) {
+  // Line information only from a compile unit that covers PC: code without debug information
+  // (crt1's _start) would otherwise borrow the nearest line of some other file.
+  Dwarf_Addr bias = 0;
+  Dwarf_Die* cu = dwfl_module_addrdie(m->mod, pc, &bias);
+  Dwfl_Line* source = cu ? dwfl_module_getsrc(m->mod, pc) : nullptr;
+  if (source) {
     int lineno = 0;
-    const char* file = dwfl_lineinfo(line, nullptr, &lineno, nullptr, nullptr, nullptr);
+    const char* file = dwfl_lineinfo(source, nullptr, &lineno, nullptr, nullptr, nullptr);
     outer.file = file ? file : "";
     outer.line = static_cast<uint32_t>(lineno);
   }
 
   // Inlined calls: the scopes at PC, innermost first. Each inlined function is a frame at the
   // location so far; the call site it records is the location in the function around it.
-  Dwarf_Addr bias = 0;
-  Dwarf_Die* cu = dwfl_module_addrdie(m->mod, pc, &bias);
   Dwarf_Die* scopes = nullptr;
   int n = cu ? dwarf_getscopes(cu, pc - bias, &scopes) : 0;
   std::string file = outer.file;

@@ -5,13 +5,14 @@
 namespace memtrace {
 
 TracedProcess::TracedProcess(int pid, int socket, ring::Mapping ring, std::unique_ptr<TraceWriter> writer,
-                             uint64_t origin_ns, Symbolizer& symbolizer)
+                             const pb::TraceHeader& header, Symbolizer& symbolizer, const SnapshotOptions& snapshots)
     : pid_(pid),
       socket_(socket),
       ring_(ring),
       writer_(std::move(writer)),
-      origin_ns_(origin_ns),
-      stacks_(symbolizer, *writer_) {}
+      origin_ns_(header.origin_monotonic_ns()),
+      stacks_(symbolizer, *writer_),
+      snapshots_(snapshots, header, *writer_) {}
 
 TracedProcess::~TracedProcess() {
   if (socket_ >= 0) ::close(socket_);
@@ -34,8 +35,13 @@ void TracedProcess::record(const RawEvent& raw) {
   e.aux = raw.aux;
   e.result = raw.result;
   e.stack_id = raw.stack_id;
+  e.device_free = raw.device_free;
+  e.device_total = raw.device_total;
   writer_->add(e);
-  summary_.add(replay_.apply(e));
+  snapshots_.before_event(e, replay_);
+  const ReplayStep& step = replay_.apply(e);
+  summary_.add(step);
+  snapshots_.on_event(e, step, replay_);
 }
 
 // Stacks are resolved as records arrive, in ring order: the modules and code objects they name
@@ -82,6 +88,12 @@ void TracedProcess::mark_ended() {
   }
 }
 
+void TracedProcess::snapshot(pb::Snapshot::Reason reason, uint64_t now_ns) {
+  if (finished_) return;
+  drain();
+  snapshots_.take(reason, now_ns > origin_ns_ ? now_ns - origin_ns_ : 0, replay_);
+}
+
 void TracedProcess::finish(std::optional<int> exit_status, const std::string& end_reason, uint64_t end_ns) {
   if (finished_) return;
   mark_ended();
@@ -94,6 +106,7 @@ void TracedProcess::finish(std::optional<int> exit_status, const std::string& en
   footer.set_incomplete_records(ring_.incomplete_records());
   writer_->finish(footer);
 
+  snapshots_.finish(exit_status, replay_);
   summary_.finish(report_);
   report_.pid = pid_;
   report_.trace_path = writer_->path();

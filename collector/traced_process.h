@@ -14,6 +14,7 @@
 #include "memtrace/analysis/report.h"
 #include "memtrace/format/trace_writer.h"
 #include "ring_consumer.h"
+#include "snapshot_keeper.h"
 #include "stack_builder.h"
 #include "symbolizer.h"
 
@@ -21,8 +22,8 @@ namespace memtrace {
 
 class TracedProcess : private RecordSink {
  public:
-  TracedProcess(int pid, int socket, ring::Mapping ring, std::unique_ptr<TraceWriter> writer, uint64_t origin_ns,
-                Symbolizer& symbolizer);
+  TracedProcess(int pid, int socket, ring::Mapping ring, std::unique_ptr<TraceWriter> writer,
+                const pb::TraceHeader& header, Symbolizer& symbolizer, const SnapshotOptions& snapshots);
   ~TracedProcess();
 
   int pid() const { return pid_; }
@@ -39,6 +40,10 @@ class TracedProcess : private RecordSink {
   // Writes the footer. Safe to call once; the report of what was recorded is then final.
   void finish(std::optional<int> exit_status, const std::string& end_reason, uint64_t end_ns);
   void flush() { writer_->flush(); }
+  // A snapshot of the process as it is now (after draining its ring).
+  void snapshot(pb::Snapshot::Reason reason, uint64_t now_ns);
+  const std::vector<std::string>& snapshot_paths() const { return snapshots_.paths(); }
+  const std::vector<std::string>& snapshot_errors() const { return snapshots_.errors(); }
 
   ProcessReport report() const { return report_; }
   std::vector<std::string> command;  // as the process was started, read when it introduced itself
@@ -63,6 +68,7 @@ class TracedProcess : private RecordSink {
   uint64_t last_t_ = 0;
   Replay replay_;
   ReportBuilder summary_;
+  SnapshotKeeper snapshots_;
   ProcessReport report_;
   bool ended_ = false;
   bool finished_ = false;

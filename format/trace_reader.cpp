@@ -175,6 +175,19 @@ bool TraceReader::take_chunk() {
       }
       return true;
     case pb::Chunk::kEvents: return decode_events(chunk_.events());
+    case pb::Chunk::kSnapshot: {
+      if (snapshot_) {
+        fail(chunk_offset_, "a second snapshot chunk");
+        return false;
+      }
+      snapshot_ = chunk_.snapshot();
+      std::vector<Event> request;
+      if (!decode_batch(snapshot_->request(), request) || request.size() > 1 ||
+          !decode_batch(snapshot_->recent(), recent_events_))
+        return false;
+      if (!request.empty()) snapshot_request_ = request.front();
+      return true;
+    }
     case pb::Chunk::kDevices:
       for (const auto& d : chunk_.devices().devices()) *header_.add_devices() = d;
       return true;
@@ -188,17 +201,23 @@ bool TraceReader::take_chunk() {
 }
 
 bool TraceReader::decode_events(const pb::EventBatch& b) {
+  next_event_ = 0;
+  return decode_batch(b, events_);
+}
+
+bool TraceReader::decode_batch(const pb::EventBatch& b, std::vector<Event>& out) {
   const int n = static_cast<int>(b.count());
   auto column_ok = [n](int size) { return size == 0 || size == n; };
   if (!column_ok(b.time_delta_size()) || !column_ok(b.tid_size()) || !column_ok(b.api_size()) ||
       !column_ok(b.kind_size()) || !column_ok(b.layer_size()) || !column_ok(b.device_size()) ||
       !column_ok(b.stream_size()) || !column_ok(b.addr_delta_size()) || !column_ok(b.size_size()) ||
-      !column_ok(b.aux_size()) || !column_ok(b.result_size()) || !column_ok(b.stack_id_size())) {
+      !column_ok(b.aux_size()) || !column_ok(b.result_size()) || !column_ok(b.stack_id_size()) ||
+      !column_ok(b.device_free_size()) || !column_ok(b.device_total_size())) {
     fail(chunk_offset_, "event batch columns disagree with its count of " + std::to_string(n));
     return false;
   }
-  events_.clear();
-  events_.reserve(n);
+  out.clear();
+  out.reserve(n);
   uint64_t t = 0, addr = 0;
   for (int i = 0; i < n; ++i) {
     Event e;
@@ -224,9 +243,10 @@ bool TraceReader::decode_events(const pb::EventBatch& b) {
         return false;
       }
     }
-    events_.push_back(e);
+    if (b.device_free_size()) e.device_free = b.device_free(i);
+    if (b.device_total_size()) e.device_total = b.device_total(i);
+    out.push_back(e);
   }
-  next_event_ = 0;
   return true;
 }
 

@@ -52,35 +52,53 @@ void TraceWriter::write_bytes(const void* data, size_t size) {
     }
     p += n;
     size -= static_cast<size_t>(n);
+    bytes_written_ += static_cast<uint64_t>(n);
   }
+}
+
+namespace {
+
+// Frames CHUNK, compressing it with CTX (or a context of its own when null) at LEVEL > 0.
+std::string frame_chunk(const pb::Chunk& chunk, int level, ZSTD_CCtx* ctx, std::string& scratch,
+                        std::string& compressed) {
+  scratch.clear();
+  chunk.SerializeToString(&scratch);
+  const std::string* payload = &scratch;
+  uint8_t codec = framing::kCodecNone;
+  if (level > 0) {
+    compressed.resize(ZSTD_compressBound(scratch.size()));
+    size_t n = ctx ? ZSTD_compressCCtx(ctx, compressed.data(), compressed.size(), scratch.data(), scratch.size(), level)
+                   : ZSTD_compress(compressed.data(), compressed.size(), scratch.data(), scratch.size(), level);
+    if (!ZSTD_isError(n) && n < scratch.size()) {  // small chunks may not shrink: keep them as they are
+      compressed.resize(n);
+      payload = &compressed;
+      codec = framing::kCodecZstd;
+    }
+  }
+  std::string out(framing::kChunkHeaderBytes, '\0');
+  auto* head = reinterpret_cast<unsigned char*>(out.data());
+  framing::put_u32(head, static_cast<uint32_t>(payload->size()));
+  head[4] = codec;
+  framing::put_u32(head + 8, framing::crc32c(payload->data(), payload->size()));
+  out += *payload;
+  return out;
+}
+
+}  // namespace
+
+std::string TraceWriter::framed(const pb::Chunk& chunk, int compression) {
+  std::string scratch, compressed;
+  return frame_chunk(chunk, compression, nullptr, scratch, compressed);
 }
 
 void TraceWriter::write_chunk(const pb::Chunk& chunk) {
   if (failed() || fd_ < 0) return;
-  scratch_.clear();
-  chunk.SerializeToString(&scratch_);
-  if (scratch_.size() > framing::kMaxChunkBytes) {
-    error_ = "internal error: chunk of " + std::to_string(scratch_.size()) + " bytes is too large";
+  if (chunk.ByteSizeLong() > framing::kMaxChunkBytes) {
+    error_ = "internal error: chunk of " + std::to_string(chunk.ByteSizeLong()) + " bytes is too large";
     return;
   }
-  const std::string* payload = &scratch_;
-  uint8_t codec = framing::kCodecNone;
-  if (zstd_) {
-    compressed_.resize(ZSTD_compressBound(scratch_.size()));
-    size_t n = ZSTD_compressCCtx(static_cast<ZSTD_CCtx*>(zstd_), compressed_.data(), compressed_.size(),
-                                 scratch_.data(), scratch_.size(), compression_);
-    if (!ZSTD_isError(n) && n < scratch_.size()) {  // small chunks may not shrink: keep them as they are
-      compressed_.resize(n);
-      payload = &compressed_;
-      codec = framing::kCodecZstd;
-    }
-  }
-  unsigned char head[framing::kChunkHeaderBytes] = {};
-  framing::put_u32(head, static_cast<uint32_t>(payload->size()));
-  head[4] = codec;
-  framing::put_u32(head + 8, framing::crc32c(payload->data(), payload->size()));
-  write_bytes(head, sizeof head);
-  write_bytes(payload->data(), payload->size());
+  std::string bytes = frame_chunk(chunk, compression_, static_cast<ZSTD_CCtx*>(zstd_), scratch_, compressed_);
+  write_bytes(bytes.data(), bytes.size());
 }
 
 void TraceWriter::write_header(const pb::TraceHeader& header) {
@@ -97,6 +115,7 @@ uint64_t TraceWriter::intern_string(std::string_view value) {
   if (inserted) {
     if (pending_strings_.values_size() == 0) pending_strings_.set_first_id(it->second);
     pending_strings_.add_values(std::string(value));
+    string_values_.emplace_back(value);
   }
   return it->second;
 }
@@ -119,6 +138,7 @@ uint64_t TraceWriter::intern_frame(const FrameInfo& f) {
     frame->set_line(f.line);
     frame->set_frame_kind(f.python ? 1 : 0);
     frame->set_inlined(f.inlined);
+    frame_values_.push_back(*frame);
   }
   return it->second;
 }
@@ -132,6 +152,7 @@ uint64_t TraceWriter::intern_stack(const std::vector<uint64_t>& frame_ids, uint3
     stack->set_id(it->second);
     for (uint64_t id : frame_ids) stack->add_frame_ids(id);
     stack->set_flags(flags);
+    stack_values_.emplace_back(frame_ids, flags);
   }
   return it->second;
 }
@@ -166,41 +187,80 @@ void TraceWriter::flush_tables() {
   }
 }
 
-void TraceWriter::flush_events() {
-  if (pending_events_.empty()) return;
-  pb::Chunk chunk;
-  pb::EventBatch* batch = chunk.mutable_events();
-  const size_t n = pending_events_.size();
-  batch->set_count(static_cast<uint32_t>(n));
-  bool any_stream = false, any_aux = false, any_stack = false, any_result = false, any_layer = false;
-  for (const Event& e : pending_events_) {
+void TraceWriter::encode_events(const std::vector<Event>& events, pb::EventBatch& batch) {
+  batch.set_count(static_cast<uint32_t>(events.size()));
+  bool any_stream = false, any_aux = false, any_stack = false, any_result = false, any_layer = false,
+       any_memory = false;
+  for (const Event& e : events) {
     any_stream |= e.stream != 0;
     any_aux |= e.aux != 0;
     any_stack |= e.stack_id != 0;
     any_result |= e.result != 0;
-    any_layer |= e.layer != Layer::kReserved;
+    any_layer |= e.layer != Layer::kReserved;  // an absent layer column means "reserved"
+    any_memory |= e.device_total != 0;
   }
   uint64_t prev_t = 0, prev_addr = 0;
-  for (const Event& e : pending_events_) {
-    batch->add_time_delta(static_cast<int64_t>(e.t_ns - prev_t));
+  for (const Event& e : events) {
+    batch.add_time_delta(static_cast<int64_t>(e.t_ns - prev_t));
     prev_t = e.t_ns;
-    batch->add_tid(e.tid);
-    batch->add_api(static_cast<uint32_t>(e.api));
-    batch->add_kind(static_cast<uint32_t>(e.kind));
-    if (any_layer) batch->add_layer(static_cast<uint32_t>(e.layer));
-    batch->add_device(e.device);
-    if (any_stream) batch->add_stream(e.stream);
-    batch->add_addr_delta(static_cast<int64_t>(e.addr - prev_addr));
+    batch.add_tid(e.tid);
+    batch.add_api(static_cast<uint32_t>(e.api));
+    batch.add_kind(static_cast<uint32_t>(e.kind));
+    if (any_layer) batch.add_layer(static_cast<uint32_t>(e.layer));
+    batch.add_device(e.device);
+    if (any_stream) batch.add_stream(e.stream);
+    batch.add_addr_delta(static_cast<int64_t>(e.addr - prev_addr));
     prev_addr = e.addr;
-    batch->add_size(e.size);
-    if (any_aux) batch->add_aux(e.aux);
-    if (any_result) batch->add_result(e.result);
-    if (any_stack) batch->add_stack_id(e.stack_id);
+    batch.add_size(e.size);
+    if (any_aux) batch.add_aux(e.aux);
+    if (any_result) batch.add_result(e.result);
+    if (any_stack) batch.add_stack_id(e.stack_id);
+    if (any_memory) {
+      batch.add_device_free(e.device_free);
+      batch.add_device_total(e.device_total);
+    }
   }
-  // An absent layer column means "reserved", the layer every interposed event belongs to.
+}
+
+void TraceWriter::flush_events() {
+  if (pending_events_.empty()) return;
+  pb::Chunk chunk;
+  encode_events(pending_events_, *chunk.mutable_events());
   write_chunk(chunk);
-  events_written_ += n;
+  events_written_ += pending_events_.size();
   pending_events_.clear();
+}
+
+void TraceWriter::write_snapshot(const pb::Snapshot& snapshot) {
+  flush();  // the tables its events name go first
+  pb::Chunk chunk;
+  *chunk.mutable_snapshot() = snapshot;
+  snapshot_offset_ = bytes_written_;
+  write_chunk(chunk);
+  snapshot_size_ = bytes_written_ - snapshot_offset_;
+}
+
+uint64_t TraceWriter::import_stack(const TraceWriter& source, uint64_t stack_id) {
+  if (stack_id == 0 || stack_id >= source.stack_values_.size()) return 0;
+  auto [it, fresh] = imported_[&source].try_emplace(stack_id, 0);
+  if (!fresh) return it->second;
+  const auto& [frame_ids, flags] = source.stack_values_[stack_id];
+  std::vector<uint64_t> mine;
+  for (uint64_t id : frame_ids) {
+    const pb::Frame& f = source.frame_values_[id];
+    FrameInfo info;
+    info.python = f.frame_kind() == 1;
+    info.address = f.address();
+    info.module = source.string_values_[f.module()];
+    info.offset = f.offset();
+    info.function = source.string_values_[f.function()];
+    info.file = source.string_values_[f.file()];
+    info.line = f.line();
+    info.inlined = f.inlined();
+    mine.push_back(intern_frame(info));
+  }
+  it->second = intern_stack(mine, flags);
+  return it->second;
 }
 
 void TraceWriter::flush() {

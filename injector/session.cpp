@@ -261,6 +261,16 @@ void publish_description(uint32_t type, const void* first, std::string_view a, s
 
 }  // namespace
 
+bool query_device_memory(uint64_t& free_bytes, uint64_t& total_bytes) {
+  using GetInfo = int (*)(size_t*, size_t*);
+  static auto get_info = reinterpret_cast<GetInfo>(resolve_real("cuMemGetInfo_v2", Library::kDriver));
+  size_t f = 0, t = 0;
+  if (!get_info || get_info(&f, &t) != 0) return false;
+  free_bytes = f;
+  total_bytes = t;
+  return true;
+}
+
 void describe_devices_once() {
   // A plain load first: the exchange writes a shared line, which every call would pay for.
   if (g_devices_described.load(std::memory_order_relaxed) ||
@@ -331,6 +341,8 @@ void publish(const CallRecord& r, const StackCapture* stack) {
   rec.aux = r.aux;
   rec.caller = r.caller;
   rec.stack_truncated = stack && stack->truncated;
+  rec.device_free = r.device_free;
+  rec.device_total = r.device_total;
   // The payload: native addresses, then (code, line) pairs, gathered into one run of words.
   uint64_t words[kMaxNativeFrames + 2 * kMaxPythonFrames];
   size_t count = 0;

@@ -23,6 +23,8 @@ struct CallRecord {
   uint64_t caller = 0;
   uint64_t seq = 0;
   uint64_t t_ns = 0;
+  uint64_t device_free = 0;  // out of memory: what the device had
+  uint64_t device_total = 0;
 };
 
 // True when this process records events (connecting to the collector on first use).
@@ -38,6 +40,10 @@ void publish(const CallRecord& record, const StackCapture* stack);
 // Describes a Python code object (python_stack.cpp) and the loaded modules (modules.cpp).
 void publish_code(uint64_t code, std::string_view name, std::string_view file);
 void publish_module(uint64_t bias, uint64_t start, uint64_t end, std::string_view path);
+
+// Free and total bytes of the current context's device, right after an allocation failed for
+// lack of memory; false when the driver cannot say.
+bool query_device_memory(uint64_t& free_bytes, uint64_t& total_bytes);
 
 // Tells the collector the devices' names and sizes, once per session, after a call succeeded
 // (the driver is initialized by then).

@@ -94,7 +94,10 @@ struct EventRecord {
   uint64_t aux;
   uint64_t caller;  // return address of the call into the CUDA API
   uint8_t stack_truncated;  // the native stack was deeper than the limit
-  uint8_t reserved1[47];
+  uint8_t reserved1[7];
+  uint64_t device_free;   // an allocation that failed for lack of memory: the device's free
+  uint64_t device_total;  // and total bytes right after it
+  uint8_t reserved2[24];
 };
 static_assert(sizeof(EventRecord) == kSlotBytes);
 

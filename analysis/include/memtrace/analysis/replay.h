@@ -64,6 +64,15 @@ class Replay {
   size_t live_count() const { return addresses_.size() + handles_.size() + mappings_.size() + reservations_.size(); }
   uint64_t unmatched_frees() const { return unmatched_frees_; }
 
+  // Calls FN(address, allocation) for everything live now that holds memory or addresses:
+  // device, managed and pinned host allocations, VMM physical handles (by handle), reservations.
+  template <typename Fn>
+  void for_each_live(Fn&& fn) const {
+    for (const auto& [addr, a] : addresses_) fn(addr, a);
+    for (const auto& [handle, h] : handles_) fn(handle, h.allocation);
+    for (const auto& [addr, a] : reservations_) fn(addr, a);
+  }
+
  private:
   struct Handle {
     LiveAllocation allocation;

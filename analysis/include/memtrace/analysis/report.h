@@ -42,6 +42,15 @@ struct DeviceReport {
   std::vector<SiteTotal> peak_sites;  // largest first
 };
 
+// An allocation that failed for lack of memory.
+struct OomEvent {
+  uint64_t t_ns = 0;
+  Api api = Api::kUnknown;
+  uint64_t size = 0;
+  int32_t device = -1;
+  uint64_t device_free_bytes = 0, device_total_bytes = 0;
+};
+
 struct ProcessReport {
   int32_t pid = 0;
   std::vector<std::string> command;
@@ -58,6 +67,8 @@ struct ProcessReport {
   uint64_t end_time_ns = 0;
   std::map<Api, ApiCounts> calls;
   std::vector<DeviceReport> devices;  // by device ordinal
+  std::vector<OomEvent> oom_events;
+  std::vector<std::string> snapshots;  // snapshot files of this process beside its trace
 };
 
 // Builds a ProcessReport from the replay of one process's events. Sites are grouped by API and
@@ -90,6 +101,7 @@ class ReportBuilder {
   size_t top_sites_;
   SiteKey site_key_;
   std::map<Api, ApiCounts> calls_;
+  std::vector<OomEvent> oom_events_;
   std::map<int32_t, DeviceState> devices_;
   uint64_t pinned_host_live_ = 0;
   uint64_t pinned_host_peak_ = 0;

@@ -15,4 +15,7 @@ std::string format_duration_ns(uint64_t ns);
 // "80GiB", "80 GiB", "512MiB", "4G", "1.5T", "1000000", "2e9": sizes as people write them.
 std::optional<uint64_t> parse_size(std::string_view text);
 
+// "30s", "500ms", "5m", "1h", "2.5" (seconds).
+std::optional<uint64_t> parse_duration_ns(std::string_view text);
+
 }  // namespace memtrace

@@ -16,6 +16,9 @@ struct RunOptions {
   std::optional<int> sim_devices;
   int stack_depth = 64;
   int compression = 1;  // zstd level per chunk; 0: none
+  int max_oom_snapshots = 8;
+  uint64_t snapshot_every_ns = 0;  // 0: no periodic snapshots
+  bool snapshot_at_peak = false;
   bool native_stacks = true;
   bool python_stacks = true;
   std::vector<std::string> command;

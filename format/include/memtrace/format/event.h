@@ -20,6 +20,9 @@ struct Event {
   uint64_t aux = 0;
   int32_t result = 0;
   uint64_t stack_id = 0;
+  // An allocation that failed for lack of memory: the device's free and total bytes then.
+  uint64_t device_free = 0;
+  uint64_t device_total = 0;
 
   bool ok() const { return result == 0; }
   Op op() const { return api_info(api).op; }

@@ -37,6 +37,12 @@ class TraceReader {
   bool corrupt() const { return corrupt_; }
   const std::string& problem() const { return problem_; }
 
+  // A snapshot file's Snapshot chunk, its failed request, and the events that came before it.
+  // Known once the first event was read (the chunk precedes the events).
+  const std::optional<pb::Snapshot>& snapshot() const { return snapshot_; }
+  const std::optional<Event>& snapshot_request() const { return snapshot_request_; }
+  const std::vector<Event>& recent_events() const { return recent_events_; }
+
   std::string_view string(uint64_t id) const;
   const pb::Frame* frame(uint64_t id) const;
   const std::vector<uint64_t>* stack(uint64_t id) const;
@@ -48,6 +54,7 @@ class TraceReader {
   bool read_chunk();
   bool take_chunk();  // applies chunk_ (tables, events, footer); false on a problem
   bool decode_events(const pb::EventBatch& batch);
+  bool decode_batch(const pb::EventBatch& batch, std::vector<Event>& out);
   void fail(uint64_t offset, const std::string& what);
 
   std::FILE* file_;
@@ -66,6 +73,9 @@ class TraceReader {
   std::vector<Event> events_;
   size_t next_event_ = 0;
   std::optional<pb::Footer> footer_;
+  std::optional<pb::Snapshot> snapshot_;
+  std::optional<Event> snapshot_request_;
+  std::vector<Event> recent_events_;
   bool done_ = false;
   bool corrupt_ = false;
   std::string problem_;

@@ -47,6 +47,18 @@ class TraceWriter {
   // Flushes and writes the footer (its `events` is filled in here), then closes the file.
   void finish(pb::Footer footer);
 
+  // Snapshots. A snapshot chunk goes after the tables its events name; where it went is kept,
+  // so that it can be replaced later (replace_chunk).
+  void write_snapshot(const pb::Snapshot& snapshot);
+  uint64_t snapshot_offset() const { return snapshot_offset_; }
+  uint64_t snapshot_size() const { return snapshot_size_; }
+  // The stack STACK_ID of SOURCE, interned here (with its frames and strings).
+  uint64_t import_stack(const TraceWriter& source, uint64_t stack_id);
+  // Events in columns, as they are stored.
+  static void encode_events(const std::vector<Event>& events, pb::EventBatch& batch);
+  // A chunk framed as it is stored in a file, compressed at level COMPRESSION (0: not).
+  static std::string framed(const pb::Chunk& chunk, int compression);
+
   uint64_t events_written() const { return events_written_; }
   bool failed() const { return !error_.empty(); }
   const std::string& error() const { return error_; }
@@ -73,6 +85,13 @@ class TraceWriter {
   pb::DeviceTable pending_devices_;
   std::vector<Event> pending_events_;
   uint64_t events_written_ = 0;
+  uint64_t bytes_written_ = 0;
+  uint64_t snapshot_offset_ = 0, snapshot_size_ = 0;
+  // What the ids stand for, to copy stacks into another trace (snapshots).
+  std::vector<std::string> string_values_{""};
+  std::vector<pb::Frame> frame_values_{pb::Frame()};
+  std::vector<std::pair<std::vector<uint64_t>, uint32_t>> stack_values_{{}};
+  std::unordered_map<const TraceWriter*, std::unordered_map<uint64_t, uint64_t>> imported_;
   std::string scratch_;
   std::string compressed_;
   int compression_;

@@ -1,0 +1,41 @@
+// `memtrace snapshot`: what a snapshot file says, diagnosis first.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "memtrace/analysis/report.h"
+#include "memtrace/analysis/trace_set.h"
+
+namespace memtrace {
+
+struct SnapshotReport {
+  std::string path;
+  int32_t pid = 0;
+  std::string reason;  // oom, demand, periodic, peak
+  uint64_t time_ns = 0;
+  int32_t device = -1;
+  bool outcome_known = false, recovered = false, fatal = false;
+  std::optional<Event> request;
+  std::vector<FrameView> request_stack;
+  std::string request_location;
+  uint64_t device_free_bytes = 0, device_total_bytes = 0;
+  uint64_t live_bytes = 0, live_count = 0;
+  std::vector<SiteTotal> sites;  // largest first
+  size_t recent_events = 0;
+  std::string diagnosis;
+  std::string problem;  // the file was read only in part
+};
+
+// The snapshot files PATH names: one .memsnap file, or those in a folder.
+std::vector<std::string> find_snapshots(const std::string& path, std::string& error);
+bool read_snapshot(const std::string& path, const ReportOptions& options, SnapshotReport& out, std::string& error);
+
+nlohmann::json snapshot_json(const SnapshotReport& snapshot);
+std::string snapshot_text(const SnapshotReport& snapshot);
+
+}  // namespace memtrace

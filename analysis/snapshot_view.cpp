@@ -1,0 +1,201 @@
+#include "memtrace/analysis/snapshot_view.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <unordered_map>
+
+#include "memtrace.pb.h"
+#include "memtrace/analysis/report_render.h"
+#include "memtrace/analysis/units.h"
+
+namespace memtrace {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string reason_name(pb::Snapshot::Reason reason) {
+  switch (reason) {
+    case pb::Snapshot::OOM: return "oom";
+    case pb::Snapshot::DEMAND: return "demand";
+    case pb::Snapshot::PERIODIC: return "periodic";
+    case pb::Snapshot::PEAK: return "peak";
+    default: return "unknown";
+  }
+}
+
+std::string percent(uint64_t part, uint64_t whole) {
+  char text[16];
+  std::snprintf(text, sizeof text, "%.0f%%", whole ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0.0);
+  return text;
+}
+
+std::string diagnose(const SnapshotReport& s) {
+  std::string top;
+  if (!s.sites.empty())
+    top = "; " + percent(s.sites[0].bytes, s.live_bytes) + " from " + s.sites[0].location;
+  std::string live = format_bytes(s.live_bytes) + " live in " + std::to_string(s.live_count) + " allocations";
+  if (s.reason != "oom") {
+    std::string what = s.reason == "peak" ? "at the peak" : s.reason == "demand" ? "on demand" : "periodic";
+    return "snapshot " + what + " at " + format_duration_ns(s.time_ns) + ": " + live + top + ".";
+  }
+  std::string where = s.device >= 0 ? "device " + std::to_string(s.device) : "host memory";
+  uint64_t asked = s.request ? s.request->size : 0;
+  std::string text = where + " ran out of memory: asked for " + format_bytes(asked);
+  if (s.device_total_bytes)
+    text += " with " + format_bytes(s.device_free_bytes) + " free of " + format_bytes(s.device_total_bytes);
+  text += "; " + live + top + ".";
+  if (s.device_total_bytes && s.device_free_bytes >= asked && asked > 0)
+    text += " The free memory would have covered the request, but no single free range could: the device's "
+            "memory is fragmented.";
+  if (s.device_total_bytes) {
+    uint64_t used = s.device_total_bytes - s.device_free_bytes;
+    if (used > s.live_bytes)
+      text += " Of the " + format_bytes(used) + " in use on the device, " + format_bytes(used - s.live_bytes) +
+              " was held outside the program's allocations (CUDA context, library workspaces, other processes).";
+  }
+  if (s.outcome_known) text += s.fatal ? " The process died of it." : s.recovered ? " The process recovered." : "";
+  else text += " The process was still running.";
+  return text;
+}
+
+}  // namespace
+
+std::vector<std::string> find_snapshots(const std::string& path, std::string& error) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) {
+    error = path + " does not exist";
+    return {};
+  }
+  if (!fs::is_directory(path, ec)) return {path};
+  std::vector<std::string> found;
+  for (const auto& entry : fs::directory_iterator(path, ec))
+    if (entry.path().extension() == ".memsnap" && entry.is_regular_file()) found.push_back(entry.path().string());
+  std::sort(found.begin(), found.end());
+  if (found.empty()) error = "no .memsnap snapshots in " + path;
+  return found;
+}
+
+bool read_snapshot(const std::string& path, const ReportOptions& options, SnapshotReport& out, std::string& error) {
+  auto reader = TraceReader::open(path, error);
+  if (!reader) return false;
+  out = SnapshotReport();
+  out.path = path;
+  out.pid = reader->header().pid();
+  StackView stacks(*reader, options.keep_cuda_frames);
+
+  // The live allocations, grouped by site on the snapshot's device (all devices otherwise).
+  struct Group {
+    SiteTotal total;
+  };
+  std::unordered_map<Site, SiteTotal, SiteHash> groups;
+  Event e;
+  bool first = true;
+  int32_t device = -1;
+  while (reader->next(e)) {
+    if (first) {
+      first = false;
+      if (reader->snapshot()) device = reader->snapshot()->device();
+    }
+    if (!counts_as_device_memory(e.kind) || (device >= 0 && e.device != device)) continue;
+    Site key{e.api, stacks.site_key(e.stack_id, options.grouping)};
+    SiteTotal& g = groups[key];
+    if (g.count == 0) g.site = Site{e.api, e.stack_id};
+    g.bytes += e.size;
+    ++g.count;
+  }
+  const std::optional<pb::Snapshot>& info = reader->snapshot();
+  if (!info) {
+    error = path + " is a trace, not a snapshot (use memtrace report)";
+    return false;
+  }
+  out.problem = reader->problem();
+  out.reason = reason_name(info->reason());
+  out.time_ns = info->time_ns();
+  out.device = info->device();
+  out.outcome_known = info->outcome_known();
+  out.recovered = info->recovered();
+  out.fatal = info->fatal();
+  out.device_free_bytes = info->device_free_bytes();
+  out.device_total_bytes = info->device_total_bytes();
+  out.live_bytes = info->reserved_bytes();
+  out.live_count = info->reserved_count();
+  out.recent_events = reader->recent_events().size();
+  if (reader->snapshot_request()) {
+    out.request = reader->snapshot_request();
+    out.request_stack = stacks.frames(out.request->stack_id);
+    auto named = stacks.site_frame(out.request->stack_id, SiteGrouping::kUser);
+    out.request_location = named ? frame_label(*named) : "";
+  }
+  for (auto& [key, g] : groups) out.sites.push_back(g);
+  std::sort(out.sites.begin(), out.sites.end(), [](const SiteTotal& a, const SiteTotal& b) {
+    return a.bytes != b.bytes ? a.bytes > b.bytes : a.site.stack_id < b.site.stack_id;
+  });
+  if (out.sites.size() > options.top_sites) out.sites.resize(options.top_sites);
+  for (SiteTotal& s : out.sites) {
+    s.stack = stacks.frames(s.site.stack_id);
+    s.stack_flags = stacks.flags(s.site.stack_id);
+    auto named = stacks.site_frame(s.site.stack_id, options.grouping);
+    if (!named && !s.stack.empty()) named = s.stack.front();
+    s.location = named ? frame_label(*named) : "(no stack)";
+  }
+  out.diagnosis = diagnose(out);
+  return true;
+}
+
+nlohmann::json snapshot_json(const SnapshotReport& s) {
+  nlohmann::json request = nullptr;
+  if (s.request)
+    request = {{"api", std::string(api_name(s.request->api))},
+               {"size", s.request->size},
+               {"stream", s.request->stream},
+               {"result", s.request->result},
+               {"location", s.request_location},
+               {"stack", stack_json(s.request_stack)}};
+  nlohmann::json sites = nlohmann::json::array();
+  for (const SiteTotal& site : s.sites)
+    sites.push_back({{"bytes", site.bytes},
+                     {"count", site.count},
+                     {"api", std::string(api_name(site.site.api))},
+                     {"location", site.location},
+                     {"stack", stack_json(site.stack)}});
+  nlohmann::json layers = {{"reserved", s.live_bytes}, {"allocated", nullptr}};
+  layers["device"] = s.device_total_bytes ? nlohmann::json(s.device_total_bytes - s.device_free_bytes) : nullptr;
+  return {{"pid", s.pid},
+          {"device", s.device},
+          {"reason", s.reason},
+          {"fatal", s.fatal},
+          {"recovered", s.recovered},
+          {"outcome_known", s.outcome_known},
+          {"time_ns", s.time_ns},
+          {"request", request},
+          {"device_free_bytes", s.device_free_bytes},
+          {"device_total_bytes", s.device_total_bytes},
+          {"live_bytes", s.live_bytes},
+          {"live_count", s.live_count},
+          {"layers", layers},
+          {"sites", sites},
+          {"recent_events", s.recent_events},
+          {"diagnosis", s.diagnosis},
+          {"path", s.path}};
+}
+
+std::string snapshot_text(const SnapshotReport& s) {
+  std::string out = s.path + " (process " + std::to_string(s.pid) + ")\n" + s.diagnosis + "\n";
+  if (!s.problem.empty()) out += "WARNING: " + s.problem + "\n";
+  if (s.request) {
+    out += "\nthe failed request: " + std::string(api_name(s.request->api)) + " of " + format_bytes(s.request->size) +
+           "\n";
+    for (const FrameView& f : s.request_stack) out += "    " + frame_label(f) + "\n";
+  }
+  if (!s.sites.empty()) out += "\nlargest sites live then:\n";
+  for (const SiteTotal& site : s.sites) {
+    out += "  " + format_bytes(site.bytes) + " in " + std::to_string(site.count) + " (" +
+           std::string(api_name(site.site.api)) + ") at " + site.location + "\n";
+    for (size_t i = 1; i < site.stack.size() && i < 6; ++i) out += "      " + frame_label(site.stack[i]) + "\n";
+  }
+  return out;
+}
+
+}  // namespace memtrace

@@ -1,0 +1,171 @@
+#include "snapshot_keeper.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+namespace memtrace {
+
+namespace {
+constexpr int kOutOfMemory = 2;  // cudaErrorMemoryAllocation, CUDA_ERROR_OUT_OF_MEMORY
+}
+
+std::string SnapshotKeeper::name(const char* kind, uint32_t n) const {
+  return options_.dir + "/" + kind + "-" + std::to_string(header_.pid()) +
+         (n ? "-" + std::to_string(n) : std::string()) + ".memsnap";
+}
+
+SnapshotKeeper::Live SnapshotKeeper::live_now(const Replay& replay) {
+  Live live;
+  replay.for_each_live([&](uint64_t addr, const LiveAllocation& a) { live.emplace_back(addr, a); });
+  return live;
+}
+
+void SnapshotKeeper::before_event(const Event& event, const Replay& replay) {
+  // The first free after a new peak: what is live is still what was live at the peak, since
+  // nothing was allocated after it without making a higher one. Copied only then.
+  if (options_.at_peak && peak_unsaved_ && event.op() == Op::kFree && event.ok()) {
+    at_peak_ = live_now(replay);
+    peak_unsaved_ = false;
+  }
+}
+
+void SnapshotKeeper::on_event(const Event& event, const ReplayStep& step, const Replay& replay) {
+  recent_.push_back(event);
+  if (recent_.size() > kRecentEvents) recent_.pop_front();
+
+  for (const MemoryChange& change : step.device_changes) {
+    live_bytes_ += static_cast<uint64_t>(change.bytes);
+    if (live_bytes_ > peak_bytes_) {
+      peak_bytes_ = live_bytes_;
+      peak_time_ = event.t_ns;
+      peak_unsaved_ = true;
+    }
+  }
+
+  if (event.op() != Op::kAlloc) return;
+  if (event.ok()) {
+    if (!pending_.empty()) settle(false);  // it went on allocating: it recovered
+    return;
+  }
+  if (event.result != kOutOfMemory || oom_count_ >= static_cast<uint32_t>(options_.max_oom)) return;
+  pb::Snapshot info;
+  info.set_reason(pb::Snapshot::OOM);
+  info.set_time_ns(event.t_ns);
+  info.set_sequence(++oom_count_);
+  info.set_device(event.device);
+  info.set_device_free_bytes(event.device_free);
+  info.set_device_total_bytes(event.device_total);
+  if (auto written = write(name("oom", oom_count_), info, live_now(replay), event)) pending_.push_back(*written);
+}
+
+void SnapshotKeeper::take(pb::Snapshot::Reason reason, uint64_t now_ns, const Replay& replay) {
+  pb::Snapshot info;
+  info.set_reason(reason);
+  info.set_time_ns(now_ns);
+  info.set_device(-1);
+  uint32_t n = reason == pb::Snapshot::DEMAND ? ++demand_count_ : ++periodic_count_;
+  info.set_sequence(n);
+  write(name(reason == pb::Snapshot::DEMAND ? "demand" : "periodic", n), info, live_now(replay), std::nullopt);
+}
+
+void SnapshotKeeper::finish(std::optional<int> exit_status, const Replay& replay) {
+  // Still unsettled: nothing was allocated after the failure. Unless the process exited
+  // cleanly, the last failure is what it died of.
+  if (!pending_.empty()) settle(!(exit_status && *exit_status == 0));
+  if (options_.at_peak && peak_bytes_ > 0) {
+    pb::Snapshot info;
+    info.set_reason(pb::Snapshot::PEAK);
+    info.set_time_ns(peak_time_);
+    info.set_device(-1);
+    write(name("peak", 0), info, peak_unsaved_ ? live_now(replay) : at_peak_, std::nullopt);
+  }
+}
+
+std::optional<SnapshotKeeper::Pending> SnapshotKeeper::write(const std::string& path, pb::Snapshot info,
+                                                             const Live& live, const std::optional<Event>& request) {
+  std::string error;
+  auto writer = TraceWriter::create(path, error, options_.compression);
+  if (!writer) {
+    errors_.push_back(error);
+    return std::nullopt;
+  }
+  writer->write_header(header_);
+
+  auto imported = [&](Event e) {
+    e.stack_id = writer->import_stack(trace_, e.stack_id);
+    return e;
+  };
+  if (request) TraceWriter::encode_events({imported(*request)}, *info.mutable_request());
+  std::vector<Event> recent;
+  for (const Event& e : recent_)
+    if (!request || &e != &recent_.back()) recent.push_back(imported(e));  // not the request again
+  TraceWriter::encode_events(recent, *info.mutable_recent());
+
+  // The live allocations, oldest first, as the events that made them.
+  std::vector<Event> events;
+  uint64_t bytes = 0, count = 0;
+  for (const auto& [addr, a] : live) {
+    Event e;
+    e.t_ns = a.t_ns;
+    e.api = a.api;
+    e.kind = a.kind;
+    e.device = a.device;
+    e.addr = addr;
+    e.size = a.size;
+    e.stack_id = writer->import_stack(trace_, a.stack_id);
+    events.push_back(e);
+    if (counts_as_device_memory(a.kind) && (info.device() < 0 || a.device == info.device())) {
+      bytes += a.size;
+      ++count;
+    }
+  }
+  std::sort(events.begin(), events.end(), [](const Event& x, const Event& y) { return x.t_ns < y.t_ns; });
+  info.set_reserved_bytes(bytes);
+  info.set_reserved_count(count);
+  writer->write_snapshot(info);
+  for (const Event& e : events) writer->add(e);
+  pb::Footer footer;
+  footer.set_end_ns(info.time_ns());
+  footer.set_end_reason("snapshot");
+  writer->finish(footer);
+  if (writer->failed()) {
+    errors_.push_back(writer->error());
+    return std::nullopt;
+  }
+  paths_.push_back(path);
+  return Pending{path, info, writer->snapshot_offset(), writer->snapshot_size()};
+}
+
+// Rewrites each pending OOM snapshot with its outcome: the file is copied with its Snapshot
+// chunk replaced, then renamed over the old one, so it is whole at every moment.
+void SnapshotKeeper::settle(bool last_fatal) {
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    Pending& p = pending_[i];
+    p.info.set_outcome_known(true);
+    p.info.set_fatal(last_fatal && i + 1 == pending_.size());
+    p.info.set_recovered(!last_fatal);
+    std::ifstream in(p.path, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (p.offset + p.size > bytes.size()) continue;
+    pb::Chunk chunk;
+    *chunk.mutable_snapshot() = p.info;
+    std::string updated =
+        bytes.substr(0, p.offset) + TraceWriter::framed(chunk, options_.compression) + bytes.substr(p.offset + p.size);
+    std::string temp = p.path + ".tmp";
+    int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    bool ok = fd >= 0 && ::write(fd, updated.data(), updated.size()) == static_cast<ssize_t>(updated.size());
+    if (fd >= 0) ::close(fd);
+    if (ok && ::rename(temp.c_str(), p.path.c_str()) == 0) continue;
+    ::unlink(temp.c_str());
+    errors_.push_back("cannot update " + p.path + ": " + std::strerror(errno));
+  }
+  pending_.clear();
+}
+
+}  // namespace memtrace
