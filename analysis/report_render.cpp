@@ -24,6 +24,17 @@ std::string pad(std::string s, size_t width, bool right = false) {
 
 }  // namespace
 
+nlohmann::json site_json(const SiteTotal& s) {
+  nlohmann::json site = {{"api", std::string(api_name(s.site.api))},
+                         {"bytes", s.bytes},
+                         {"count", s.count},
+                         {"location", s.location},
+                         {"stack", stack_json(s.stack)}};
+  if (s.stack_flags & pb::STACK_TRUNCATED) site["stack_truncated"] = true;
+  if (s.stack_flags & pb::STACK_PYTHON_NO_GIL) site["python_frames"] = "gil_not_held";
+  return site;
+}
+
 nlohmann::json stack_json(const std::vector<FrameView>& frames) {
   nlohmann::json out = nlohmann::json::array();
   for (const FrameView& f : frames) {
@@ -60,16 +71,7 @@ nlohmann::json report_json(const std::vector<ProcessReport>& processes) {
     nlohmann::json devices = nlohmann::json::array();
     for (const DeviceReport& d : p.devices) {
       nlohmann::json sites = nlohmann::json::array();
-      for (const SiteTotal& s : d.peak_sites) {
-        nlohmann::json site = {{"api", std::string(api_name(s.site.api))},
-                               {"bytes", s.bytes},
-                               {"count", s.count},
-                               {"location", s.location},
-                               {"stack", stack_json(s.stack)}};
-        if (s.stack_flags & pb::STACK_TRUNCATED) site["stack_truncated"] = true;
-        if (s.stack_flags & pb::STACK_PYTHON_NO_GIL) site["python_frames"] = "gil_not_held";
-        sites.push_back(std::move(site));
-      }
+      for (const SiteTotal& s : d.peak_sites) sites.push_back(site_json(s));
       devices.push_back({{"device", d.device},
                          {"name", d.name},
                          {"total_bytes", d.total_bytes},

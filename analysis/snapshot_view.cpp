@@ -154,12 +154,7 @@ nlohmann::json snapshot_json(const SnapshotReport& s) {
                {"location", s.request_location},
                {"stack", stack_json(s.request_stack)}};
   nlohmann::json sites = nlohmann::json::array();
-  for (const SiteTotal& site : s.sites)
-    sites.push_back({{"bytes", site.bytes},
-                     {"count", site.count},
-                     {"api", std::string(api_name(site.site.api))},
-                     {"location", site.location},
-                     {"stack", stack_json(site.stack)}});
+  for (const SiteTotal& site : s.sites) sites.push_back(site_json(site));
   nlohmann::json layers = {{"reserved", s.live_bytes}, {"allocated", nullptr}};
   layers["device"] = s.device_total_bytes ? nlohmann::json(s.device_total_bytes - s.device_free_bytes) : nullptr;
   return {{"pid", s.pid},

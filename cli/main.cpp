@@ -18,23 +18,30 @@ namespace {
 
 constexpr int kExitUsage = 2;
 
-int report(const std::string& path, bool json, const memtrace::ReportOptions& options) {
+// The reports of every trace PATH names; false after saying why on stderr.
+bool load_reports(const char* command, const std::string& path, const memtrace::ReportOptions& options,
+                  std::vector<memtrace::ProcessReport>& processes) {
   std::string error;
   std::vector<std::string> traces = memtrace::find_traces(path, error);
   if (traces.empty()) {
-    std::fprintf(stderr, "memtrace report: %s\n", error.c_str());
-    return 1;
+    std::fprintf(stderr, "memtrace %s: %s\n", command, error.c_str());
+    return false;
   }
-  std::vector<memtrace::ProcessReport> processes;
   for (const auto& trace : traces) {
     memtrace::ProcessReport p;
     if (!memtrace::analyze_trace(trace, options, p, error)) {
-      std::fprintf(stderr, "memtrace report: %s\n", error.c_str());
-      return 1;
+      std::fprintf(stderr, "memtrace %s: %s\n", command, error.c_str());
+      return false;
     }
-    if (!p.complete) std::fprintf(stderr, "memtrace report: %s: %s\n", trace.c_str(), p.problem.c_str());
+    if (!p.complete) std::fprintf(stderr, "memtrace %s: %s: %s\n", command, trace.c_str(), p.problem.c_str());
     processes.push_back(std::move(p));
   }
+  return true;
+}
+
+int report(const std::string& path, bool json, const memtrace::ReportOptions& options) {
+  std::vector<memtrace::ProcessReport> processes;
+  if (!load_reports("report", path, options, processes)) return 1;
   if (json)
     std::printf("%s\n", memtrace::report_json(processes).dump(2).c_str());
   else
@@ -173,20 +180,8 @@ int explain_command(const std::string& path, EstimateCli& e) {
     std::fprintf(stderr, "memtrace explain: %s\n", error.c_str());
     return 2;
   }
-  std::vector<std::string> traces = memtrace::find_traces(path, error);
-  if (traces.empty()) {
-    std::fprintf(stderr, "memtrace explain: %s\n", error.c_str());
-    return 1;
-  }
   std::vector<memtrace::ProcessReport> processes;
-  for (const auto& trace : traces) {
-    memtrace::ProcessReport p;
-    if (!memtrace::analyze_trace(trace, memtrace::ReportOptions(), p, error)) {
-      std::fprintf(stderr, "memtrace explain: %s\n", error.c_str());
-      return 1;
-    }
-    processes.push_back(std::move(p));
-  }
+  if (!load_reports("explain", path, memtrace::ReportOptions(), processes)) return 1;
   memtrace::Explanation x = memtrace::explain(result, processes);
   if (e.json) std::printf("%s\n", memtrace::explanation_json(x).dump(2).c_str());
   else std::fputs(memtrace::explanation_text(x).c_str(), stdout);

@@ -14,6 +14,8 @@ nlohmann::json report_json(const std::vector<ProcessReport>& processes);
 std::string report_text(const std::vector<ProcessReport>& processes);
 // A stack as JSON: [{"kind","function","file","line","module",...}], innermost first.
 nlohmann::json stack_json(const std::vector<FrameView>& frames);
+// A site: {"api","bytes","count","location","stack"}, and what its stack is missing, if anything.
+nlohmann::json site_json(const SiteTotal& site);
 std::string command_line(const std::vector<std::string>& command);
 
 }  // namespace memtrace
