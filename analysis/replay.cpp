@@ -30,7 +30,7 @@ void Replay::count(const LiveAllocation& a, int64_t sign) {
 }
 
 void Replay::allocate(const Event& e) {
-  LiveAllocation a{e.api, e.kind, e.device, e.size, e.stack_id, e.t_ns};
+  LiveAllocation a{e.api, e.kind, e.device, e.size, e.stack_id, e.t_ns, e.tid};
   switch (e.kind) {
     case MemKind::kVmmPhysical: {
       auto [it, fresh] = handles_.try_emplace(e.addr);

@@ -113,6 +113,7 @@ std::optional<SnapshotKeeper::Pending> SnapshotKeeper::write(const std::string& 
   for (const auto& [addr, a] : live) {
     Event e;
     e.t_ns = a.t_ns;
+    e.tid = a.tid;
     e.api = a.api;
     e.kind = a.kind;
     e.device = a.device;

@@ -19,6 +19,7 @@ struct LiveAllocation {
   uint64_t size = 0;
   uint64_t stack_id = 0;
   uint64_t t_ns = 0;
+  uint32_t tid = 0;
 };
 
 // Where device memory was allocated: the API and the call stack. Reports group by it.
