@@ -122,7 +122,7 @@ std::string report_text(const std::vector<ProcessReport>& processes) {
     if (!p.complete) out += "  WARNING: incomplete trace: " + p.problem + "\n";
     if (p.dropped_events)
       out += "  WARNING: " + std::to_string(p.dropped_events) +
-             " events were lost (the collector could not keep up); figures below miss them\n";
+             " events were lost (memtrace was stalled past --max-stall, or could not keep up); figures below miss them\n";
     if (p.incomplete_records)
       out += "  WARNING: " + std::to_string(p.incomplete_records) + " events were cut off by the process's death\n";
 

@@ -243,6 +243,9 @@ int main(int argc, char** argv) {
   CLI::Option* every = run_cmd->add_option("--snapshot-every", snapshot_every,
                                            "Take a snapshot of every traced process this often, e.g. 30s, 5m");
   run_cmd->add_flag("--snapshot-at-peak", run.snapshot_at_peak, "Keep a snapshot of each process at its peak");
+  std::string max_stall;
+  CLI::Option* stall = run_cmd->add_option(
+      "--max-stall", max_stall, "How long the program may wait for a stalled memtrace before it drops events (default 10s)");
   bool no_native = false, no_python = false;
   run_cmd->add_flag("--no-native-stacks", no_native, "Record only the immediate caller, not the native stack");
   run_cmd->add_flag("--no-python-stacks", no_python, "Do not record Python frames");
@@ -324,6 +327,14 @@ int main(int argc, char** argv) {
         return memtrace::kExitMemtraceFailedCode;
       }
       run.snapshot_every_ns = *ns;
+    }
+    if (*stall) {
+      auto ns = memtrace::parse_duration_ns(max_stall);
+      if (!ns) {
+        std::fprintf(stderr, "memtrace run: --max-stall: '%s' is not a duration (try 10s)\n", max_stall.c_str());
+        return memtrace::kExitMemtraceFailedCode;
+      }
+      run.max_stall_ns = *ns;
     }
     run.native_stacks = !no_native;
     run.python_stacks = !no_python;

@@ -353,6 +353,7 @@ int run_command(const RunOptions& options) {
   set_env(env, "MEMTRACE_SOCKET", control->path());
   if (options.python_stacks) set_env(env, "PYTHONPATH", (libs / "python").string(), true);  // the shim
   set_env(env, "MEMTRACE_STACK_DEPTH", std::to_string(options.stack_depth));
+  set_env(env, "MEMTRACE_MAX_STALL_MS", std::to_string(options.max_stall_ns / 1'000'000));
   set_env(env, "MEMTRACE_NATIVE_STACKS", options.native_stacks ? "1" : "0");
   set_env(env, "MEMTRACE_PYTHON_STACKS", options.python_stacks ? "1" : "0");
   if (options.sim) {

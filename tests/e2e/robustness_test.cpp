@@ -168,3 +168,89 @@ TEST(Report, CutTraceReportsWhatItHolds) {
 }
 
 }  // namespace
+
+namespace {
+
+// Starts `memtrace run --sim -o DIR/traces OPTIONS -- threads ...` with a small ring, its output
+// (and the program's) in DIR/out and DIR/err; returns memtrace's pid.
+pid_t start_threads(const std::string& dir, const std::vector<std::string>& options, const char* iterations) {
+  fs::create_directories(dir);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    if (!freopen((dir + "/out").c_str(), "w", stdout) || !freopen((dir + "/err").c_str(), "w", stderr)) _exit(126);
+    ::setenv("MEMTRACE_RING_BYTES", "65536", 1);  // 512 slots: full within a few hundred events
+    ::setenv("MEMTRACE_SIM_LEDGER", (dir + "/ledger-%p.txt").c_str(), 1);
+    std::vector<std::string> args{e2e::kMemtrace, "run", "--sim", "-o", dir + "/traces"};
+    args.insert(args.end(), options.begin(), options.end());
+    for (const char* a : {"--", "", "--threads", "2", "--iterations"}) args.emplace_back(a);
+    args[args.size() - 4] = e2e::sample_path("threads");
+    args.emplace_back(iterations);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+int wait_status(pid_t pid) {
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+uint64_t ledger_calls(const std::string& dir) {
+  uint64_t calls = 0;
+  for (const auto& [pid, ledger] : e2e::read_ledgers(dir))
+    for (const auto& [api, counts] : ledger.apis) calls += counts.calls;
+  return calls;
+}
+
+TEST(Collector, StalledPastTheBoundTheProgramRunsOnAndLossesAreCounted) {
+  std::string dir = e2e::temp_dir("stalled");
+  pid_t memtrace = start_threads(dir, {"--max-stall", "0.3s"}, "60000");
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ::kill(memtrace, SIGSTOP);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  ::kill(memtrace, SIGCONT);
+  ASSERT_EQ(wait_status(memtrace), 0);
+  json p = e2e::report_json(dir + "/traces")["processes"][0];
+  uint64_t dropped = p["dropped_events"], recorded = p["events_total"];
+  EXPECT_GT(dropped, 0u) << "the stop outlasted --max-stall";
+  EXPECT_EQ(recorded + dropped, ledger_calls(dir)) << "every event is in the trace or counted as lost";
+  e2e::Result text = e2e::run({e2e::kMemtrace, "report", dir + "/traces"});
+  EXPECT_NE(text.out.find("WARNING: " + std::to_string(dropped) + " events were lost"), std::string::npos) << text.out;
+}
+
+TEST(Collector, ResumedWithinTheBoundNothingIsLost) {
+  std::string dir = e2e::temp_dir("resumed");
+  pid_t memtrace = start_threads(dir, {"--max-stall", "20s"}, "30000");
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  ::kill(memtrace, SIGSTOP);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ::kill(memtrace, SIGCONT);
+  ASSERT_EQ(wait_status(memtrace), 0);
+  json p = e2e::report_json(dir + "/traces")["processes"][0];
+  EXPECT_EQ(p["dropped_events"], 0);
+  EXPECT_EQ(p["events_total"].get<uint64_t>(), ledger_calls(dir));
+}
+
+TEST(Collector, KilledTheProgramRunsToItsEndUnharmed) {
+  std::string dir = e2e::temp_dir("collectorkilled");
+  pid_t memtrace = start_threads(dir, {}, "60000");
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ::kill(memtrace, SIGKILL);
+  wait_status(memtrace);
+  // The program, now an orphan, finishes on its own (it does not wait --max-stall per event)
+  // and prints its account as it would have without memtrace.
+  std::string out;
+  for (int i = 0; i < 300 && out.find("memtrace-sample:") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::ifstream in(dir + "/out");
+    out.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  EXPECT_NE(out.find("\"cudaMalloc\":40000"), std::string::npos) << out;
+}
+
+}  // namespace

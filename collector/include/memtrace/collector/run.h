@@ -19,6 +19,7 @@ struct RunOptions {
   int max_oom_snapshots = 8;
   uint64_t snapshot_every_ns = 0;  // 0: no periodic snapshots
   bool snapshot_at_peak = false;
+  uint64_t max_stall_ns = 10'000'000'000ull;  // how long a program waits for a stalled collector
   bool native_stacks = true;
   bool python_stacks = true;
   std::vector<std::string> command;
