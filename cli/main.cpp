@@ -243,6 +243,8 @@ int main(int argc, char** argv) {
   CLI::Option* every = run_cmd->add_option("--snapshot-every", snapshot_every,
                                            "Take a snapshot of every traced process this often, e.g. 30s, 5m");
   run_cmd->add_flag("--snapshot-at-peak", run.snapshot_at_peak, "Keep a snapshot of each process at its peak");
+  run_cmd->add_flag("--redact-args", run.redact_args,
+                    "Keep the program's arguments out of the traces ($1, $2, ... instead)");
   std::string max_stall;
   CLI::Option* stall = run_cmd->add_option(
       "--max-stall", max_stall, "How long the program may wait for a stalled memtrace before it drops events (default 10s)");

@@ -128,7 +128,8 @@ class Collector {
         origin_unix_(origin_unix),
         control_(control),
         compression_(options.compression),
-        snapshot_every_ns_(options.snapshot_every_ns) {
+        snapshot_every_ns_(options.snapshot_every_ns),
+        redact_args_(options.redact_args) {
     snapshot_options_.dir = dir_;
     snapshot_options_.compression = options.compression;
     snapshot_options_.max_oom = options.max_oom_snapshots;
@@ -151,6 +152,7 @@ class Collector {
   ControlSocket& control_;
   int compression_;
   uint64_t snapshot_every_ns_;
+  bool redact_args_;
   SnapshotOptions snapshot_options_;
   std::vector<std::string> snapshots_;  // written so far, by every process
   Symbolizer symbolizer_;  // shared: processes of one run load the same libraries
@@ -196,7 +198,9 @@ void Collector::welcome() {
     header.set_pid(intro->pid);
     header.set_ppid(read_ppid(intro->pid));
     header.set_host(host_name());
-    for (const auto& arg : read_cmdline(intro->pid)) header.add_command(arg);
+    std::vector<std::string> command = read_cmdline(intro->pid);
+    for (size_t i = 0; i < command.size(); ++i)  // --redact-args: the program, then positions only
+      header.add_command(redact_args_ && i > 0 ? "$" + std::to_string(i) : command[i]);
     header.set_origin_unix_ns(static_cast<int64_t>(origin_unix_));
     header.set_origin_monotonic_ns(origin_mono_);
     header.set_process_seen_ns(clock_ns(CLOCK_MONOTONIC) - origin_mono_);

@@ -48,12 +48,12 @@ TEST_P(PythonSampleTest, ReportMatchesLedgerAndSample) {
   std::string dir = e2e::temp_dir(GetParam());
   e2e::Result r = e2e::run_traced(dir, e2e::python_sample(GetParam()));
   ASSERT_EQ(r.status, 0) << r.err;
-  ASSERT_EQ(e2e::sample_accounts(r.out).size(), 1u) << r.out;
+  ASSERT_FALSE(e2e::sample_accounts(r.out).empty()) << r.out;
   expect_report_matches_ledger(dir, r, true);
 }
 
 INSTANTIATE_TEST_SUITE_P(PythonSamples, PythonSampleTest,
-                         ::testing::Values("train_loop.py", "leak.py", "worker_thread.py"),
+                         ::testing::Values("train_loop.py", "leak.py", "worker_thread.py", "workers.py"),
                          [](const auto& info) { return info.param.substr(0, info.param.find('.')); });
 
 void expect_report_matches_ledger(const std::string& dir, const e2e::Result& r, bool exact_peaks) {
@@ -127,6 +127,18 @@ TEST(Report, SitesAtPeakNameTheSamplesCode) {
     EXPECT_EQ(std::filesystem::path(s["stack"][0]["module"].get<std::string>()).filename(), "driver_api") << s.dump();
     EXPECT_EQ(s["location"].get<std::string>().rfind("main at driver_api.cpp:", 0), 0u) << s.dump();
   }
+}
+
+// Forked and spawned Python workers: one trace each, each matching its own ledger (above), and
+// the interpreter's helper processes that never touch CUDA leave none.
+TEST(Processes, PythonWorkersForkedAndSpawned) {
+  std::string dir = e2e::temp_dir("workers");
+  e2e::Result r = e2e::run_traced(dir, e2e::python_sample("workers.py"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(e2e::sample_accounts(r.out).size(), 5u) << r.out;
+  json report = e2e::report_json(dir + "/traces");
+  EXPECT_EQ(report["processes"].size(), 5u);
+  EXPECT_EQ(e2e::read_ledgers(dir).size(), 5u);
 }
 
 TEST(Report, NamesTheDevices) {

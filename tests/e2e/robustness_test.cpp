@@ -254,3 +254,49 @@ TEST(Collector, KilledTheProgramRunsToItsEndUnharmed) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Signals, InterruptReachesTheProgramItsHandlersRunAndTheTraceIsFinished) {
+  std::string dir = e2e::temp_dir("sigint");
+  fs::create_directories(dir);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    if (!freopen((dir + "/out").c_str(), "w", stdout) || !freopen((dir + "/err").c_str(), "w", stderr)) _exit(126);
+    ::setenv("MEMTRACE_SIM_LEDGER", (dir + "/ledger-%p.txt").c_str(), 1);
+    ::execl(e2e::kMemtrace.c_str(), e2e::kMemtrace.c_str(), "run", "--sim", "-o", (dir + "/traces").c_str(), "--",
+            e2e::sample_path("signals").c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  ::kill(pid, SIGINT);  // as `kill -INT`; Ctrl-C signals the whole group and reaches the program itself
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the program's own handler stopped it cleanly";
+  json p = e2e::report_json(dir + "/traces")["processes"][0];
+  EXPECT_TRUE(p["complete"].get<bool>());
+  EXPECT_EQ(p["exit_status"], 0);
+  auto ledger = e2e::read_ledgers(dir).begin()->second;
+  EXPECT_EQ(p["events"]["cudaMalloc"]["calls"].get<uint64_t>(), ledger.apis["cudaMalloc"].calls);
+  EXPECT_EQ(p["devices"][0]["live_at_exit_bytes"], 0);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(Run, RedactedArgumentsNeverReachTheTrace) {
+  std::string dir = e2e::temp_dir("redact");
+  // Uncompressed, so that looking for the argument's bytes in the files means something.
+  ASSERT_EQ(e2e::run_sample(dir, "leak", {"--iterations", "2"}, {"--redact-args", "--compress", "0"}).status, 0);
+  json p = e2e::report_json(dir + "/traces")["processes"][0];
+  EXPECT_EQ(p["command"], json({e2e::sample_path("leak"), "$1", "$2"}));
+  for (const auto& e : fs::directory_iterator(dir + "/traces")) {
+    std::ifstream in(e.path(), std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(bytes.find("--iterations"), std::string::npos) << e.path();
+  }
+}
+
+}  // namespace
