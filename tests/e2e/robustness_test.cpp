@@ -300,3 +300,43 @@ TEST(Run, RedactedArgumentsNeverReachTheTrace) {
 }
 
 }  // namespace
+
+namespace {
+
+struct Ending {
+  std::string how;
+  int status;
+};
+
+class Endings : public ::testing::TestWithParam<Ending> {};
+
+// However the program ends, the trace holds every call the device counted, and says how it ended.
+TEST_P(Endings, TraceHoldsEveryCallTheDeviceCounted) {
+  std::string dir = e2e::temp_dir(GetParam().how);
+  e2e::Result r = e2e::run_sample(dir, "endings", {GetParam().how});
+  ASSERT_EQ(r.status, GetParam().status) << r.err;
+  auto ledgers = e2e::read_ledgers(dir);
+  ASSERT_EQ(ledgers.size(), 1u);
+  const e2e::Ledger& ledger = ledgers.begin()->second;
+  json p = e2e::report_json(dir + "/traces")["processes"][0];
+  EXPECT_TRUE(p["complete"].get<bool>());
+  EXPECT_EQ(p["exit_status"], GetParam().status);
+  EXPECT_EQ(p["incomplete_records"], 0);
+  for (const auto& [api, counts] : ledger.apis) {
+    EXPECT_EQ(p["events"][api]["calls"].get<uint64_t>(), counts.calls) << api;
+    EXPECT_EQ(p["events"][api]["bytes"].get<uint64_t>(), counts.bytes) << api;
+  }
+  EXPECT_EQ(p["devices"][0]["live_at_exit_bytes"].get<uint64_t>(), ledger.live.at(0));
+}
+
+INSTANTIATE_TEST_SUITE_P(Ways, Endings,
+                         ::testing::Values(Ending{"static", 0}, Ending{"thread-local", 0}, Ending{"segv", 128 + SIGSEGV},
+                                           Ending{"abort", 128 + SIGABRT}, Ending{"exit-thread", 7}),
+                         [](const auto& info) {
+                           std::string name = info.param.how;
+                           for (char& c : name)
+                             if (c == '-') c = '_';
+                           return name;
+                         });
+
+}  // namespace
