@@ -340,3 +340,28 @@ INSTANTIATE_TEST_SUITE_P(Ways, Endings,
                          });
 
 }  // namespace
+
+namespace {
+
+TEST(Run, DiskFullSaysSoAndLeavesTheProgramAndTheTraceUsable) {
+  std::string dir = e2e::temp_dir("diskfull");
+  std::string small = dir + "/small";
+  fs::create_directories(small);
+  if (std::system(("mount -t tmpfs -o size=256k tmpfs " + small + " 2>/dev/null").c_str()) != 0)
+    GTEST_SKIP() << "cannot mount a small tmpfs here (needs root)";
+  e2e::Result r = e2e::run({e2e::kMemtrace, "run", "--sim", "--compress", "0", "-o", small + "/traces", "--",
+                            e2e::sample_path("train_loop"), "--steps", "2000"});
+  EXPECT_EQ(r.status, 0) << "the program is unharmed: " << r.err;
+  EXPECT_NE(r.out.find("memtrace-sample:"), std::string::npos);
+  EXPECT_NE(r.err.find("No space left on device"), std::string::npos) << r.err;
+  e2e::Result report = e2e::run({e2e::kMemtrace, "report", "--json", small + "/traces"});
+  EXPECT_EQ(report.status, 0) << report.err;
+  if (report.status == 0) {
+    json p = json::parse(report.out)["processes"][0];
+    EXPECT_FALSE(p["complete"].get<bool>());
+    EXPECT_GT(p["events_total"].get<uint64_t>(), 1000u) << "read up to where the disk filled";
+  }
+  EXPECT_EQ(std::system(("umount " + small).c_str()), 0);
+}
+
+}  // namespace
