@@ -245,6 +245,9 @@ int main(int argc, char** argv) {
   run_cmd->add_flag("--snapshot-at-peak", run.snapshot_at_peak, "Keep a snapshot of each process at its peak");
   run_cmd->add_flag("--redact-args", run.redact_args,
                     "Keep the program's arguments out of the traces ($1, $2, ... instead)");
+  std::string umask_text;
+  CLI::Option* umask_option = run_cmd->add_option(
+      "--umask", umask_text, "Permissions of what memtrace writes, as a umask (default 077: only you)");
   std::string max_stall;
   CLI::Option* stall = run_cmd->add_option(
       "--max-stall", max_stall, "How long the program may wait for a stalled memtrace before it drops events (default 10s)");
@@ -337,6 +340,15 @@ int main(int argc, char** argv) {
         return memtrace::kExitMemtraceFailedCode;
       }
       run.max_stall_ns = *ns;
+    }
+    if (*umask_option) {
+      char* end = nullptr;
+      unsigned long mask = std::strtoul(umask_text.c_str(), &end, 8);
+      if (umask_text.empty() || *end || mask > 0777) {
+        std::fprintf(stderr, "memtrace run: --umask: '%s' is not an octal umask (try 027)\n", umask_text.c_str());
+        return memtrace::kExitMemtraceFailedCode;
+      }
+      run.umask = static_cast<unsigned>(mask);
     }
     run.native_stacks = !no_native;
     run.python_stacks = !no_python;

@@ -85,9 +85,10 @@ fs::path library_dir() {
   return exe.parent_path().parent_path() / "lib";
 }
 
-// Creates the output folder (0700). For the default name, finds one not taken yet.
+// Creates the output folder (0700, or as --umask says). For the default name, finds one not taken yet.
 bool make_output_dir(const RunOptions& options, std::string& dir, bool& created, std::string& error) {
   created = false;
+  const mode_t dir_mode = options.umask ? 0777 & ~*options.umask : 0700;
   if (!options.output_dir.empty()) {
     dir = options.output_dir;
     std::error_code ec;
@@ -96,11 +97,12 @@ bool make_output_dir(const RunOptions& options, std::string& dir, bool& created,
              (error = "cannot write to output folder " + dir + ": " + std::strerror(errno), false);
     fs::path parent = fs::path(dir).parent_path();
     if (!parent.empty()) fs::create_directories(parent, ec);
-    if (::mkdir(dir.c_str(), 0700) != 0) {
+    if (::mkdir(dir.c_str(), dir_mode) != 0) {
       error = "cannot create output folder " + dir + ": " + std::strerror(errno);
       return false;
     }
     created = true;
+    ::chmod(dir.c_str(), dir_mode);  // exactly, whatever the process's umask
     return true;
   }
   std::time_t now = std::time(nullptr);
@@ -108,8 +110,9 @@ bool make_output_dir(const RunOptions& options, std::string& dir, bool& created,
   std::strftime(stamp, sizeof stamp, "memtrace-%Y%m%d-%H%M%S", std::localtime(&now));
   for (int i = 1; i < 100; ++i) {
     dir = i == 1 ? stamp : std::string(stamp) + "-" + std::to_string(i);
-    if (::mkdir(dir.c_str(), 0700) == 0) {
+    if (::mkdir(dir.c_str(), dir_mode) == 0) {
       created = true;
+      ::chmod(dir.c_str(), dir_mode);
       return true;
     }
     if (errno != EEXIST) break;
@@ -134,6 +137,7 @@ class Collector {
     snapshot_options_.compression = options.compression;
     snapshot_options_.max_oom = options.max_oom_snapshots;
     snapshot_options_.at_peak = options.snapshot_at_peak;
+    snapshot_options_.file_mode = options.umask ? 0666 & ~*options.umask : 0600;
   }
   const std::vector<std::string>& snapshots() const { return snapshots_; }
 
@@ -186,7 +190,7 @@ void Collector::welcome() {
       if (p->pid() == intro->pid && !p->finished()) finish(*p, std::nullopt, "replaced its program (exec)");
     std::string path = trace_path(intro->pid);
     std::string error;
-    std::unique_ptr<TraceWriter> writer = TraceWriter::create(path, error, compression_);
+    std::unique_ptr<TraceWriter> writer = TraceWriter::create(path, error, compression_, snapshot_options_.file_mode);
     if (!writer) {
       std::fprintf(stderr, "memtrace: not tracing process %d: %s\n", intro->pid, error.c_str());
       ring::unmap_ring(intro->ring);

@@ -1,6 +1,7 @@
 #include "snapshot_keeper.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -90,7 +91,7 @@ void SnapshotKeeper::finish(std::optional<int> exit_status, const Replay& replay
 std::optional<SnapshotKeeper::Pending> SnapshotKeeper::write(const std::string& path, pb::Snapshot info,
                                                              const Live& live, const std::optional<Event>& request) {
   std::string error;
-  auto writer = TraceWriter::create(path, error, options_.compression);
+  auto writer = TraceWriter::create(path, error, options_.compression, options_.file_mode);
   if (!writer) {
     errors_.push_back(error);
     return std::nullopt;
@@ -160,7 +161,8 @@ void SnapshotKeeper::settle(bool last_fatal) {
         bytes.substr(0, p.offset) + TraceWriter::framed(chunk, options_.compression) + bytes.substr(p.offset + p.size);
     std::string temp = p.path + ".tmp";
     int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    bool ok = fd >= 0 && ::write(fd, updated.data(), updated.size()) == static_cast<ssize_t>(updated.size());
+    bool ok = fd >= 0 && ::fchmod(fd, options_.file_mode) == 0 &&
+              ::write(fd, updated.data(), updated.size()) == static_cast<ssize_t>(updated.size());
     if (fd >= 0) ::close(fd);
     if (ok && ::rename(temp.c_str(), p.path.c_str()) == 0) continue;
     ::unlink(temp.c_str());

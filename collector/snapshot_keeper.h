@@ -22,6 +22,7 @@ struct SnapshotOptions {
   int compression = 1;
   int max_oom = 8;        // OOM snapshots per process at most
   bool at_peak = false;   // keep one of the peak of reserved memory
+  unsigned file_mode = 0600;
 };
 
 class SnapshotKeeper {

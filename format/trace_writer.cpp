@@ -1,6 +1,7 @@
 #include "memtrace/format/trace_writer.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -12,12 +13,14 @@
 
 namespace memtrace {
 
-std::unique_ptr<TraceWriter> TraceWriter::create(const std::string& path, std::string& error, int compression) {
+std::unique_ptr<TraceWriter> TraceWriter::create(const std::string& path, std::string& error, int compression,
+                                                 unsigned mode) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) {
     error = "cannot create " + path + ": " + std::strerror(errno);
     return nullptr;
   }
+  if (mode != 0600) ::fchmod(fd, mode);  // created private, opened up only as asked
   std::unique_ptr<TraceWriter> writer(new TraceWriter(fd, path, compression));
   unsigned char head[framing::kFileHeaderBytes] = {};
   std::memcpy(head, framing::kMagic, sizeof framing::kMagic);

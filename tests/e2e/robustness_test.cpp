@@ -365,3 +365,20 @@ TEST(Run, DiskFullSaysSoAndLeavesTheProgramAndTheTraceUsable) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Run, UmaskOpensUpWhatItSays) {
+  std::string dir = e2e::temp_dir("umask");
+  ASSERT_EQ(e2e::run_sample(dir, "leak", {"--iterations", "2"}, {"--umask", "027"}).status, 0);
+  struct stat st{};
+  ASSERT_EQ(::stat((dir + "/traces").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0750u);
+  for (const auto& e : fs::directory_iterator(dir + "/traces")) {
+    ASSERT_EQ(::stat(e.path().c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0640u) << e.path();
+  }
+  EXPECT_EQ(e2e::run({e2e::kMemtrace, "run", "--umask", "9", "--", "/bin/true"}).status, 125);
+}
+
+}  // namespace

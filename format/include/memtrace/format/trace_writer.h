@@ -28,9 +28,10 @@ struct FrameInfo {
 class TraceWriter {
  public:
   // Creates PATH with mode 0600, never over an existing file nor through a symbolic link.
-  // COMPRESSION is the zstd level of each chunk (0: none). Returns null and sets ERROR when it
-  // cannot.
-  static std::unique_ptr<TraceWriter> create(const std::string& path, std::string& error, int compression = 1);
+  // COMPRESSION is the zstd level of each chunk (0: none); MODE the file's permissions, exactly
+  // (whatever the process's umask). Returns null and sets ERROR when it cannot.
+  static std::unique_ptr<TraceWriter> create(const std::string& path, std::string& error, int compression = 1,
+                                             unsigned mode = 0600);
   ~TraceWriter();
   TraceWriter(const TraceWriter&) = delete;
   TraceWriter& operator=(const TraceWriter&) = delete;
