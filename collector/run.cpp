@@ -1,6 +1,7 @@
 #include "memtrace/collector/run.h"
 
 #include <poll.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -164,6 +165,7 @@ class Collector {
   std::map<int, int> images_;  // pid -> traces made for it so far
   std::vector<ProcessReport> reports_;
   std::optional<int> child_status_;
+  bool orphans_left_ = false;
   std::string child_end_;
 };
 
@@ -235,19 +237,25 @@ int Collector::loop() {
   int idle_ms = 0;
   for (;;) {
     if (int sig = g_signal.exchange(0); sig && !child_status_) ::kill(child_, sig);
-    if (!child_status_) {
+    // Our children: CMD, and (as the subreaper) any descendant whose parent died before it, such
+    // as a daemon. A daemon may use CUDA only later: it is waited for like a traced process.
+    for (;;) {
       int status = 0;
-      if (::waitpid(child_, &status, WNOHANG) == child_) {
-        if (WIFEXITED(status)) {
-          child_status_ = WEXITSTATUS(status);
-          child_end_ = "exited";
-        } else {
-          child_status_ = 128 + WTERMSIG(status);
-          child_end_ = std::string("killed by signal ") + std::to_string(WTERMSIG(status)) + " (" +
-                       strsignal(WTERMSIG(status)) + ")";
-        }
-        g_interrupted.store(false);
+      pid_t pid = ::waitpid(-1, &status, WNOHANG);
+      if (pid <= 0) {
+        orphans_left_ = pid == 0;  // 0: children remain, none has ended; -1: none remain
+        break;
       }
+      if (pid != child_) continue;
+      if (WIFEXITED(status)) {
+        child_status_ = WEXITSTATUS(status);
+        child_end_ = "exited";
+      } else {
+        child_status_ = 128 + WTERMSIG(status);
+        child_end_ = std::string("killed by signal ") + std::to_string(WTERMSIG(status)) + " (" +
+                     strsignal(WTERMSIG(status)) + ")";
+      }
+      g_interrupted.store(false);
     }
 
     std::vector<pollfd> fds{{control_.fd(), POLLIN, 0}};
@@ -287,7 +295,7 @@ int Collector::loop() {
     }
 
     std::erase_if(processes_, [](const auto& p) { return p->finished(); });  // frees their rings
-    bool running = !processes_.empty();
+    bool running = !processes_.empty() || orphans_left_;
     if (child_status_ && !running) break;
     if (child_status_ && running) {
       if (g_interrupted.load()) {
@@ -297,8 +305,8 @@ int Collector::loop() {
         break;
       }
       if (!waiting_note) {
-        std::fprintf(stderr, "memtrace: %s ended; waiting for traced processes still running (Ctrl-C to stop)\n",
-                     "the program");
+        std::fprintf(stderr,
+                     "memtrace: the program ended; waiting for the processes it left running (Ctrl-C to stop)\n");
         waiting_note = true;
       }
     }
@@ -382,6 +390,9 @@ int run_command(const RunOptions& options) {
   sigemptyset(&snapshot_action.sa_mask);
   ::sigaction(SIGUSR1, &snapshot_action, nullptr);
 
+  // Descendants orphaned while the program runs (daemons) become our children, so that we can
+  // wait for them and their traces.
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   uint64_t origin_mono = clock_ns(CLOCK_MONOTONIC);
   uint64_t origin_unix = clock_ns(CLOCK_REALTIME);
   int exit_code = 0;

@@ -141,6 +141,24 @@ TEST(Processes, PythonWorkersForkedAndSpawned) {
   EXPECT_EQ(e2e::read_ledgers(dir).size(), 5u);
 }
 
+TEST(Processes, ShellPipeline) {
+  std::string dir = e2e::temp_dir("pipeline");
+  std::string line = e2e::sample_path("leak") + " --iterations 4 | " + e2e::sample_path("train_loop") + " --steps 2";
+  e2e::Result r = e2e::run_traced(dir, {"/bin/sh", "-c", line});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(e2e::read_ledgers(dir).size(), 2u);  // the shell touches no CUDA: no trace of it
+  expect_report_matches_ledger(dir, r, true);
+}
+
+TEST(Processes, DaemonizedGrandchildIsWaitedForAndTraced) {
+  std::string dir = e2e::temp_dir("daemon");
+  e2e::Result r = e2e::run_sample(dir, "daemon");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(e2e::sample_accounts(r.out).size(), 2u) << r.out;
+  EXPECT_EQ(e2e::read_ledgers(dir).size(), 2u);
+  expect_report_matches_ledger(dir, r, true);
+}
+
 TEST(Report, NamesTheDevices) {
   std::string dir = e2e::temp_dir("devices");
   ASSERT_EQ(e2e::run_sample(dir, "multi_device", {}, {"--sim-devices", "2", "--sim-capacity", "24GiB"}).status, 0);
