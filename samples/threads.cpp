@@ -1,5 +1,5 @@
-// Many threads allocating at once through the runtime, the driver and stream-ordered calls, so
-// events from different threads interleave in the ring. Threads start and end while others run.
+// Many threads allocating at once through the runtime, the driver, VMM and stream-ordered calls,
+// so events from different threads interleave in the ring. Threads start and end while others run.
 //   threads [--threads T] [--iterations N]
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -27,7 +27,7 @@ void worker(int index, long iterations) {
   SAMPLE_CHECK(cuCtxGetCurrent(&ctx));
   for (long i = 0; i < iterations; ++i) {
     const size_t bytes = 4096 * static_cast<size_t>(1 + (index * 7 + i) % 13);
-    switch (i % 3) {
+    switch (i % 4) {
       case 0: {
         void* p;
         cudaError_t e = cudaMalloc(&p, bytes);
@@ -44,6 +44,29 @@ void worker(int index, long iterations) {
         note("cuMemAlloc", true, static_cast<int64_t>(bytes));
         note("cuMemFree", true, -static_cast<int64_t>(bytes));
         SAMPLE_CHECK(cuMemFree(p));
+        break;
+      }
+      case 2: {
+        // VMM, as expandable segments grow and shrink: physical page, mapping, and back.
+        CUmemAllocationProp prop{};
+        prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        prop.location.id = 0;
+        const size_t page = 2 << 20;
+        CUdeviceptr va;
+        CUmemGenericAllocationHandle h;
+        SAMPLE_CHECK(cuMemAddressReserve(&va, page, 0, 0, 0));
+        note("cuMemAddressReserve", true, 0);
+        SAMPLE_CHECK(cuMemCreate(&h, page, &prop, 0));
+        note("cuMemCreate", true, static_cast<int64_t>(page));
+        SAMPLE_CHECK(cuMemMap(va, page, 0, h, 0));
+        note("cuMemMap", true, 0);
+        note("cuMemUnmap", true, 0);
+        SAMPLE_CHECK(cuMemUnmap(va, page));
+        note("cuMemRelease", true, -static_cast<int64_t>(page));
+        SAMPLE_CHECK(cuMemRelease(h));
+        note("cuMemAddressFree", true, 0);
+        SAMPLE_CHECK(cuMemAddressFree(va, page));
         break;
       }
       default: {

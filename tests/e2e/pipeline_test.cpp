@@ -141,6 +141,19 @@ TEST(Processes, PythonWorkersForkedAndSpawned) {
   EXPECT_EQ(e2e::read_ledgers(dir).size(), 5u);
 }
 
+// The load of the fault matrix: 16 threads, each 100,000 allocations and frees with stacks,
+// mixing runtime, driver, VMM and stream-ordered calls: every event there, every free matched.
+TEST(Load, SixteenThreadsOfAHundredThousand) {
+  std::string dir = e2e::temp_dir("load");
+  e2e::Result r = e2e::run_sample(dir, "threads", {"--threads", "16", "--iterations", "100000"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  expect_report_matches_ledger(dir, r, false);
+  json p = e2e::report_json(dir + "/traces")["processes"][0];
+  EXPECT_EQ(p["unmatched_frees"], 0);
+  EXPECT_EQ(p["dropped_events"], 0);
+  EXPECT_GT(p["events_total"].get<uint64_t>(), 3'000'000u);
+}
+
 TEST(Processes, ShellPipeline) {
   std::string dir = e2e::temp_dir("pipeline");
   std::string line = e2e::sample_path("leak") + " --iterations 4 | " + e2e::sample_path("train_loop") + " --steps 2";
