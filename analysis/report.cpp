@@ -8,6 +8,10 @@ void ReportBuilder::add(const ReplayStep& step) {
   const Event& e = *step.event;
   ++events_;
   ApiCounts& c = calls_[e.api];
+  if (e.interrupted()) {  // the process died inside it: no result, no memory change known
+    ++c.interrupted;
+    return;
+  }
   ++c.calls;
   if (!e.ok())
     ++c.failed;

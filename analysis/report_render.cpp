@@ -67,7 +67,7 @@ nlohmann::json report_json(const std::vector<ProcessReport>& processes) {
     nlohmann::json events = nlohmann::json::object();
     for (const auto& [api, counts] : p.calls)
       events[std::string(api_name(api))] = {
-          {"calls", counts.calls}, {"failed", counts.failed}, {"bytes", counts.bytes}};
+          {"calls", counts.calls}, {"failed", counts.failed}, {"bytes", counts.bytes}, {"interrupted", counts.interrupted}};
     nlohmann::json devices = nlohmann::json::array();
     for (const DeviceReport& d : p.devices) {
       nlohmann::json sites = nlohmann::json::array();
@@ -123,6 +123,10 @@ std::string report_text(const std::vector<ProcessReport>& processes) {
     if (p.dropped_events)
       out += "  WARNING: " + std::to_string(p.dropped_events) +
              " events were lost (memtrace was stalled past --max-stall, or could not keep up); figures below miss them\n";
+    for (const auto& [api, c] : p.calls)
+      if (c.interrupted)
+        out += "  the process died inside " + std::to_string(c.interrupted) + " call" + (c.interrupted > 1 ? "s" : "") +
+               " of " + std::string(api_name(api)) + ": they may or may not have happened\n";
     if (p.incomplete_records)
       out += "  WARNING: " + std::to_string(p.incomplete_records) + " events were cut off by the process's death\n";
 

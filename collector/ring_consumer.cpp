@@ -51,6 +51,11 @@ bool RingConsumer::deliver(const unsigned char* first, uint32_t slots, uint64_t 
       sink.on_code(rec->code, std::string(text, rec->name_bytes), std::string(text + rec->name_bytes, rec->file_bytes));
       return true;
     }
+    case ring::kSlotStarted: {
+      const auto* rec = reinterpret_cast<const ring::StartedRecord*>(first);
+      sink.on_started(rec->tid, rec->api, rec->t_ns);
+      return true;
+    }
     case ring::kSlotDevices: {
       const auto* rec = reinterpret_cast<const ring::DevicesRecord*>(first);
       size_t at = 0;
@@ -87,7 +92,7 @@ size_t RingConsumer::drain(RecordSink& sink, bool producer_gone) {
     uint32_t s = state->load(std::memory_order_acquire);
     uint32_t type = ring::state_type(s), n = ring::state_slots(s);
     bool record = type == ring::kSlotEvent || type == ring::kSlotModule || type == ring::kSlotCode ||
-                  type == ring::kSlotDevices;
+                  type == ring::kSlotDevices || type == ring::kSlotStarted;
     if (record && n >= 1 && n <= head - tail) {
       std::memcpy(first, ring::slot_at(ring_, tail), ring::kSlotBytes);
       if (!deliver(first, n, tail, sink)) ++malformed_;

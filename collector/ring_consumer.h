@@ -40,6 +40,7 @@ class RecordSink {
   virtual void on_module(uint64_t bias, uint64_t start, uint64_t end, std::string path) = 0;
   virtual void on_code(uint64_t code, std::string name, std::string file) = 0;
   virtual void on_device(int32_t ordinal, std::string name, uint64_t total_bytes) = 0;
+  virtual void on_started(uint32_t tid, uint16_t api, uint64_t t_ns) = 0;
 };
 
 class RingConsumer {

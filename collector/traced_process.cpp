@@ -48,10 +48,13 @@ void TracedProcess::record(const RawEvent& raw) {
 // were reported before them, and a library unloaded later cannot change what they meant.
 void TracedProcess::on_event(RawEvent& event, const uint64_t* native, size_t native_count, const uint64_t* python,
                              size_t python_count) {
+  in_flight_.erase(event.tid);
   event.stack_id =
       stacks_.intern(native, native_count, python, python_count, event.python_state, event.stack_truncated);
   sequencer_.push(event, [this](const RawEvent& e) { record(e); });
 }
+
+void TracedProcess::on_started(uint32_t tid, uint16_t api, uint64_t t_ns) { in_flight_[tid] = {api, t_ns}; }
 
 void TracedProcess::on_module(uint64_t bias, uint64_t start, uint64_t end, std::string path) {
   stacks_.add_module(bias, start, end, std::move(path));
@@ -82,6 +85,18 @@ void TracedProcess::mark_ended() {
   ended_ = true;
   drain();
   sequencer_.flush([this](const RawEvent& e) { record(e); });
+  // Calls the process was inside when it died: the device may have done them. They go in the
+  // trace as interrupted, so nothing the device counted is missing from it.
+  for (const auto& [tid, call] : in_flight_) {
+    RawEvent e;
+    e.tid = tid;
+    e.api = call.first;
+    e.kind = static_cast<uint8_t>(api_info(static_cast<Api>(call.first < static_cast<uint16_t>(Api::kCount) ? call.first : 0)).kind);
+    e.t_ns = call.second;
+    e.result = kInterruptedCall;
+    record(e);
+  }
+  in_flight_.clear();
   if (socket_ >= 0) {
     ::close(socket_);
     socket_ = -1;

@@ -56,6 +56,7 @@ class TracedProcess : private RecordSink {
   void on_module(uint64_t bias, uint64_t start, uint64_t end, std::string path) override;
   void on_code(uint64_t code, std::string name, std::string file) override;
   void on_device(int32_t ordinal, std::string name, uint64_t total_bytes) override;
+  void on_started(uint32_t tid, uint16_t api, uint64_t t_ns) override;
 
   int pid_;
   int socket_;
@@ -64,6 +65,8 @@ class TracedProcess : private RecordSink {
   uint64_t origin_ns_;
   EventSequencer sequencer_;
   StackBuilder stacks_;
+  // Calls started and not yet recorded, by thread (a thread makes one recorded call at a time).
+  std::unordered_map<uint32_t, std::pair<uint16_t, uint64_t>> in_flight_;
   std::vector<uint64_t> dropped_;
   uint64_t last_t_ = 0;
   Replay replay_;

@@ -53,6 +53,7 @@ class Call {
     record.api = api;
     record.kind = api_info(api).kind;
     record.caller = caller;
+    if (active_) publish_started(api, caller);
   }
   ~Call() { --t_depth; }
   Call(const Call&) = delete;

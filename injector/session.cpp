@@ -322,6 +322,17 @@ void publish_module(uint64_t bias, uint64_t start, uint64_t end, std::string_vie
 
 const StackOptions& stack_options() { return g_stack_options; }
 
+void publish_started(Api api, uint64_t caller) {
+  if (g_state.load(std::memory_order_acquire) != kActive) return;
+  ring::StartedRecord rec;
+  rec.api = static_cast<uint16_t>(api);
+  rec.tid = current_tid();
+  rec.t_ns = monotonic_ns();
+  rec.caller = caller;
+  uint64_t index;
+  if (reserve_slots(1, index)) write_record(index, ring::kSlotStarted, 1, &rec, nullptr, 0);
+}
+
 void publish(const CallRecord& r, const StackCapture* stack) {
   if (g_state.load(std::memory_order_acquire) != kActive) return;
   ring::EventRecord rec;

@@ -33,6 +33,9 @@ bool session_active();
 // Takes the event's place in the causal order: its sequence number and timestamp.
 void stamp(CallRecord& record);
 
+// Says a recorded call of API is starting on this thread (see ring::StartedRecord).
+void publish_started(Api api, uint64_t caller);
+
 // Hands a stamped record, and its stack if it has one, to the collector. Waits a bounded time
 // if the ring is full; counts the event as dropped if it cannot be delivered.
 void publish(const CallRecord& record, const StackCapture* stack);

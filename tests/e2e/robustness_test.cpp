@@ -9,6 +9,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <thread>
 
 #include "harness.h"
@@ -379,6 +380,45 @@ TEST(Run, UmaskOpensUpWhatItSays) {
     EXPECT_EQ(st.st_mode & 0777, 0640u) << e.path();
   }
   EXPECT_EQ(e2e::run({e2e::kMemtrace, "run", "--umask", "9", "--", "/bin/true"}).status, 125);
+}
+
+}  // namespace
+
+namespace {
+
+// SIGKILL at random moments: whatever call each thread was in, the device's ledger never counts
+// a call the trace lacks. Calls the process died inside are in the trace as interrupted.
+TEST(Endings, KilledAtRandomMomentsNothingTheDeviceCountedIsMissing) {
+  std::mt19937 rng(20261130);
+  for (int round = 0; round < 6; ++round) {
+    std::string dir = e2e::temp_dir("random-" + std::to_string(round));
+    pid_t memtrace = start_threads(dir, {}, "1000000");
+    std::this_thread::sleep_for(std::chrono::milliseconds(100 + rng() % 400));
+    pid_t program = 0;  // the ledger's name says the program's pid
+    for (int i = 0; i < 100 && !program; ++i) {
+      for (const auto& e : fs::directory_iterator(dir)) {
+        std::string name = e.path().filename().string();
+        if (name.rfind("ledger-", 0) == 0) program = std::stoi(name.substr(7));
+      }
+      if (!program) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_GT(program, 0);
+    ::kill(program, SIGKILL);
+    ASSERT_EQ(wait_status(memtrace), 128 + SIGKILL);
+    const e2e::Ledger ledger = e2e::read_ledgers(dir).begin()->second;
+    json p = e2e::report_json(dir + "/traces")["processes"][0];
+    EXPECT_NE(p["end_reason"].get<std::string>().find("killed by signal 9"), std::string::npos);
+    uint64_t interrupted = 0;
+    for (const auto& [api, counts] : ledger.apis) {
+      const json& traced = p["events"][api];
+      uint64_t calls = traced.is_null() ? 0 : traced["calls"].get<uint64_t>();
+      uint64_t cut = traced.is_null() ? 0 : traced["interrupted"].get<uint64_t>();
+      interrupted += cut;
+      EXPECT_LE(calls, counts.calls) << api << " in round " << round;
+      EXPECT_LE(counts.calls, calls + cut) << api << " in round " << round << ": a call the device counted is missing";
+    }
+    EXPECT_LE(interrupted, 2u) << "two threads, at most one call each";
+  }
 }
 
 }  // namespace

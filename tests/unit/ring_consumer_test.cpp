@@ -20,6 +20,7 @@ struct Collected : RecordSink {
   void on_module(uint64_t, uint64_t, uint64_t, std::string) override {}
   void on_code(uint64_t, std::string, std::string) override {}
   void on_device(int32_t, std::string, uint64_t) override {}
+  void on_started(uint32_t, uint16_t, uint64_t) override {}
 };
 
 struct TestRing {

@@ -39,6 +39,7 @@ inline constexpr uint32_t kSlotEvent = 0x45;         // low byte; slot count in 
 inline constexpr uint32_t kSlotModule = 0x4D;        // a loaded module's executable range
 inline constexpr uint32_t kSlotCode = 0x50;          // a Python code object's names
 inline constexpr uint32_t kSlotDevices = 0x44;       // the process's CUDA devices
+inline constexpr uint32_t kSlotStarted = 0x53;       // a thread entered a recorded call
 inline constexpr uint32_t kSlotContinuation = 0x43;  // a later slot of a multi-slot record
 inline constexpr size_t kContinuationBytes = kSlotBytes - 8;
 inline constexpr uint32_t kMaxSlots = 255;
@@ -124,6 +125,20 @@ struct CodeRecord {
   uint8_t reserved[104];
 };
 static_assert(sizeof(CodeRecord) == kSlotBytes);
+
+// A thread is about to make a recorded call: published before the real call, so that a process
+// killed inside it leaves a trace of the call (the call's own record comes after it returns).
+struct StartedRecord {
+  std::atomic<uint32_t> state;
+  uint16_t api;
+  uint16_t reserved0;
+  uint32_t tid;
+  uint32_t reserved1;
+  uint64_t t_ns;
+  uint64_t caller;
+  uint8_t reserved[96];
+};
+static_assert(sizeof(StartedRecord) == kSlotBytes);
 
 // The devices the process sees, sent once after its first successful call. Payload: per
 // device a DeviceEntry, then name_bytes of its name.

@@ -19,6 +19,7 @@ struct ApiCounts {
   uint64_t calls = 0;
   uint64_t failed = 0;
   uint64_t bytes = 0;  // allocated by the successful calls, or freed (what they freed)
+  uint64_t interrupted = 0;  // calls the process died inside (not in `calls`)
 };
 
 struct SiteTotal {

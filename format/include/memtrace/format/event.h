@@ -7,6 +7,9 @@
 
 namespace memtrace {
 
+// The result of a call the process died inside: it may or may not have happened.
+inline constexpr int32_t kInterruptedCall = -1;
+
 struct Event {
   uint64_t t_ns = 0;  // relative to the run's time origin
   uint32_t tid = 0;
@@ -25,6 +28,7 @@ struct Event {
   uint64_t device_total = 0;
 
   bool ok() const { return result == 0; }
+  bool interrupted() const { return result == kInterruptedCall; }
   Op op() const { return api_info(api).op; }
 };
 
