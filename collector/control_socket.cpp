@@ -85,7 +85,8 @@ std::optional<Introduction> ControlSocket::accept(std::string& why) {
   struct stat st {};
   const uint64_t data_bytes = hello.ring_bytes - ring::kHeaderBytes;
   if (ring_fd < 0 || ::fstat(ring_fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != hello.ring_bytes ||
-      hello.ring_bytes <= ring::kHeaderBytes || (data_bytes & (data_bytes - 1)) != 0 || data_bytes % 4096 != 0)
+      hello.ring_bytes <= ring::kHeaderBytes || (data_bytes & (data_bytes - 1)) != 0 || data_bytes % 4096 != 0 ||
+      data_bytes > (1ull << 30))  // the injector never asks for more than 1 GiB
     return reject("process " + std::to_string(cred.pid) + " sent an unusable ring", ring_fd);
   ring::Mapping m = ring::map_ring(ring_fd, data_bytes);
   ::close(ring_fd);

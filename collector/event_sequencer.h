@@ -25,8 +25,13 @@ class EventSequencer {
       return;
     }
     waiting_.emplace(event.seq, event);
+    if (waiting_.size() > kMaxHeld) next_ = waiting_.begin()->first;  // a gap that never fills
     release(emit);
   }
+
+  // Events held behind a gap at most: a process that takes sequence numbers and never publishes
+  // them (or a hostile one) cannot make the collector hold more.
+  static constexpr size_t kMaxHeld = 1 << 20;
 
   // The producer could not deliver SEQ: do not wait for it.
   template <typename Emit>

@@ -319,7 +319,9 @@ void print_summary(const std::vector<ProcessReport>& reports, const std::vector<
   std::fprintf(stderr, "memtrace: %zu traced process%s, traces in %s/\n", reports.size(),
                reports.size() == 1 ? "" : "es", dir.c_str());
   for (const ProcessReport& r : reports) {
-    std::string line = "  pid " + std::to_string(r.pid) + " (" + std::to_string(r.events) + " events)";
+    std::string line = "  pid " + std::to_string(r.pid) + " (" + std::to_string(r.events) + " events";
+    if (r.end_reason.rfind("killed", 0) == 0) line += ", " + r.end_reason;
+    line += ")";
     if (r.devices.empty()) line += ": no device memory";
     for (const DeviceReport& d : r.devices)
       line += "; device " + std::to_string(d.device) + ": peak reserved " + format_bytes(d.peak_bytes) + " at " +

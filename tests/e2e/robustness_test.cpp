@@ -422,3 +422,18 @@ TEST(Endings, KilledAtRandomMomentsNothingTheDeviceCountedIsMissing) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Collector, HostileProgramCannotCrashItOrWriteElsewhere) {
+  std::string dir = e2e::temp_dir("hostile");
+  e2e::Result r = e2e::run({e2e::kMemtrace, "run", "-o", dir + "/traces", "--", e2e::sample_path("hostile_client")});
+  EXPECT_EQ(r.status, 5) << "the program's own status, with memtrace standing: " << r.err;
+  EXPECT_NE(r.err.find("ignoring a connection"), std::string::npos) << r.err;
+  for (const auto& e : fs::directory_iterator(dir)) EXPECT_EQ(e.path().filename(), "traces") << e.path();
+  // What it accepted reads as a trace; the garbage was refused record by record.
+  e2e::Result report = e2e::run({e2e::kMemtrace, "report", "--json", dir + "/traces"});
+  EXPECT_EQ(report.status, 0) << report.err;
+}
+
+}  // namespace
