@@ -368,6 +368,9 @@ int run_command(const RunOptions& options) {
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) env.emplace_back(*e);
   set_env(env, "LD_PRELOAD", injector.string(), true);
+  // An injector built with a sanitizer needs its runtime loaded before anything else.
+  if (const char* first = std::getenv("MEMTRACE_PRELOAD_FIRST"); first && *first)
+    set_env(env, "LD_PRELOAD", first, true);
   set_env(env, "MEMTRACE_SOCKET", control->path());
   if (options.python_stacks) set_env(env, "PYTHONPATH", (libs / "python").string(), true);  // the shim
   set_env(env, "MEMTRACE_STACK_DEPTH", std::to_string(options.stack_depth));

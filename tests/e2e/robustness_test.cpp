@@ -110,7 +110,9 @@ TEST(Injector, WithoutCollectorIsPassThrough) {
   e2e::Result plain = e2e::run({e2e::sample_path("train_loop"), "--steps", "2"}, {sim});
   ASSERT_EQ(plain.status, 0) << plain.err;
   for (const std::string socket : {"", "MEMTRACE_SOCKET=/nonexistent/socket"}) {
-    std::vector<std::string> env{sim, std::string("LD_PRELOAD=") + MEMTRACE_INJECTOR};
+    const char* first = std::getenv("MEMTRACE_PRELOAD_FIRST");  // a sanitizer's runtime (scripts/sanitize)
+    std::vector<std::string> env{sim, std::string("LD_PRELOAD=") + (first && *first ? std::string(first) + ":" : "") +
+                                          MEMTRACE_INJECTOR};
     if (!socket.empty()) env.push_back(socket);
     e2e::Result preloaded = e2e::run({e2e::sample_path("train_loop"), "--steps", "2"}, env);
     EXPECT_EQ(preloaded.status, 0) << preloaded.err;
