@@ -47,6 +47,8 @@ def free(buffer):
 
 
 def print_account():
-    print("memtrace-sample: " + json.dumps({
+    line = "memtrace-sample: " + json.dumps({
         "pid": os.getpid(), "calls": calls, "failed": {},
-        "peak_bytes": {"0": peak}, "live_at_exit_bytes": {"0": live}}), flush=True)
+        "peak_bytes": {"0": peak}, "live_at_exit_bytes": {"0": live}}) + "\n"
+    # One write, so that the lines of processes printing at once never interleave.
+    os.write(1, line.encode())
