@@ -18,7 +18,7 @@ void ReportBuilder::add(const ReplayStep& step) {
   else
     c.bytes += step.size;
   if (!step.matched) ++unmatched_frees_;
-  if (e.op() == Op::kAlloc && e.result == 2)  // cudaErrorMemoryAllocation, CUDA_ERROR_OUT_OF_MEMORY
+  if (e.op() == Op::kAlloc && e.result == kOutOfMemoryResult)
     oom_events_.push_back(OomEvent{e.t_ns, e.api, e.size, e.device, e.device_free, e.device_total});
   for (const MemoryChange& change : step.device_changes) {
     DeviceState& d = devices_[change.device];

@@ -86,9 +86,6 @@ bool read_snapshot(const std::string& path, const ReportOptions& options, Snapsh
   StackView stacks(*reader, options.keep_cuda_frames);
 
   // The live allocations, grouped by site on the snapshot's device (all devices otherwise).
-  struct Group {
-    SiteTotal total;
-  };
   std::unordered_map<Site, SiteTotal, SiteHash> groups;
   Event e;
   bool first = true;

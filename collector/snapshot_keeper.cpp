@@ -12,10 +12,6 @@
 
 namespace memtrace {
 
-namespace {
-constexpr int kOutOfMemory = 2;  // cudaErrorMemoryAllocation, CUDA_ERROR_OUT_OF_MEMORY
-}
-
 std::string SnapshotKeeper::name(const char* kind, uint32_t n) const {
   return options_.dir + "/" + kind + "-" + std::to_string(header_.pid()) +
          (n ? "-" + std::to_string(n) : std::string()) + ".memsnap";
@@ -54,7 +50,7 @@ void SnapshotKeeper::on_event(const Event& event, const ReplayStep& step, const 
     if (!pending_.empty()) settle(false);  // it went on allocating: it recovered
     return;
   }
-  if (event.result != kOutOfMemory || oom_count_ >= static_cast<uint32_t>(options_.max_oom)) return;
+  if (event.result != kOutOfMemoryResult || oom_count_ >= static_cast<uint32_t>(options_.max_oom)) return;
   pb::Snapshot info;
   info.set_reason(pb::Snapshot::OOM);
   info.set_time_ns(event.t_ns);

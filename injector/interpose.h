@@ -39,8 +39,6 @@ class RealFunction {
   std::atomic<Fn> fn_{nullptr};
 };
 
-inline constexpr int kOutOfMemory = 2;
-
 // Depth of memtrace calls on this thread. A CUDA call made inside a recorded one (the runtime
 // serving cudaMalloc with cuMemAlloc, or memtrace asking for the current device) passes through.
 extern thread_local int t_depth __attribute__((tls_model("initial-exec")));
@@ -77,9 +75,8 @@ class Call {
     int saved_errno = errno;
     record.result = result;
     if (api_info(record.api).op == Op::kAlloc) {
-      // Out of memory (cudaErrorMemoryAllocation and CUDA_ERROR_OUT_OF_MEMORY are both 2): what
-      // the device had left, for the snapshot. The memory may be gone a moment later.
-      if (result == kOutOfMemory) query_device_memory(record.device_free, record.device_total);
+      // Out of memory: what the device had left, for the snapshot. It may be gone a moment later.
+      if (result == kOutOfMemoryResult) query_device_memory(record.device_free, record.device_total);
       StackCapture stack;
       capture_stack(stack_options(), record.caller, stack);
       stamp(record);  // after the real call returned the address, and after the stack walk

@@ -59,22 +59,7 @@ size_t ring_data_bytes() {
 
 bool send_hello(int sock, int ring_fd, size_t ring_bytes) {
   ring::Hello hello{ring::kMagic, ring::kVersion, static_cast<int32_t>(::getpid()), ring_bytes};
-  iovec iov{&hello, sizeof hello};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
-  cmsg->cmsg_level = SOL_SOCKET;
-  cmsg->cmsg_type = SCM_RIGHTS;
-  cmsg->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(cmsg), &ring_fd, sizeof(int));
-  ssize_t n;
-  do n = ::sendmsg(sock, &msg, MSG_NOSIGNAL);
-  while (n < 0 && errno == EINTR);
-  if (n != static_cast<ssize_t>(sizeof hello)) return false;
+  if (ring::send_with_fd(sock, &hello, sizeof hello, ring_fd) != static_cast<ssize_t>(sizeof hello)) return false;
   pollfd p{sock, POLLIN, 0};
   int ready;
   do ready = ::poll(&p, 1, 10'000);

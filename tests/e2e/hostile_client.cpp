@@ -25,24 +25,6 @@ int connect_collector() {
   return sock;
 }
 
-void send_with_fd(int sock, const void* data, size_t size, int fd) {
-  iovec iov{const_cast<void*>(data), size};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  if (fd >= 0) {
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
-  }
-  (void)!::sendmsg(sock, &msg, MSG_NOSIGNAL);
-}
-
 int make_ring(size_t data_bytes, memtrace::ring::Mapping& m) {
   int fd = static_cast<int>(::syscall(SYS_memfd_create, "hostile", 0));
   (void)!::ftruncate(fd, static_cast<off_t>(memtrace::ring::kHeaderBytes + data_bytes));
@@ -63,12 +45,12 @@ int main() {
   // 2. A good-looking introduction with no ring attached, and one with a wrong version.
   Hello hello{kMagic, kVersion, static_cast<int32_t>(::getpid()), kHeaderBytes + (64u << 10)};
   s = connect_collector();
-  send_with_fd(s, &hello, sizeof hello, -1);
+  (void)!send_with_fd(s, &hello, sizeof hello, -1);
   ::close(s);
   Hello old = hello;
   old.version = 999;
   s = connect_collector();
-  send_with_fd(s, &old, sizeof old, -1);
+  (void)!send_with_fd(s, &old, sizeof old, -1);
   ::close(s);
   // 3. A ring whose size is not what the introduction says, and one claiming a terabyte.
   Mapping m;
@@ -76,7 +58,7 @@ int main() {
   Hello lying = hello;
   lying.ring_bytes = kHeaderBytes + (1ull << 40);
   s = connect_collector();
-  send_with_fd(s, &lying, sizeof lying, fd);
+  (void)!send_with_fd(s, &lying, sizeof lying, fd);
   ::close(s);
   // 4. A ring that is accepted, then filled with lies: impossible slot counts, payload sizes
   //    beyond the record, unknown record types, random bytes.
@@ -85,7 +67,7 @@ int main() {
   m.header->slot_bytes = kSlotBytes;
   m.header->slot_count = (64u << 10) / kSlotBytes;
   s = connect_collector();
-  send_with_fd(s, &hello, sizeof hello, fd);
+  (void)!send_with_fd(s, &hello, sizeof hello, fd);
   char answer = 0;
   (void)!::read(s, &answer, 1);
   std::mt19937_64 rng(42);

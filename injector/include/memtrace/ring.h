@@ -16,7 +16,10 @@
 // back in causal order even though threads publish them in any order.
 #pragma once
 
+#include <cerrno>
+#include <cstring>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -169,6 +172,28 @@ struct Hello {
   uint64_t ring_bytes;  // header plus data
 };
 inline constexpr char kHelloAccepted = 'K';
+
+// Sends SIZE bytes of DATA on SOCK with descriptor FD attached (none when FD < 0).
+inline ssize_t send_with_fd(int sock, const void* data, size_t size, int fd) {
+  iovec iov{const_cast<void*>(data), size};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  if (fd >= 0) {
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+    cmsg->cmsg_level = SOL_SOCKET;
+    cmsg->cmsg_type = SCM_RIGHTS;
+    cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(cmsg), &fd, sizeof(int));
+  }
+  ssize_t n;
+  do n = ::sendmsg(sock, &msg, MSG_NOSIGNAL);
+  while (n < 0 && errno == EINTR);
+  return n;
+}
 
 // A mapped ring: the header page and the data region mapped twice in a row.
 struct Mapping {

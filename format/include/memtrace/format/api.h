@@ -60,6 +60,10 @@ enum class Layer : uint8_t { kUnknown = 0, kDevice = 1, kReserved = 2, kAllocate
 
 enum class Op : uint8_t { kAlloc = 0, kFree = 1 };
 
+// The result of an allocation that failed for lack of memory: cudaErrorMemoryAllocation and
+// CUDA_ERROR_OUT_OF_MEMORY are both 2.
+inline constexpr int32_t kOutOfMemoryResult = 2;
+
 struct ApiInfo {
   std::string_view name;
   Op op;
