@@ -10,12 +10,73 @@ const ReplayStep& Replay::apply(const Event& e) {
   step_.matched = true;
   step_.device_changes.clear();
   step_.pinned_host_bytes = 0;
-  if (!e.ok()) return step_;  // a failed call changes nothing
+  if (!e.ok() || e.op() == Op::kMark) return step_;  // a failed call changes nothing, nor does a mark
+  if (e.layer == Layer::kAllocated) {
+    if (e.kind == MemKind::kHeap && e.op() == Op::kAlloc)
+      heaps_[e.addr] = Heap{e.size, heap_device(e.addr)};
+    else if (e.kind == MemKind::kHeap)
+      drop_heap(e);
+    else if (e.op() == Op::kAlloc)
+      allocate_region(e);
+    else if (auto it = regions_.find(e.addr); it != regions_.end())
+      free_region(it);
+    else
+      unmatched();
+    return step_;
+  }
   if (e.op() == Op::kAlloc)
     allocate(e);
   else
     free(e);
   return step_;
+}
+
+int32_t Replay::heap_device(uint64_t base) const {
+  // A heap is usually one of the allocator's segments; failing that, a process with one device.
+  if (auto it = addresses_.find(base); it != addresses_.end()) return it->second.device;
+  return device_bytes_.size() == 1 ? device_bytes_.begin()->first : -1;
+}
+
+void Replay::count_allocated(const LiveAllocation& a, uint64_t addr, int64_t sign) {
+  int64_t bytes = sign * static_cast<int64_t>(a.size);
+  allocated_bytes_[a.device] += static_cast<uint64_t>(bytes);
+  step_.device_changes.push_back(
+      MemoryChange{a.device, bytes, Site{a.api, a.stack_id}, Layer::kAllocated, addr, a.aux});
+}
+
+void Replay::allocate_region(const Event& e) {
+  auto heap = heaps_.find(e.aux);
+  int32_t device = heap != heaps_.end() ? heap->second.device : heap_device(e.addr);
+  LiveAllocation a{e.api, e.kind, device, e.size, e.stack_id, e.t_ns, e.tid, e.aux};
+  step_.device = device;
+  auto [it, fresh] = regions_.try_emplace(e.addr, a);
+  if (!fresh) {  // registered again without an unregister we saw
+    count_allocated(it->second, it->first, -1);
+    it->second = a;
+  }
+  count_allocated(a, e.addr, +1);
+}
+
+void Replay::free_region(std::map<uint64_t, LiveAllocation>::iterator it) {
+  step_.device = it->second.device;
+  step_.size += it->second.size;
+  count_allocated(it->second, it->first, -1);
+  regions_.erase(it);
+}
+
+void Replay::drop_heap(const Event& e) {
+  auto heap = heaps_.find(e.addr);
+  if (heap == heaps_.end()) return unmatched();
+  step_.size = 0;
+  for (auto it = regions_.lower_bound(e.addr); it != regions_.end() && it->first < e.addr + heap->second.size;)
+    free_region(it++);
+  step_.device = heap->second.device;
+  if (e.api == Api::kNvtxMemHeapUnregister) heaps_.erase(heap);
+}
+
+void Replay::unmatched() {
+  step_.matched = false;
+  ++unmatched_frees_;
 }
 
 void Replay::count(const LiveAllocation& a, int64_t sign) {
@@ -118,8 +179,7 @@ void Replay::free(const Event& e) {
       return;
     }
   }
-  step_.matched = false;
-  ++unmatched_frees_;
+  unmatched();
 }
 
 }  // namespace memtrace

@@ -21,6 +21,7 @@ void ReportBuilder::add(const ReplayStep& step) {
   if (e.op() == Op::kAlloc && e.result == kOutOfMemoryResult)
     oom_events_.push_back(OomEvent{e.t_ns, e.api, e.size, e.device, e.device_free, e.device_total});
   for (const MemoryChange& change : step.device_changes) {
+    if (change.layer != layer_) continue;
     DeviceState& d = devices_[change.device];
     if (change.bytes < 0 && d.peak_unsaved) {
       // The first decrease after a new peak: what is live now is what was live at the peak,

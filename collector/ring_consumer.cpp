@@ -16,8 +16,9 @@ bool RingConsumer::deliver(const unsigned char* first, uint32_t slots, uint64_t 
   switch (ring::state_type(reinterpret_cast<const std::atomic<uint32_t>*>(first)->load(std::memory_order_relaxed))) {
     case ring::kSlotEvent: {
       const auto* rec = reinterpret_cast<const ring::EventRecord*>(first);
-      size_t natives = rec->native_frames, pythons = rec->python_frames;
-      if ((natives + 2 * pythons) * sizeof(uint64_t) > available) return false;
+      size_t natives = rec->native_frames, pythons = rec->python_frames, name_bytes = rec->name_bytes;
+      size_t words_bytes = (natives + 2 * pythons) * sizeof(uint64_t);
+      if (words_bytes + name_bytes > available || name_bytes > ring::kMaxNameBytes) return false;
       RawEvent e;
       e.api = rec->api;
       e.kind = rec->kind;
@@ -35,7 +36,8 @@ bool RingConsumer::deliver(const unsigned char* first, uint32_t slots, uint64_t 
       e.caller = rec->caller;
       e.device_free = rec->device_free;
       e.device_total = rec->device_total;
-      sink.on_event(e, words, natives, words + natives, pythons);
+      std::string_view name(reinterpret_cast<const char*>(words) + words_bytes, name_bytes);
+      sink.on_event(e, words, natives, words + natives, pythons, name);
       return true;
     }
     case ring::kSlotModule: {

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "memtrace/ring.h"
@@ -34,9 +35,10 @@ struct RawEvent {
 class RecordSink {
  public:
   virtual ~RecordSink() = default;
-  // NATIVE: return addresses, innermost first; PYTHON: (code object, line) pairs.
+  // NATIVE: return addresses, innermost first; PYTHON: (code object, line) pairs; NAME: an NVTX
+  // mark's or range's message (empty for allocations), valid during the call.
   virtual void on_event(RawEvent& event, const uint64_t* native, size_t native_count, const uint64_t* python,
-                        size_t python_count) = 0;
+                        size_t python_count, std::string_view name) = 0;
   virtual void on_module(uint64_t bias, uint64_t start, uint64_t end, std::string path) = 0;
   virtual void on_code(uint64_t code, std::string name, std::string file) = 0;
   virtual void on_device(int32_t ordinal, std::string name, uint64_t total_bytes) = 0;

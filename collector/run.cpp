@@ -372,6 +372,9 @@ int run_command(const RunOptions& options) {
   if (const char* first = std::getenv("MEMTRACE_PRELOAD_FIRST"); first && *first)
     set_env(env, "LD_PRELOAD", first, true);
   set_env(env, "MEMTRACE_SOCKET", control->path());
+  // NVTX marks, ranges and memory regions: the injector is also an NVTX tool. A tool the user
+  // already attached (Nsight Systems) keeps its place: NVTX takes one.
+  if (!std::getenv("NVTX_INJECTION64_PATH")) set_env(env, "NVTX_INJECTION64_PATH", injector.string());
   if (options.python_stacks) set_env(env, "PYTHONPATH", (libs / "python").string(), true);  // the shim
   set_env(env, "MEMTRACE_STACK_DEPTH", std::to_string(options.stack_depth));
   set_env(env, "MEMTRACE_MAX_STALL_MS", std::to_string(options.max_stall_ns / 1'000'000));

@@ -27,7 +27,7 @@ void TracedProcess::record(const RawEvent& raw) {
   e.tid = raw.tid;
   e.api = raw.api < static_cast<uint16_t>(Api::kCount) ? static_cast<Api>(raw.api) : Api::kUnknown;
   e.kind = raw.kind < static_cast<uint8_t>(MemKind::kCount) ? static_cast<MemKind>(raw.kind) : MemKind::kUnknown;
-  e.layer = Layer::kReserved;
+  e.layer = api_info(e.api).layer;
   e.device = raw.device;
   e.stream = raw.stream;
   e.addr = raw.addr;
@@ -47,8 +47,11 @@ void TracedProcess::record(const RawEvent& raw) {
 // Stacks are resolved as records arrive, in ring order: the modules and code objects they name
 // were reported before them, and a library unloaded later cannot change what they meant.
 void TracedProcess::on_event(RawEvent& event, const uint64_t* native, size_t native_count, const uint64_t* python,
-                             size_t python_count) {
+                             size_t python_count, std::string_view name) {
   in_flight_.erase(event.tid);
+  // A mark's name goes in the string table now; the event carries its id.
+  if (api_info(static_cast<Api>(event.api)).op == Op::kMark)
+    event.aux = writer_->intern_string(name);
   event.stack_id =
       stacks_.intern(native, native_count, python, python_count, event.python_state, event.stack_truncated);
   sequencer_.push(event, [this](const RawEvent& e) { record(e); });

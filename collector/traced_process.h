@@ -52,7 +52,7 @@ class TracedProcess : private RecordSink {
  private:
   void record(const RawEvent& raw);
   void on_event(RawEvent& event, const uint64_t* native, size_t native_count, const uint64_t* python,
-                size_t python_count) override;
+                size_t python_count, std::string_view name) override;
   void on_module(uint64_t bias, uint64_t start, uint64_t end, std::string path) override;
   void on_code(uint64_t code, std::string name, std::string file) override;
   void on_device(int32_t ordinal, std::string name, uint64_t total_bytes) override;

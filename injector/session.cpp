@@ -10,6 +10,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
@@ -318,7 +319,7 @@ void publish_started(Api api, uint64_t caller) {
   if (reserve_slots(1, index)) write_record(index, ring::kSlotStarted, 1, &rec, nullptr, 0);
 }
 
-void publish(const CallRecord& r, const StackCapture* stack) {
+void publish(const CallRecord& r, const StackCapture* stack, std::string_view name) {
   if (g_state.load(std::memory_order_acquire) != kActive) return;
   ring::EventRecord rec;
   rec.api = static_cast<uint16_t>(r.api);
@@ -339,8 +340,9 @@ void publish(const CallRecord& r, const StackCapture* stack) {
   rec.stack_truncated = stack && stack->truncated;
   rec.device_free = r.device_free;
   rec.device_total = r.device_total;
-  // The payload: native addresses, then (code, line) pairs, gathered into one run of words.
-  uint64_t words[kMaxNativeFrames + 2 * kMaxPythonFrames];
+  // The payload: native addresses, then (code, line) pairs, gathered into one run of words, then
+  // the name's bytes.
+  uint64_t words[kMaxNativeFrames + 2 * kMaxPythonFrames + ring::kMaxNameBytes / sizeof(uint64_t)];
   size_t count = 0;
   if (stack) {
     std::memcpy(words, stack->native, stack->native_count * sizeof(uint64_t));
@@ -348,13 +350,17 @@ void publish(const CallRecord& r, const StackCapture* stack) {
     std::memcpy(words + count, stack->python, 2 * stack->python_count * sizeof(uint64_t));
     count += 2 * stack->python_count;
   }
-  uint32_t slots = ring::slots_for(count * sizeof(uint64_t));
+  size_t name_bytes = std::min(name.size(), ring::kMaxNameBytes);
+  rec.name_bytes = static_cast<uint16_t>(name_bytes);
+  std::memcpy(reinterpret_cast<char*>(words + count), name.data(), name_bytes);
+  size_t payload = count * sizeof(uint64_t) + name_bytes;
+  uint32_t slots = ring::slots_for(payload);
   uint64_t index;
   if (!reserve_slots(slots, index)) {
     if (g_state.load(std::memory_order_relaxed) == kActive) count_dropped(r.seq);
     return;
   }
-  write_record(index, ring::kSlotEvent, slots, &rec, words, count * sizeof(uint64_t));
+  write_record(index, ring::kSlotEvent, slots, &rec, words, payload);
 }
 
 }  // namespace memtrace::inject

@@ -36,9 +36,10 @@ void stamp(CallRecord& record);
 // Says a recorded call of API is starting on this thread (see ring::StartedRecord).
 void publish_started(Api api, uint64_t caller);
 
-// Hands a stamped record, and its stack if it has one, to the collector. Waits a bounded time
-// if the ring is full; counts the event as dropped if it cannot be delivered.
-void publish(const CallRecord& record, const StackCapture* stack);
+// Hands a stamped record, and its stack if it has one, and its name (NVTX marks) to the
+// collector. Waits a bounded time if the ring is full; counts the event as dropped if it cannot
+// be delivered.
+void publish(const CallRecord& record, const StackCapture* stack, std::string_view name = {});
 
 // Describes a Python code object (python_stack.cpp) and the loaded modules (modules.cpp).
 void publish_code(uint64_t code, std::string_view name, std::string_view file);

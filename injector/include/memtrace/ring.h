@@ -79,7 +79,9 @@ enum PythonState : uint8_t {
 };
 
 // One event. Its payload: native_frames return addresses (innermost first), then python_frames
-// pairs of (code object, line number), innermost first.
+// pairs of (code object, line number), innermost first, then name_bytes of a name (NVTX marks
+// and ranges: the message; not NUL-terminated).
+inline constexpr size_t kMaxNameBytes = 1024;
 struct EventRecord {
   std::atomic<uint32_t> state;
   uint16_t api;   // memtrace::Api
@@ -98,7 +100,9 @@ struct EventRecord {
   uint64_t aux;
   uint64_t caller;  // return address of the call into the CUDA API
   uint8_t stack_truncated;  // the native stack was deeper than the limit
-  uint8_t reserved1[7];
+  uint8_t reserved1;
+  uint16_t name_bytes;
+  uint8_t reserved3[4];
   uint64_t device_free;   // an allocation that failed for lack of memory: the device's free
   uint64_t device_total;  // and total bytes right after it
   uint8_t reserved2[24];

@@ -20,6 +20,7 @@ struct LiveAllocation {
   uint64_t stack_id = 0;
   uint64_t t_ns = 0;
   uint32_t tid = 0;
+  uint64_t aux = 0;  // a region: its heap
 };
 
 // Where device memory was allocated: the API and the call stack. Reports group by it.
@@ -35,11 +36,21 @@ struct SiteHash {
   }
 };
 
-// Device memory (device, managed, VMM physical) that came or went on one device with an event.
+// Device memory (device, managed, VMM physical) that came or went on one device with an event,
+// in the reserved layer, or in the allocated layer (regions an allocator handed out of its heaps).
 struct MemoryChange {
   int32_t device = -1;
   int64_t bytes = 0;
   Site site;
+  Layer layer = Layer::kReserved;
+  uint64_t addr = 0;  // allocated layer: the region, and the heap it lies in
+  uint64_t heap = 0;
+};
+
+// An allocator's pool, as it described it through NVTX: the range its regions lie in.
+struct Heap {
+  uint64_t size = 0;
+  int32_t device = -1;
 };
 
 // What one event did.
@@ -59,8 +70,10 @@ class Replay {
   // Applies EVENT; the step stays valid until the next call.
   const ReplayStep& apply(const Event& event);
 
-  // Device memory live per device now.
+  // Device memory live per device now (reserved layer), and handed out of heaps (allocated layer).
   const std::map<int32_t, uint64_t>& device_bytes() const { return device_bytes_; }
+  const std::map<int32_t, uint64_t>& allocated_bytes() const { return allocated_bytes_; }
+  const std::unordered_map<uint64_t, Heap>& heaps() const { return heaps_; }
   uint64_t pinned_host_bytes() const { return pinned_host_bytes_; }
   size_t live_count() const { return addresses_.size() + handles_.size() + mappings_.size() + reservations_.size(); }
   uint64_t unmatched_frees() const { return unmatched_frees_; }
@@ -88,13 +101,22 @@ class Replay {
   void free(const Event& e);
   void count(const LiveAllocation& a, int64_t sign);
   void retire_handle_if_unused(std::unordered_map<uint64_t, Handle>::iterator it);
+  void allocate_region(const Event& e);
+  void free_region(std::map<uint64_t, LiveAllocation>::iterator it);
+  int32_t heap_device(uint64_t base) const;
+  void unmatched();
+  void drop_heap(const Event& e);  // heap unregister or reset
+  void count_allocated(const LiveAllocation& a, uint64_t addr, int64_t sign);
 
   ReplayStep step_;
   std::unordered_map<uint64_t, LiveAllocation> addresses_;  // device, managed, pinned host
   std::unordered_map<uint64_t, Handle> handles_;            // VMM physical, by handle
   std::map<uint64_t, Mapping> mappings_;                    // VMM mappings, by address
   std::unordered_map<uint64_t, LiveAllocation> reservations_;
+  std::unordered_map<uint64_t, Heap> heaps_;                // by base address
+  std::map<uint64_t, LiveAllocation> regions_;              // the allocated layer, by address
   std::map<int32_t, uint64_t> device_bytes_;
+  std::map<int32_t, uint64_t> allocated_bytes_;
   uint64_t pinned_host_bytes_ = 0;
   uint64_t unmatched_frees_ = 0;
 };

@@ -73,12 +73,13 @@ struct ProcessReport {
 };
 
 // Builds a ProcessReport from the replay of one process's events. Sites are grouped by API and
-// by what SITE_KEY makes of their stack id (by default the stack itself).
+// by what SITE_KEY makes of their stack id (by default the stack itself). Peaks and sites are
+// those of LAYER: reserved (what the allocation APIs hold) or allocated (regions of heaps).
 class ReportBuilder {
  public:
   using SiteKey = std::function<uint64_t(uint64_t stack_id)>;
-  explicit ReportBuilder(size_t top_sites = 10, SiteKey site_key = nullptr)
-      : top_sites_(top_sites), site_key_(std::move(site_key)) {}
+  explicit ReportBuilder(size_t top_sites = 10, SiteKey site_key = nullptr, Layer layer = Layer::kReserved)
+      : top_sites_(top_sites), site_key_(std::move(site_key)), layer_(layer) {}
   void add(const ReplayStep& step);
   // Fills the event-derived parts of REPORT (calls, devices, peaks, sites).
   void finish(ProcessReport& report);
@@ -101,6 +102,7 @@ class ReportBuilder {
   };
   size_t top_sites_;
   SiteKey site_key_;
+  Layer layer_;
   std::map<Api, ApiCounts> calls_;
   std::vector<OomEvent> oom_events_;
   std::map<int32_t, DeviceState> devices_;

@@ -39,7 +39,21 @@ enum class Api : uint16_t {
   kCuMemUnmap = 25,
   kCuMemAddressReserve = 26,
   kCuMemAddressFree = 27,
-  kCount = 28,
+  // NVTX, recorded as an injection library: phases and steps (no memory), ...
+  kNvtxMark = 28,
+  kNvtxRangePush = 29,
+  kNvtxRangePop = 30,
+  kNvtxRangeStart = 31,  // addr: the range's id
+  kNvtxRangeEnd = 32,
+  // ... and the memory API (nvToolsExtMem.h), where allocators describe their sub-allocations:
+  // heaps (a pool's range, addr+size) and the regions handed out of them (the allocated layer,
+  // aux: the heap's base address).
+  kNvtxMemHeapRegister = 33,
+  kNvtxMemHeapUnregister = 34,
+  kNvtxMemHeapReset = 35,  // every region of the heap is gone; the heap stays
+  kNvtxMemRegionRegister = 36,
+  kNvtxMemRegionUnregister = 37,
+  kCount = 38,
 };
 
 // What a recorded object is. Each kind has its own address space in the live set: a VMM mapping
@@ -52,13 +66,15 @@ enum class MemKind : uint8_t {
   kVmmPhysical = 4,    // cuMemCreate: physical memory behind a handle (addr is the handle)
   kVmmMapping = 5,     // cuMemMap: a handle mapped into a VA range (aux is the handle)
   kVaReservation = 6,  // cuMemAddressReserve: address space only, no memory
-  kCount = 7,
+  kHeap = 7,           // an allocator's pool (NVTX heap): the range its regions lie in, no memory of its own
+  kCount = 8,
 };
 
 // Which of the three depths of DESIGN.md an event describes.
 enum class Layer : uint8_t { kUnknown = 0, kDevice = 1, kReserved = 2, kAllocated = 3 };
 
-enum class Op : uint8_t { kAlloc = 0, kFree = 1 };
+// kMark: an NVTX mark or range edge; it changes no memory. Its name is the string id in aux.
+enum class Op : uint8_t { kAlloc = 0, kFree = 1, kMark = 2 };
 
 // The result of an allocation that failed for lack of memory: cudaErrorMemoryAllocation and
 // CUDA_ERROR_OUT_OF_MEMORY are both 2.
@@ -68,6 +84,7 @@ struct ApiInfo {
   std::string_view name;
   Op op;
   MemKind kind;
+  Layer layer = Layer::kReserved;
 };
 
 inline constexpr ApiInfo kApiTable[] = {
@@ -99,11 +116,21 @@ inline constexpr ApiInfo kApiTable[] = {
     {"cuMemUnmap", Op::kFree, MemKind::kVmmMapping},
     {"cuMemAddressReserve", Op::kAlloc, MemKind::kVaReservation},
     {"cuMemAddressFree", Op::kFree, MemKind::kVaReservation},
+    {"nvtxMark", Op::kMark, MemKind::kUnknown, Layer::kUnknown},
+    {"nvtxRangePush", Op::kMark, MemKind::kUnknown, Layer::kUnknown},
+    {"nvtxRangePop", Op::kMark, MemKind::kUnknown, Layer::kUnknown},
+    {"nvtxRangeStart", Op::kMark, MemKind::kUnknown, Layer::kUnknown},
+    {"nvtxRangeEnd", Op::kMark, MemKind::kUnknown, Layer::kUnknown},
+    {"nvtxMemHeapRegister", Op::kAlloc, MemKind::kHeap, Layer::kAllocated},
+    {"nvtxMemHeapUnregister", Op::kFree, MemKind::kHeap, Layer::kAllocated},
+    {"nvtxMemHeapReset", Op::kFree, MemKind::kHeap, Layer::kAllocated},
+    {"nvtxMemRegionsRegister", Op::kAlloc, MemKind::kDevice, Layer::kAllocated},
+    {"nvtxMemRegionsUnregister", Op::kFree, MemKind::kDevice, Layer::kAllocated},
 };
 static_assert(std::size(kApiTable) == static_cast<size_t>(Api::kCount));
 
 inline constexpr std::string_view kMemKindNames[] = {
-    "unknown", "device", "managed", "pinned_host", "vmm_physical", "vmm_mapping", "va_reservation",
+    "unknown", "device", "managed", "pinned_host", "vmm_physical", "vmm_mapping", "va_reservation", "heap",
 };
 static_assert(std::size(kMemKindNames) == static_cast<size_t>(MemKind::kCount));
 
