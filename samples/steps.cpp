@@ -25,11 +25,11 @@ constexpr size_t kMiB = 1 << 20;
 constexpr size_t kSegmentBytes = 32 * kMiB;
 
 // Called with cudaMalloc's result, so that the allocating function is the site's frame.
-void* counted(cudaError_t e, void* p, size_t bytes) {
+void* counted(cudaError_t e, void* const* p, size_t bytes) {
   account.call("cudaMalloc", e == cudaSuccess);
   if (e != cudaSuccess) return nullptr;
   account.live(0, static_cast<int64_t>(bytes));
-  return p;
+  return *p;
 }
 
 // First-fit sub-allocation out of cudaMalloc'd segments, each one an NVTX heap.
@@ -84,7 +84,7 @@ class Pool {
  private:
   bool grow() {
     void* p = nullptr;
-    char* segment = static_cast<char*>(counted(cudaMalloc(&p, kSegmentBytes), p, kSegmentBytes));
+    char* segment = static_cast<char*>(counted(cudaMalloc(&p, kSegmentBytes), &p, kSegmentBytes));
     if (!segment) return false;
     segments_.push_back(segment);
     free_[segment] = kSegmentBytes;
@@ -126,12 +126,12 @@ std::vector<void*> weights, losses;
 
 __attribute__((noinline)) void load_weights() {
   void* p = nullptr;
-  weights.push_back(counted(cudaMalloc(&p, 16 * kMiB), p, 16 * kMiB));
+  weights.push_back(counted(cudaMalloc(&p, 16 * kMiB), &p, 16 * kMiB));
 }
 
 __attribute__((noinline)) void record_loss(size_t bytes) {
   void* p = nullptr;
-  losses.push_back(counted(cudaMalloc(&p, bytes), p, bytes));
+  losses.push_back(counted(cudaMalloc(&p, bytes), &p, bytes));
 }
 
 __attribute__((noinline)) void forward(std::vector<void*>& activations) {
