@@ -7,6 +7,7 @@ namespace memtrace {
 void ReportBuilder::add(const ReplayStep& step) {
   const Event& e = *step.event;
   ++events_;
+  new_peak_ = false;
   ApiCounts& c = calls_[e.api];
   if (e.interrupted()) {  // the process died inside it: no result, no memory change known
     ++c.interrupted;
@@ -46,13 +47,32 @@ void ReportBuilder::add(const ReplayStep& step) {
     if (d.live > d.peak) {
       d.peak = d.live;
       d.peak_time = e.t_ns;
+      d.peak_tid = e.tid;
       d.peak_unsaved = true;
+      new_peak_ = true;
     }
   }
   if (step.pinned_host_bytes) {
     pinned_host_live_ += static_cast<uint64_t>(step.pinned_host_bytes);
     pinned_host_peak_ = std::max(pinned_host_peak_, pinned_host_live_);
   }
+}
+
+std::vector<SiteTotal> ReportBuilder::largest(const SiteMap& sites) const {
+  std::vector<SiteTotal> out;
+  for (const auto& [site, live] : sites)
+    if (live.bytes > 0) {
+      SiteTotal total;
+      total.site = Site{site.api, live.stack_id};
+      total.bytes = live.bytes;
+      total.count = live.count;
+      out.push_back(std::move(total));
+    }
+  std::sort(out.begin(), out.end(), [](const SiteTotal& a, const SiteTotal& b) {
+    return a.bytes != b.bytes ? a.bytes > b.bytes : a.site.stack_id < b.site.stack_id;
+  });
+  if (out.size() > top_sites_) out.resize(top_sites_);
+  return out;
 }
 
 void ReportBuilder::finish(ProcessReport& report) {
@@ -70,20 +90,11 @@ void ReportBuilder::finish(ProcessReport& report) {
     r.device = ordinal;
     r.peak_bytes = d.peak;
     r.peak_time_ns = d.peak_time;
+    r.peak_tid = d.peak_tid;
     r.live_at_exit_bytes = d.live;
     r.live_at_exit_count = d.count;
-    for (const auto& [site, live] : d.at_peak)
-      if (live.bytes > 0) {
-        SiteTotal total;
-        total.site = Site{site.api, live.stack_id};
-        total.bytes = live.bytes;
-        total.count = live.count;
-        r.peak_sites.push_back(std::move(total));
-      }
-    std::sort(r.peak_sites.begin(), r.peak_sites.end(), [](const SiteTotal& a, const SiteTotal& b) {
-      return a.bytes != b.bytes ? a.bytes > b.bytes : a.site.stack_id < b.site.stack_id;
-    });
-    if (r.peak_sites.size() > top_sites_) r.peak_sites.resize(top_sites_);
+    r.peak_sites = largest(d.at_peak);
+    r.exit_sites = largest(d.sites);
     report.devices.push_back(std::move(r));
   }
 }

@@ -8,8 +8,6 @@
 
 namespace memtrace {
 
-namespace {
-
 std::string percent(uint64_t part, uint64_t whole) {
   char text[16];
   std::snprintf(text, sizeof text, "%.1f%%",
@@ -17,12 +15,10 @@ std::string percent(uint64_t part, uint64_t whole) {
   return text;
 }
 
-std::string pad(std::string s, size_t width, bool right = false) {
+std::string pad(std::string s, size_t width, bool right) {
   if (s.size() >= width) return s;
   return right ? std::string(width - s.size(), ' ') + s : s + std::string(width - s.size(), ' ');
 }
-
-}  // namespace
 
 nlohmann::json site_json(const SiteTotal& s) {
   nlohmann::json site = {{"api", std::string(api_name(s.site.api))},

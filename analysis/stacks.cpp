@@ -7,6 +7,11 @@
 
 namespace memtrace {
 
+bool StackView::is_library_frame(const FrameView& f) {
+  // NVTX's functions are inlined from its headers into the program: the program's module, NVTX's code.
+  return !f.python && (is_cuda_module(f.module) || f.file.find("/nvtx3/") != std::string::npos);
+}
+
 bool StackView::is_cuda_module(const std::string& module) {
   std::string name = std::filesystem::path(module).filename().string();
   for (const char* prefix : {"libcuda.so", "libcudart.so", "libcupti.so", "libmemtrace_inject.so"})
@@ -37,7 +42,7 @@ std::vector<FrameView> StackView::frames(uint64_t stack_id) const {
   bool top = !keep_cuda_;
   for (uint64_t id : *ids) {
     FrameView f = frame(id);
-    if (top && !f.python && is_cuda_module(f.module)) continue;
+    if (top && is_library_frame(f)) continue;
     top = false;
     out.push_back(std::move(f));
   }
@@ -45,14 +50,14 @@ std::vector<FrameView> StackView::frames(uint64_t stack_id) const {
 }
 
 std::optional<FrameView> StackView::site_frame(uint64_t stack_id, SiteGrouping grouping) const {
-  if (grouping == SiteGrouping::kStack) return std::nullopt;
+  if (grouping == SiteGrouping::kStack || grouping == SiteGrouping::kApi) return std::nullopt;
   const std::vector<uint64_t>* ids = reader_.stack(stack_id);
   if (!ids) return std::nullopt;
   std::optional<FrameView> native;
   for (uint64_t id : *ids) {
     FrameView f = frame(id);
     if (f.python && grouping != SiteGrouping::kNative) return f;
-    if (!f.python && !native && !is_cuda_module(f.module)) {
+    if (!f.python && !native && !is_library_frame(f)) {
       if (grouping == SiteGrouping::kNative) return f;
       native = std::move(f);
     }
@@ -62,6 +67,7 @@ std::optional<FrameView> StackView::site_frame(uint64_t stack_id, SiteGrouping g
 
 uint64_t StackView::site_key(uint64_t stack_id, SiteGrouping grouping) {
   if (grouping == SiteGrouping::kStack) return stack_id;
+  if (grouping == SiteGrouping::kApi) return 0;
   auto [it, fresh] = keys_.try_emplace(stack_id, 0);
   if (fresh) {
     std::optional<FrameView> f = site_frame(stack_id, grouping);

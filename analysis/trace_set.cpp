@@ -1,5 +1,7 @@
 #include "memtrace/analysis/trace_set.h"
 
+#include "memtrace/analysis/process_analysis.h"
+
 #include <algorithm>
 #include <filesystem>
 #include <system_error>
@@ -28,66 +30,27 @@ std::vector<std::string> find_traces(const std::string& path, std::string& error
   return traces;
 }
 
-bool analyze_trace(const std::string& path, const ReportOptions& options, ProcessReport& report, std::string& error) {
-  std::unique_ptr<TraceReader> reader = TraceReader::open(path, error);
-  if (!reader) return false;
-  const pb::TraceHeader& h = reader->header();
-  report = ProcessReport();
-  report.pid = h.pid();
-  report.command.assign(h.command().begin(), h.command().end());
-  report.trace_path = path;
+bool analyze_path(const std::string& path, const AnalysisOptions& options, std::vector<ProcessAnalysis>& out,
+                  std::vector<std::string>& warnings, std::string& error) {
+  std::vector<std::string> traces = find_traces(path, error);
+  if (traces.empty()) return false;
+  for (const auto& trace : traces) {
+    ProcessAnalysis p;
+    if (!analyze_process(trace, options, p, error)) return false;
+    if (!p.report.complete) warnings.push_back(trace + ": " + p.report.problem);
+    out.push_back(std::move(p));
+  }
+  return true;
+}
 
-  Replay replay;
-  StackView stacks(*reader, options.keep_cuda_frames);
-  ReportBuilder builder(options.top_sites,
-                        [&](uint64_t stack_id) { return stacks.site_key(stack_id, options.grouping); });
-  Event event;
-  uint64_t last_t = 0;
-  while (reader->next(event)) {
-    builder.add(replay.apply(event));
-    last_t = event.t_ns;
-    ++report.events;
-  }
-  builder.finish(report);
-  report.end_time_ns = last_t;
-  report.problem = reader->problem();
-  report.complete = reader->footer().has_value();
-  if (const auto& footer = reader->footer()) {
-    if (footer->has_exit_status()) report.exit_status = footer->exit_status();
-    report.end_reason = footer->end_reason();
-    report.dropped_events = footer->dropped_events();
-    report.incomplete_records = footer->incomplete_records();
-    report.end_time_ns = std::max(report.end_time_ns, footer->end_ns());
-  }
-  for (DeviceReport& d : report.devices) {
-    for (const pb::Device& known : reader->header().devices()) {
-      if (known.ordinal() != d.device) continue;
-      d.name = known.name();
-      d.total_bytes = known.total_bytes();
-    }
-    for (SiteTotal& s : d.peak_sites) {
-      s.stack = stacks.frames(s.site.stack_id);
-      s.stack_flags = stacks.flags(s.site.stack_id);
-      std::optional<FrameView> named = stacks.site_frame(s.site.stack_id, options.grouping);
-      if (!named && !s.stack.empty()) named = s.stack.front();
-      s.location = named ? frame_label(*named) : "(no stack)";
-    }
-  }
-  // Snapshots beside the trace: <reason>-<pid>[-<n>].memsnap.
-  std::error_code ec;
-  fs::path folder = fs::path(path).parent_path();
-  if (folder.empty()) folder = ".";
-  const std::string pid = "-" + std::to_string(report.pid);
-  for (const auto& entry : fs::directory_iterator(folder, ec)) {
-    std::string name = entry.path().filename().string();
-    size_t at = name.find(pid);
-    if (entry.path().extension() != ".memsnap" || at == std::string::npos) continue;
-    char after = name[at + pid.size()];
-    if (after == '-' || after == '.') report.snapshots.push_back(entry.path().string());
-  }
-  std::sort(report.snapshots.begin(), report.snapshots.end());
-  std::sort(report.devices.begin(), report.devices.end(),
-            [](const DeviceReport& a, const DeviceReport& b) { return a.device < b.device; });
+bool analyze_trace(const std::string& path, const ReportOptions& options, ProcessReport& report, std::string& error) {
+  AnalysisOptions analysis;
+  analysis.top_sites = options.top_sites;
+  analysis.grouping = options.grouping;
+  analysis.keep_cuda_frames = options.keep_cuda_frames;
+  ProcessAnalysis out;
+  if (!analyze_process(path, analysis, out, error)) return false;
+  report = std::move(out.report);
   return true;
 }
 

@@ -1,17 +1,25 @@
 // The memtrace executable: every subcommand in one program.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
 #include <fstream>
+#include <regex>
+#include <tuple>
 #include <string>
 #include <vector>
 
 #include "memtrace/analysis/estimate.h"
 #include "memtrace/analysis/explain.h"
 #include "memtrace/analysis/export_jsonl.h"
+#include "memtrace/analysis/export_profiles.h"
+#include "memtrace/analysis/process_analysis.h"
 #include "memtrace/analysis/report_render.h"
 #include "memtrace/analysis/snapshot_view.h"
 #include "memtrace/analysis/trace_set.h"
 #include "memtrace/analysis/units.h"
+#include "memtrace/analysis/views.h"
 #include "memtrace/collector/run.h"
 
 namespace {
@@ -188,10 +196,94 @@ int explain_command(const std::string& path, EstimateCli& e) {
   return 0;
 }
 
-int export_events(const std::string& path, const std::string& format, const std::string& output, bool keep_cuda) {
-  if (format != "jsonl") {
-    std::fprintf(stderr, "memtrace export: unknown format '%s' (known: jsonl)\n", format.c_str());
+// What every analysis command shares: the path, --json, how sites group, steps.
+struct AnalysisCli {
+  std::string path, by = "user", step;
+  bool json = false;
+  memtrace::AnalysisOptions options;
+};
+
+memtrace::SiteGrouping grouping_named(const std::string& name) {
+  return name == "python"   ? memtrace::SiteGrouping::kPython
+         : name == "native" ? memtrace::SiteGrouping::kNative
+         : name == "stack"  ? memtrace::SiteGrouping::kStack
+         : name == "api"    ? memtrace::SiteGrouping::kApi
+                            : memtrace::SiteGrouping::kUser;
+}
+
+void add_analysis_options(CLI::App* cmd, AnalysisCli& a, bool sites = true) {
+  cmd->add_option("path", a.path, "An output folder (all its processes) or one .memtrace file")->required();
+  cmd->add_flag("--json", a.json, "Print JSON instead of text");
+  cmd->add_option("--step", a.step,
+                  "Regular expression naming the NVTX range or mark that starts a training step "
+                  "(default: memtrace.step, or PyTorch's Optimizer.step#... ranges)");
+  if (!sites) return;
+  cmd->add_option("--top", a.options.top_sites, "How many sites to show (default 10)")->check(CLI::Range(1, 1000000));
+  cmd->add_option("--by", a.by, "Group sites by: user (default), python, native, stack, api")
+      ->check(CLI::IsMember({"user", "python", "native", "stack", "api"}));
+  cmd->add_flag("--keep-cuda-frames", a.options.keep_cuda_frames, "Show frames inside the CUDA libraries");
+}
+
+// Analyzes what A names; prints why and returns false when it cannot.
+bool load_analyses(const char* command, AnalysisCli& a, std::vector<memtrace::ProcessAnalysis>& out) {
+  a.options.grouping = grouping_named(a.by);
+  if (!a.step.empty()) {
+    try {
+      std::regex check(a.step);
+    } catch (const std::regex_error& e) {
+      std::fprintf(stderr, "memtrace %s: --step: '%s' is not a regular expression: %s\n", command, a.step.c_str(), e.what());
+      return false;
+    }
+    a.options.step_pattern = a.step;
+  }
+  std::vector<std::string> warnings;
+  std::string error;
+  bool ok = memtrace::analyze_path(a.path, a.options, out, warnings, error);
+  for (const auto& w : warnings) std::fprintf(stderr, "memtrace %s: %s\n", command, w.c_str());
+  if (!ok) std::fprintf(stderr, "memtrace %s: %s\n", command, error.c_str());
+  return ok;
+}
+
+void print(bool json, const nlohmann::json& doc, const std::string& text) {
+  if (json)
+    std::printf("%s\n", doc.dump(2).c_str());
+  else
+    std::fputs(text.c_str(), stdout);
+}
+
+// Writes TEXT to PATH, never over an existing file; false after saying why.
+bool write_new_file(const char* command, const std::string& path, const std::string& text) {
+  std::FILE* f = std::fopen(path.c_str(), "wxe");
+  if (!f) {
+    std::fprintf(stderr, "memtrace %s: cannot create %s: %s\n", command, path.c_str(), std::strerror(errno));
+    return false;
+  }
+  bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  ok &= std::fclose(f) == 0;
+  if (!ok) std::fprintf(stderr, "memtrace %s: cannot write %s\n", command, path.c_str());
+  return ok;
+}
+
+int export_events(const std::string& path, const std::string& format, const std::string& output, bool keep_cuda,
+                  const std::string& at) {
+  if (format != "jsonl" && format != "folded" && format != "chrome") {
+    std::fprintf(stderr, "memtrace export: unknown format '%s' (known: jsonl, folded, chrome)\n", format.c_str());
     return kExitUsage;
+  }
+  if (format == "folded") {
+    AnalysisCli a;
+    a.path = path;
+    a.by = "stack";
+    a.options.keep_cuda_frames = keep_cuda;
+    a.options.top_sites = SIZE_MAX;
+    std::vector<memtrace::ProcessAnalysis> processes;
+    if (!load_analyses("export", a, processes)) return 1;
+    std::string text = memtrace::export_folded(processes, at == "peak");
+    if (output.empty() || output == "-") {
+      std::fputs(text.c_str(), stdout);
+      return 0;
+    }
+    return write_new_file("export", output, text) ? 0 : 1;
   }
   std::string error;
   std::vector<std::string> traces = memtrace::find_traces(path, error);
@@ -208,7 +300,8 @@ int export_events(const std::string& path, const std::string& format, const std:
     }
   }
   std::vector<std::string> warnings;
-  bool ok = memtrace::export_jsonl(traces, out, keep_cuda, warnings, error);
+  bool ok = format == "chrome" ? memtrace::export_chrome(traces, out, warnings, error)
+                               : memtrace::export_jsonl(traces, out, keep_cuda, warnings, error);
   if (out != stdout) std::fclose(out);
   for (const auto& w : warnings) std::fprintf(stderr, "memtrace export: %s\n", w.c_str());
   if (!ok) std::fprintf(stderr, "memtrace export: %s\n", error.c_str());
@@ -287,10 +380,68 @@ int main(int argc, char** argv) {
   std::string export_path, export_format = "jsonl", export_output;
   CLI::App* export_cmd = app.add_subcommand("export", "Write every event in a format other tools read");
   export_cmd->add_option("path", export_path, "An output folder or one .memtrace file")->required();
-  export_cmd->add_option("--format", export_format, "jsonl: one JSON object per event")->required();
+  export_cmd->add_option("--format", export_format,
+                         "jsonl: one JSON object per event; folded: stacks for flame graphs (flamegraph.pl, "
+                         "speedscope); chrome: a Chrome/Perfetto trace")
+      ->required();
+  std::string export_at = "peak";
+  export_cmd->add_option("--at", export_at, "folded: what was live at the peak (default) or at the end")
+      ->check(CLI::IsMember({"peak", "end"}));
   export_cmd->add_option("-o,--output", export_output, "Output file (default: standard output)");
   bool export_keep_cuda = false;
   export_cmd->add_flag("--keep-cuda-frames", export_keep_cuda, "Keep frames inside the CUDA libraries in stacks");
+
+  AnalysisCli peak_cli;
+  std::string peak_layer = "reserved";
+  int peak_device = -1;
+  CLI::App* peak_cmd = app.add_subcommand("peak", "When each device peaked, and what was live then, by site");
+  add_analysis_options(peak_cmd, peak_cli);
+  peak_cmd->add_option("--layer", peak_layer, "reserved (what the allocation APIs hold; default) or allocated "
+                                              "(what allocators handed out)")
+      ->check(CLI::IsMember({"reserved", "allocated", "device"}));
+  CLI::Option* peak_device_option = peak_cmd->add_option("--device", peak_device, "Only this device")->check(CLI::Range(0, 1024));
+
+  AnalysisCli leaks_cli;
+  CLI::App* leaks_cmd = app.add_subcommand("leaks", "What was still live at the end, and what grew step by step");
+  add_analysis_options(leaks_cmd, leaks_cli);
+
+  AnalysisCli frag_cli;
+  CLI::App* frag_cmd = app.add_subcommand("frag", "Free memory inside the allocator's segments: fragmentation at the "
+                                                  "peak and at each out-of-memory");
+  add_analysis_options(frag_cmd, frag_cli, false);
+
+  AnalysisCli timeline_cli;
+  size_t timeline_width = 72;
+  std::string timeline_csv, timeline_svg;
+  CLI::App* timeline_cmd = app.add_subcommand("timeline", "Memory over time per device and layer");
+  add_analysis_options(timeline_cmd, timeline_cli, false);
+  timeline_cmd->add_option("--width", timeline_width, "Columns of the terminal chart (default 72)")->check(CLI::Range(10, 1000));
+  timeline_cmd->add_option("--csv", timeline_csv, "Also write the series as CSV to this new file");
+  timeline_cmd->add_option("--svg", timeline_svg, "Also write a standalone SVG chart, phases shaded, to this new file");
+
+  AnalysisCli diff_base, diff_new;
+  CLI::App* diff_cmd = app.add_subcommand("diff", "Compare two runs: peaks, leaks and sites, what grew");
+  diff_cmd->add_option("base", diff_base.path, "The baseline: an output folder or a .memtrace file")->required();
+  diff_cmd->add_option("new", diff_new.path, "The run to compare with it")->required();
+  diff_cmd->add_flag("--json", diff_new.json, "Print JSON instead of text");
+  diff_cmd->add_option("--by", diff_new.by, "Group sites by: user (default), python, native, stack, api")
+      ->check(CLI::IsMember({"user", "python", "native", "stack", "api"}));
+  diff_cmd->add_option("--step", diff_new.step, "Regular expression naming the step range or mark");
+
+  AnalysisCli check_cli;
+  std::string max_peak, max_leaked, max_growth, check_baseline, check_junit;
+  double max_regression = 0;
+  CLI::App* check_cmd = app.add_subcommand(
+      "check", "For CI: exit 0 when the run is within every limit, 1 when one is broken, 2 for bad use");
+  add_analysis_options(check_cmd, check_cli, false);
+  check_cmd->add_option("--max-peak", max_peak, "Largest peak of reserved memory on any device, e.g. 70GiB");
+  check_cmd->add_option("--max-leaked", max_leaked, "Device memory still live at the end, all processes");
+  check_cmd->add_option("--max-growth-per-step", max_growth, "Growth per step of any one site");
+  check_cmd->add_option("--baseline", check_baseline, "A run to compare with (folder or .memtrace)");
+  CLI::Option* regression = check_cmd->add_option("--max-regression", max_regression,
+                                                  "Peak growth over --baseline allowed, in percent")
+                                ->check(CLI::Range(-100.0, 1e9));
+  check_cmd->add_option("--junit", check_junit, "Also write a JUnit XML report to this new file");
 
   EstimateCli estimate_cli;
   CLI::App* estimate_cmd =
@@ -370,6 +521,96 @@ int main(int argc, char** argv) {
   }
   if (*estimate_cmd) return estimate_command(estimate_cli);
   if (*explain_cmd) return explain_command(explain_path, explain_cli);
-  if (*export_cmd) return export_events(export_path, export_format, export_output, export_keep_cuda);
+  if (*export_cmd) return export_events(export_path, export_format, export_output, export_keep_cuda, export_at);
+  if (*peak_cmd) {
+    if (peak_layer == "device") {
+      std::fprintf(stderr, "memtrace peak: the device layer is sampled only at out-of-memory moments; use --layer "
+                           "reserved or allocated\n");
+      return kExitUsage;
+    }
+    std::vector<memtrace::ProcessAnalysis> processes;
+    if (!load_analyses("peak", peak_cli, processes)) return 1;
+    memtrace::PeakOptions options;
+    options.layer = peak_layer == "allocated" ? memtrace::Layer::kAllocated : memtrace::Layer::kReserved;
+    if (*peak_device_option) options.device = peak_device;
+    nlohmann::json doc = memtrace::peak_json(processes, options);
+    print(peak_cli.json, doc, memtrace::peak_text(doc));
+    return 0;
+  }
+  if (*leaks_cmd) {
+    std::vector<memtrace::ProcessAnalysis> processes;
+    if (!load_analyses("leaks", leaks_cli, processes)) return 1;
+    nlohmann::json doc = memtrace::leaks_json(processes);
+    print(leaks_cli.json, doc, memtrace::leaks_text(doc));
+    return 0;
+  }
+  if (*frag_cmd) {
+    frag_cli.options.timeline = true;
+    std::vector<memtrace::ProcessAnalysis> processes;
+    if (!load_analyses("frag", frag_cli, processes)) return 1;
+    nlohmann::json doc = memtrace::frag_json(processes);
+    print(frag_cli.json, doc, memtrace::frag_text(doc));
+    return 0;
+  }
+  if (*timeline_cmd) {
+    timeline_cli.options.timeline = true;
+    std::vector<memtrace::ProcessAnalysis> processes;
+    if (!load_analyses("timeline", timeline_cli, processes)) return 1;
+    if (!timeline_csv.empty() && !write_new_file("timeline", timeline_csv, memtrace::timeline_csv(processes))) return 1;
+    if (!timeline_svg.empty() && !write_new_file("timeline", timeline_svg, memtrace::timeline_svg(processes))) return 1;
+    if (timeline_cli.json)
+      std::printf("%s\n", memtrace::timeline_json(processes).dump(2).c_str());
+    else
+      std::fputs(memtrace::timeline_text(processes, timeline_width).c_str(), stdout);
+    return 0;
+  }
+  if (*diff_cmd) {
+    diff_base.by = diff_new.by;
+    diff_base.step = diff_new.step;
+    std::vector<memtrace::ProcessAnalysis> base, next;
+    if (!load_analyses("diff", diff_base, base) || !load_analyses("diff", diff_new, next)) return 1;
+    nlohmann::json doc = memtrace::diff_json(base, next);
+    print(diff_new.json, doc, memtrace::diff_text(doc));
+    return 0;
+  }
+  if (*check_cmd) {
+    memtrace::CheckLimits limits;
+    for (auto [text, target, flag] : {std::tuple{&max_peak, &limits.max_peak, "--max-peak"},
+                                      {&max_leaked, &limits.max_leaked, "--max-leaked"},
+                                      {&max_growth, &limits.max_growth_per_step, "--max-growth-per-step"}}) {
+      if (text->empty()) continue;
+      auto bytes = memtrace::parse_size(*text);
+      if (!bytes) {
+        std::fprintf(stderr, "memtrace check: %s: '%s' is not a size (try 4GiB)\n", flag, text->c_str());
+        return kExitUsage;
+      }
+      *target = bytes;
+    }
+    if (*regression && check_baseline.empty()) {
+      std::fprintf(stderr, "memtrace check: --max-regression needs --baseline\n");
+      return kExitUsage;
+    }
+    if (!check_baseline.empty() && !*regression) {
+      std::fprintf(stderr, "memtrace check: --baseline needs --max-regression PERCENT\n");
+      return kExitUsage;
+    }
+    if (*regression) limits.max_regression_percent = max_regression;
+    if (!limits.max_peak && !limits.max_leaked && !limits.max_growth_per_step && !limits.max_regression_percent) {
+      std::fprintf(stderr, "memtrace check: give at least one limit (--max-peak, --max-leaked, "
+                           "--max-growth-per-step, --baseline with --max-regression)\n");
+      return kExitUsage;
+    }
+    std::vector<memtrace::ProcessAnalysis> processes, baseline;
+    if (!load_analyses("check", check_cli, processes)) return kExitUsage;
+    if (!check_baseline.empty()) {
+      AnalysisCli b = check_cli;
+      b.path = check_baseline;
+      if (!load_analyses("check", b, baseline)) return kExitUsage;
+    }
+    memtrace::CheckResult result = memtrace::check(processes, limits, check_baseline.empty() ? nullptr : &baseline);
+    if (!check_junit.empty() && !write_new_file("check", check_junit, memtrace::check_junit(result))) return kExitUsage;
+    print(check_cli.json, result.json, memtrace::check_text(result));
+    return result.passed ? 0 : 1;
+  }
   return kExitUsage;
 }

@@ -41,6 +41,11 @@ struct DeviceReport {
   uint64_t live_at_exit_bytes = 0;
   uint64_t live_at_exit_count = 0;
   std::vector<SiteTotal> peak_sites;  // largest first
+  std::vector<SiteTotal> exit_sites;  // live at the end, largest first
+  uint32_t peak_tid = 0;              // the thread whose allocation made the peak
+  // Where the peak fell, when the program marked its phases and steps with NVTX.
+  uint64_t peak_step = 0;
+  std::string peak_phase;
 };
 
 // An allocation that failed for lack of memory.
@@ -84,6 +89,17 @@ class ReportBuilder {
   // Fills the event-derived parts of REPORT (calls, devices, peaks, sites).
   void finish(ProcessReport& report);
 
+  // FN(device, key, bytes, stack_id) for every site with memory live now.
+  template <typename Fn>
+  void for_each_live_site(Fn&& fn) const {
+    for (const auto& [device, d] : devices_)
+      for (const auto& [key, live] : d.sites)
+        if (live.bytes) fn(device, key, live.bytes, live.stack_id);
+  }
+  Layer layer() const { return layer_; }
+  // Whether the last add() made a new peak on some device.
+  bool new_peak() const { return new_peak_; }
+
  private:
   struct SiteLive {
     uint64_t bytes = 0;
@@ -96,10 +112,13 @@ class ReportBuilder {
     uint64_t count = 0;
     uint64_t peak = 0;
     uint64_t peak_time = 0;
+    uint32_t peak_tid = 0;
     bool peak_unsaved = false;  // the sites at the newest peak are not in at_peak yet
     SiteMap sites;
     SiteMap at_peak;
   };
+  std::vector<SiteTotal> largest(const SiteMap& sites) const;
+
   size_t top_sites_;
   SiteKey site_key_;
   Layer layer_;
@@ -110,6 +129,7 @@ class ReportBuilder {
   uint64_t pinned_host_peak_ = 0;
   uint64_t unmatched_frees_ = 0;
   uint64_t events_ = 0;
+  bool new_peak_ = false;
 };
 
 }  // namespace memtrace

@@ -17,5 +17,8 @@ nlohmann::json stack_json(const std::vector<FrameView>& frames);
 // A site: {"api","bytes","count","location","stack"}, and what its stack is missing, if anything.
 nlohmann::json site_json(const SiteTotal& site);
 std::string command_line(const std::vector<std::string>& command);
+// "12.5%" of WHOLE; and S padded with spaces to WIDTH, on the left when RIGHT (for numbers).
+std::string percent(uint64_t part, uint64_t whole);
+std::string pad(std::string s, size_t width, bool right = false);
 
 }  // namespace memtrace

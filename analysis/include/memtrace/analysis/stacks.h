@@ -25,8 +25,8 @@ struct FrameView {
 };
 
 // How report sites are grouped: by the innermost user frame (Python if there is one), by the
-// innermost Python frame, by the innermost native frame, or by the whole stack.
-enum class SiteGrouping { kUser, kPython, kNative, kStack };
+// innermost Python frame, by the innermost native frame, by the whole stack, or by API alone.
+enum class SiteGrouping { kUser, kPython, kNative, kStack, kApi };
 
 class StackView {
  public:
@@ -42,6 +42,8 @@ class StackView {
 
   FrameView frame(uint64_t frame_id) const;
   static bool is_cuda_module(const std::string& module);
+  // Frames of the CUDA libraries, and of NVTX's header-only functions: cut from the top of stacks.
+  static bool is_library_frame(const FrameView& frame);
 
  private:
   const TraceReader& reader_;

@@ -1,0 +1,98 @@
+#include <cstdio>
+
+#include "memtrace/analysis/report_render.h"
+#include "memtrace/analysis/units.h"
+#include "memtrace/analysis/views.h"
+
+namespace memtrace {
+
+namespace {
+
+// What would help, when fragmentation is the problem; empty when it is not.
+std::string advice(const FragmentationPoint& p) {
+  const FreeSpace& f = p.space;
+  if (p.when == "oom" && p.request_bytes > f.largest_free && p.request_bytes <= f.free_bytes)
+    return "fragmentation caused this out-of-memory: " + format_bytes(f.free_bytes) +
+           " was free inside the allocator's segments, but the largest hole was " + format_bytes(f.largest_free) +
+           ", less than the " + format_bytes(p.request_bytes) +
+           " asked for. With PyTorch, PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets segments grow "
+           "instead of leaving holes; freeing large temporaries earlier, or allocating long-lived tensors first, "
+           "also helps.";
+  if (f.free_bytes * 10 >= p.reserved_bytes && f.free_bytes > 0 && f.index() >= 0.5)
+    return "memory is fragmented: " + format_bytes(f.free_bytes) + " free inside the segments, in holes of at most " +
+           format_bytes(f.largest_free) +
+           ". With PyTorch, PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True avoids most of it.";
+  return {};
+}
+
+}  // namespace
+
+nlohmann::json frag_json(const std::vector<ProcessAnalysis>& processes) {
+  nlohmann::json out = {{"processes", nlohmann::json::array()}};
+  for (const ProcessAnalysis& p : processes) {
+    nlohmann::json points = nlohmann::json::array();
+    for (const FragmentationPoint& f : p.fragmentation)
+      points.push_back({{"when", f.when},
+                        {"t_ns", f.t_ns},
+                        {"device", f.device},
+                        {"reserved_bytes", f.reserved_bytes},
+                        {"allocated_bytes", f.allocated_bytes},
+                        {"heap_bytes", f.space.heap_bytes},
+                        {"free_bytes", f.space.free_bytes},
+                        {"largest_free_bytes", f.space.largest_free},
+                        {"fragmentation_index", f.space.index()},
+                        {"request_bytes", f.request_bytes},
+                        {"advice", advice(f)}});
+    // Reserved minus allocated over time, per device, from the timeline.
+    nlohmann::json cache = nlohmann::json::array();
+    for (const TimelineSeries& reserved : p.timeline) {
+      if (reserved.layer != Layer::kReserved) continue;
+      for (const TimelineSeries& allocated : p.timeline) {
+        if (allocated.layer != Layer::kAllocated || allocated.device != reserved.device) continue;
+        nlohmann::json series = nlohmann::json::array();
+        for (size_t i = 0; i < reserved.points.size() && i < allocated.points.size(); ++i) {
+          uint64_t r = reserved.points[i].last_bytes, a = allocated.points[i].last_bytes;
+          series.push_back({reserved.points[i].t_ns, r, a, r > a ? r - a : 0});
+        }
+        cache.push_back({{"device", reserved.device}, {"columns", {"t_ns", "reserved", "allocated", "unused"}},
+                         {"points", series}});
+      }
+    }
+    out["processes"].push_back({{"pid", p.report.pid},
+                                {"command", p.report.command},
+                                {"layers_known", p.has_heaps},
+                                {"points", points},
+                                {"reserved_minus_allocated", cache}});
+  }
+  return out;
+}
+
+std::string frag_text(const nlohmann::json& frag) {
+  std::string out;
+  for (const auto& p : frag["processes"]) {
+    if (!out.empty()) out += "\n";
+    out += "process " + std::to_string(p["pid"].get<int>()) + ": " +
+           command_line(p["command"].get<std::vector<std::string>>()) + "\n";
+    if (!p["layers_known"].get<bool>()) {
+      out += "  fragmentation is unknown: no allocator described its segments and blocks (NVTX memory API heaps and\n"
+             "  regions, or PyTorch's allocator history); memtrace sees only what the allocation APIs reserved\n";
+      continue;
+    }
+    out += "  " + pad("when", 6) + pad("device", 7) + pad("time", 11, true) + pad("reserved", 11, true) + pad("allocated", 11, true) +
+           pad("free", 11, true) + pad("largest", 11, true) + pad("index", 7, true) + "\n";
+    for (const auto& f : p["points"]) {
+      char index[16];
+      std::snprintf(index, sizeof index, "%.2f", f["fragmentation_index"].get<double>());
+      out += "  " + pad(f["when"].get<std::string>(), 6) + pad(std::to_string(f["device"].get<int>()), 7) +
+             pad(format_duration_ns(f["t_ns"]), 11, true) + pad(format_bytes(f["reserved_bytes"]), 11, true) +
+             pad(format_bytes(f["allocated_bytes"]), 11, true) + pad(format_bytes(f["free_bytes"]), 11, true) +
+             pad(format_bytes(f["largest_free_bytes"]), 11, true) + pad(index, 7, true) + "\n";
+      if (f["when"] == "oom")
+        out += "         out of memory asking for " + format_bytes(f["request_bytes"]) + "\n";
+      if (!f["advice"].get<std::string>().empty()) out += "    " + f["advice"].get<std::string>() + "\n";
+    }
+  }
+  return out;
+}
+
+}  // namespace memtrace

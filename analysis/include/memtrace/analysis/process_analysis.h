@@ -1,0 +1,60 @@
+// One streaming pass over one process's trace that feeds every analysis: the report (calls,
+// peaks, sites) of the reserved layer and, when the trace has one, of the allocated layer;
+// phases and steps; growth per step; fragmentation; the timeline. Memory grows with the live
+// set and the number of sites, not with the trace's length.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "memtrace/analysis/fragmentation.h"
+#include "memtrace/analysis/growth.h"
+#include "memtrace/analysis/phases.h"
+#include "memtrace/analysis/report.h"
+#include "memtrace/analysis/timeline.h"
+
+namespace memtrace {
+
+struct AnalysisOptions {
+  size_t top_sites = 10;
+  SiteGrouping grouping = SiteGrouping::kUser;
+  bool keep_cuda_frames = false;
+  std::string step_pattern = kDefaultStepPattern;  // ECMAScript, matching a whole name
+  bool timeline = false;
+};
+
+// Free space inside the heaps at a moment that matters: a device's peak of reserved memory, or
+// an allocation that failed for lack of memory.
+struct FragmentationPoint {
+  std::string when;  // "peak" or "oom"
+  uint64_t t_ns = 0;
+  int32_t device = -1;
+  uint64_t reserved_bytes = 0;
+  uint64_t allocated_bytes = 0;
+  FreeSpace space;
+  uint64_t request_bytes = 0;  // oom: what was asked for
+};
+
+struct ProcessAnalysis {
+  ProcessReport report;     // the reserved layer, with calls, endings and snapshots
+  ProcessReport allocated;  // the allocated layer's devices, peaks and sites (when has_allocated)
+  bool has_allocated = false;
+  std::vector<uint64_t> step_starts;
+  std::string step_pattern;
+  std::vector<PhaseRange> ranges;
+  uint64_t ranges_dropped = 0;
+  uint64_t step_boundaries = 0;
+  std::vector<SiteGrowth> growth;  // sites growing step by step, largest first
+  bool has_heaps = false;
+  std::vector<FragmentationPoint> fragmentation;
+  std::vector<TimelineSeries> timeline;
+  uint64_t timeline_bucket_ns = 0;
+};
+
+// Reads the trace at PATH in one pass. False with ERROR set when it is not a readable trace; a
+// cut or damaged one gives what was read, with report.complete false and report.problem why.
+bool analyze_process(const std::string& path, const AnalysisOptions& options, ProcessAnalysis& out,
+                     std::string& error);
+
+}  // namespace memtrace

@@ -1,0 +1,175 @@
+#include "memtrace/analysis/process_analysis.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <system_error>
+
+namespace memtrace {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Snapshots beside the trace: <reason>-<pid>[-<n>].memsnap.
+std::vector<std::string> snapshots_of(const std::string& trace, int32_t pid) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  fs::path folder = fs::path(trace).parent_path();
+  if (folder.empty()) folder = ".";
+  const std::string tag = "-" + std::to_string(pid);
+  for (const auto& entry : fs::directory_iterator(folder, ec)) {
+    std::string name = entry.path().filename().string();
+    size_t at = name.find(tag);
+    if (entry.path().extension() != ".memsnap" || at == std::string::npos) continue;
+    char after = name[at + tag.size()];
+    if (after == '-' || after == '.') out.push_back(entry.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+template <typename SiteLike>
+void resolve(SiteLike& s, uint64_t stack_id, const StackView& stacks, SiteGrouping grouping) {
+  s.stack = stacks.frames(stack_id);
+  std::optional<FrameView> named = stacks.site_frame(stack_id, grouping);
+  if (!named && !s.stack.empty()) named = s.stack.front();
+  s.location = grouping == SiteGrouping::kApi ? "every " + std::string(api_name(s.site.api)) + " call"
+               : named                         ? frame_label(*named)
+                                               : "(no stack)";
+}
+
+void resolve_devices(std::vector<DeviceReport>& devices, const TraceReader& reader, const StackView& stacks,
+                     const PhaseTracker& phases, SiteGrouping grouping) {
+  for (DeviceReport& d : devices) {
+    for (const pb::Device& known : reader.header().devices()) {
+      if (known.ordinal() != d.device) continue;
+      d.name = known.name();
+      d.total_bytes = known.total_bytes();
+    }
+    for (auto* sites : {&d.peak_sites, &d.exit_sites})
+      for (SiteTotal& s : *sites) {
+        resolve(s, s.site.stack_id, stacks, grouping);
+        s.stack_flags = stacks.flags(s.site.stack_id);
+      }
+    d.peak_step = phases.step_at(d.peak_time_ns);
+    d.peak_phase = phases.phase_at(d.peak_time_ns, d.peak_tid);
+  }
+  std::sort(devices.begin(), devices.end(), [](const DeviceReport& a, const DeviceReport& b) { return a.device < b.device; });
+}
+
+}  // namespace
+
+bool analyze_process(const std::string& path, const AnalysisOptions& options, ProcessAnalysis& out,
+                     std::string& error) {
+  std::unique_ptr<TraceReader> reader = TraceReader::open(path, error);
+  if (!reader) return false;
+  out = ProcessAnalysis();
+  ProcessReport& report = out.report;
+  const pb::TraceHeader& h = reader->header();
+  report.pid = h.pid();
+  report.command.assign(h.command().begin(), h.command().end());
+  report.trace_path = path;
+
+  Replay replay;
+  StackView stacks(*reader, options.keep_cuda_frames);
+  auto site_key = [&](uint64_t stack_id) { return stacks.site_key(stack_id, options.grouping); };
+  ReportBuilder reserved(options.top_sites, site_key, Layer::kReserved);
+  ReportBuilder allocated(options.top_sites, site_key, Layer::kAllocated);
+  PhaseTracker phases(*reader, options.step_pattern);
+  GrowthTracker growth;
+  FragmentationTracker heaps;
+  Timeline timeline;
+  std::map<int32_t, FragmentationPoint> at_peak;
+
+  auto fragmentation_point = [&](const char* when, uint64_t t, int32_t device) {
+    FragmentationPoint p;
+    p.when = when;
+    p.t_ns = t;
+    p.device = device;
+    auto bytes = [device](const std::map<int32_t, uint64_t>& m) {
+      auto it = m.find(device);
+      return it == m.end() ? 0 : it->second;
+    };
+    p.reserved_bytes = bytes(replay.device_bytes());
+    p.allocated_bytes = bytes(replay.allocated_bytes());
+    p.space = heaps.free_space(device);
+    return p;
+  };
+  auto boundary = [&](auto visit) {
+    reserved.for_each_live_site([&](int32_t device, const Site& key, uint64_t bytes, uint64_t stack_id) {
+      visit(device, Layer::kReserved, key, bytes, stack_id);
+    });
+    allocated.for_each_live_site([&](int32_t device, const Site& key, uint64_t bytes, uint64_t stack_id) {
+      visit(device, Layer::kAllocated, key, bytes, stack_id);
+    });
+  };
+
+  Event event;
+  uint64_t last_t = 0;
+  while (reader->next(event)) {
+    ++report.events;
+    last_t = event.t_ns;
+    const ReplayStep& step = replay.apply(event);
+    reserved.add(step);
+    if (event.layer == Layer::kAllocated) {
+      out.has_allocated = true;
+      allocated.add(step);
+      heaps.add(event, step, replay);
+    } else if (event.op() == Op::kMark) {
+      size_t steps = phases.step_starts().size();
+      phases.add(event);
+      if (phases.step_starts().size() != steps) growth.boundary(boundary);
+    }
+    if (heaps.any_heaps()) {
+      if (reserved.new_peak()) at_peak[step.device] = fragmentation_point("peak", event.t_ns, step.device);
+      if (event.result == kOutOfMemoryResult && event.op() == Op::kAlloc) {
+        FragmentationPoint p = fragmentation_point("oom", event.t_ns, event.device);
+        p.request_bytes = event.size;
+        out.fragmentation.push_back(p);
+      }
+    }
+    if (options.timeline)
+      for (const MemoryChange& c : step.device_changes) {
+        const auto& now = c.layer == Layer::kAllocated ? replay.allocated_bytes() : replay.device_bytes();
+        timeline.record(c.device, c.layer, event.t_ns, now.at(c.device));
+      }
+  }
+  reserved.finish(report);
+  report.end_time_ns = last_t;
+  report.problem = reader->problem();
+  report.complete = reader->footer().has_value();
+  if (const auto& footer = reader->footer()) {
+    if (footer->has_exit_status()) report.exit_status = footer->exit_status();
+    report.end_reason = footer->end_reason();
+    report.dropped_events = footer->dropped_events();
+    report.incomplete_records = footer->incomplete_records();
+    report.end_time_ns = std::max(report.end_time_ns, footer->end_ns());
+  }
+  phases.finish(report.end_time_ns);
+  resolve_devices(report.devices, *reader, stacks, phases, options.grouping);
+  if (out.has_allocated) {
+    allocated.finish(out.allocated);
+    resolve_devices(out.allocated.devices, *reader, stacks, phases, options.grouping);
+  }
+  report.snapshots = snapshots_of(path, report.pid);
+
+  out.step_starts = phases.step_starts();
+  out.step_pattern = options.step_pattern;
+  out.ranges = phases.ranges();
+  out.ranges_dropped = phases.ranges_dropped();
+  out.step_boundaries = growth.boundaries();
+  out.growth = growth.growing();
+  for (SiteGrowth& g : out.growth) resolve(g, g.site.stack_id, stacks, options.grouping);
+  out.has_heaps = heaps.any_heaps();
+  for (auto& [device, p] : at_peak) out.fragmentation.insert(out.fragmentation.begin(), p);
+  std::stable_sort(out.fragmentation.begin(), out.fragmentation.end(),
+                   [](const FragmentationPoint& a, const FragmentationPoint& b) { return a.t_ns < b.t_ns; });
+  if (options.timeline) {
+    out.timeline = timeline.series(report.end_time_ns);
+    out.timeline_bucket_ns = timeline.bucket_ns();
+  }
+  return true;
+}
+
+}  // namespace memtrace
