@@ -17,14 +17,21 @@ struct Totals {
   std::map<std::pair<std::string, std::string>, uint64_t> site_bytes;
 };
 
-Totals totals(const std::vector<ProcessAnalysis>& processes) {
+std::string site_name(const SiteTotal& s, SiteGrouping grouping) {
+  if (grouping != SiteGrouping::kStack) return s.location;
+  std::string name;
+  for (const FrameView& f : s.stack) name += (name.empty() ? "" : " <- ") + frame_label(f);
+  return name;
+}
+
+Totals totals(const std::vector<ProcessAnalysis>& processes, SiteGrouping grouping) {
   Totals t;
   for (const ProcessAnalysis& p : processes) {
     for (const DeviceReport& d : p.report.devices) {
       t.peak[d.device] += d.peak_bytes;
       t.leaked += d.live_at_exit_bytes;
       for (const SiteTotal& s : d.peak_sites) {
-        auto key = std::make_pair(std::string(api_name(s.site.api)), s.location);
+        auto key = std::make_pair(std::string(api_name(s.site.api)), site_name(s, grouping));
         t.site_bytes[key] += s.bytes;
         t.sites.emplace(key, &s);
       }
@@ -46,8 +53,9 @@ std::string signed_bytes(int64_t v) { return (v < 0 ? "-" : "+") + format_bytes(
 
 }  // namespace
 
-nlohmann::json diff_json(const std::vector<ProcessAnalysis>& base, const std::vector<ProcessAnalysis>& next) {
-  Totals b = totals(base), n = totals(next);
+nlohmann::json diff_json(const std::vector<ProcessAnalysis>& base, const std::vector<ProcessAnalysis>& next,
+                         SiteGrouping grouping) {
+  Totals b = totals(base, grouping), n = totals(next, grouping);
   nlohmann::json devices = nlohmann::json::array();
   std::map<int32_t, bool> ordinals;
   for (auto& [d, v] : b.peak) ordinals[d] = true;
@@ -66,8 +74,8 @@ nlohmann::json diff_json(const std::vector<ProcessAnalysis>& base, const std::ve
     if (before == after) continue;
     nlohmann::json c = change(before, after);
     c["api"] = k.first;
-    c["location"] = k.second;
     const SiteTotal* shown = n.sites.count(k) ? n.sites[k] : b.sites[k];
+    c["location"] = shown->location;
     c["stack"] = stack_json(shown->stack);
     sites.push_back(std::move(c));
   }

@@ -1,5 +1,6 @@
 #include "memtrace/analysis/export_profiles.h"
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "memtrace/analysis/replay.h"
@@ -8,8 +9,12 @@ namespace memtrace {
 
 namespace {
 
-// Folded-stack frames may not hold ';' (the separator) or a newline.
-std::string folded_frame(std::string label) {
+// A flame graph's frame: the function (lines would split one function into many boxes), the
+// Python file beside it; without a name, where it is. No ';' (the separator) nor newline.
+std::string folded_frame(const FrameView& f) {
+  std::string label = f.function.empty() ? frame_label(f)
+                      : f.python         ? f.function + " (" + std::filesystem::path(f.file).filename().string() + ")"
+                                         : f.function;
   for (char& c : label)
     if (c == ';' || c == '\n') c = ':';
   return label;
@@ -23,7 +28,7 @@ std::string export_folded(const std::vector<ProcessAnalysis>& processes, bool at
     for (const DeviceReport& d : p.report.devices)
       for (const SiteTotal& s : at_peak ? d.peak_sites : d.exit_sites) {
         std::string line = "pid " + std::to_string(p.report.pid) + ";device " + std::to_string(d.device);
-        for (auto f = s.stack.rbegin(); f != s.stack.rend(); ++f) line += ";" + folded_frame(frame_label(*f));
+        for (auto f = s.stack.rbegin(); f != s.stack.rend(); ++f) line += ";" + folded_frame(*f);
         line += ";" + std::string(api_name(s.site.api));
         out += line + " " + std::to_string(s.bytes) + "\n";
       }

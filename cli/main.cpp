@@ -569,7 +569,7 @@ int main(int argc, char** argv) {
     diff_base.step = diff_new.step;
     std::vector<memtrace::ProcessAnalysis> base, next;
     if (!load_analyses("diff", diff_base, base) || !load_analyses("diff", diff_new, next)) return 1;
-    nlohmann::json doc = memtrace::diff_json(base, next);
+    nlohmann::json doc = memtrace::diff_json(base, next, diff_new.options.grouping);
     print(diff_new.json, doc, memtrace::diff_text(doc));
     return 0;
   }

@@ -21,9 +21,12 @@ const std::string kMemtrace = MEMTRACE_BIN;
 std::string sample_path(const std::string& name) { return std::string(MEMTRACE_SAMPLES_DIR) + "/" + name; }
 
 std::string temp_dir(const std::string& name) {
+  // Outside a test (a suite's set-up), the suite's name stands for it.
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  fs::path dir = fs::temp_directory_path() / ("memtrace-e2e-" + std::to_string(::getpid())) /
-                 (std::string(info->test_suite_name()) + "." + info->name() + "." + name);
+  const auto* suite = ::testing::UnitTest::GetInstance()->current_test_suite();
+  std::string owner = info ? std::string(info->test_suite_name()) + "." + info->name()
+                           : std::string(suite ? suite->name() : "suite");
+  fs::path dir = fs::temp_directory_path() / ("memtrace-e2e-" + std::to_string(::getpid())) / (owner + "." + name);
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir.string();

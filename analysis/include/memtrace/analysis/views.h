@@ -31,7 +31,9 @@ nlohmann::json timeline_json(const std::vector<ProcessAnalysis>& processes);
 std::string timeline_csv(const std::vector<ProcessAnalysis>& processes);
 std::string timeline_svg(const std::vector<ProcessAnalysis>& processes);
 
-nlohmann::json diff_json(const std::vector<ProcessAnalysis>& base, const std::vector<ProcessAnalysis>& next);
+// Sites are matched by API and location, or by their whole stack when grouped by stack.
+nlohmann::json diff_json(const std::vector<ProcessAnalysis>& base, const std::vector<ProcessAnalysis>& next,
+                         SiteGrouping grouping);
 std::string diff_text(const nlohmann::json& diff);
 
 struct CheckLimits {

@@ -1,0 +1,240 @@
+// The analysis commands on traces of samples with known answers: peak, leaks and growth per
+// step, fragmentation, timeline, exports, check's exit codes and JUnit, diff, several processes.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "harness.h"
+
+namespace {
+
+constexpr uint64_t kMiB = 1 << 20;
+
+nlohmann::json command_json(const std::vector<std::string>& argv) {
+  e2e::Result r = e2e::run(argv);
+  EXPECT_EQ(r.status, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
+  EXPECT_FALSE(j.is_discarded()) << r.out;
+  return j;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The steps sample: 10 steps leaking 1 MiB each, a pool described through NVTX, fragmented at
+// the end on a 64 MiB device (no context overhead) so that its new segment fails.
+class StepsRun : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(e2e::temp_dir("steps"));
+    e2e::Result r = e2e::run_traced(*dir_, {"/usr/bin/env", "MEMTRACE_SIM_CONTEXT_BYTES=0", e2e::sample_path("steps"), "--fragment"},
+                                    {"--sim-capacity", "64MiB"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    auto accounts = e2e::sample_accounts(r.out);
+    ASSERT_EQ(accounts.size(), 1u);
+    account_ = new nlohmann::json(accounts.begin()->second);
+  }
+  static std::string traces() { return *dir_ + "/traces"; }
+  static std::string* dir_;
+  static nlohmann::json* account_;
+};
+std::string* StepsRun::dir_ = nullptr;
+nlohmann::json* StepsRun::account_ = nullptr;
+
+TEST_F(StepsRun, NvtxMarksAndRangesAreRecorded) {
+  nlohmann::json report = e2e::report_json(traces());
+  const auto events = report["processes"][0]["events"];
+  EXPECT_EQ(events["nvtxMark"]["calls"], 10u);
+  EXPECT_EQ(events["nvtxRangePush"]["calls"], 10u);
+  EXPECT_EQ(events["nvtxRangePop"]["calls"], 10u);
+  EXPECT_EQ(events["nvtxMemHeapRegister"]["calls"], 1u);
+  EXPECT_EQ(events["nvtxMemRegionsRegister"]["calls"], 30u + 16u);
+}
+
+TEST_F(StepsRun, PeakIsTheLedgersWithItsStepPhaseAndSites) {
+  nlohmann::json peak = command_json({e2e::kMemtrace, "peak", "--json", traces()});
+  const auto& d = peak["processes"][0]["devices"][0];
+  const uint64_t ledger_peak = e2e::read_ledgers(*dir_).begin()->second.peak.at(0);
+  EXPECT_EQ(d["peak_bytes"], ledger_peak);
+  EXPECT_EQ(d["peak_bytes"], (*account_)["peak_bytes"]["0"]);
+  EXPECT_EQ(d["peak_bytes"], 58 * kMiB);
+  EXPECT_EQ(d["peak_step"], 9u);  // the last step's leak made it, inside its range
+  EXPECT_EQ(d["peak_phase"], "train_step");
+  ASSERT_EQ(d["sites"].size(), 3u);
+  EXPECT_NE(d["sites"][0]["location"].get<std::string>().find("Pool::grow"), std::string::npos);
+  EXPECT_NE(d["sites"][2]["location"].get<std::string>().find("record_loss"), std::string::npos);
+  EXPECT_EQ(d["sites"][2]["count"], 10u);
+
+  nlohmann::json allocated = command_json({e2e::kMemtrace, "peak", "--json", "--layer", "allocated", traces()});
+  const auto& a = allocated["processes"][0]["devices"][0];
+  EXPECT_EQ(a["peak_bytes"], 32 * kMiB);  // the pool full of 2 MiB blocks
+  EXPECT_NE(a["sites"][0]["location"].get<std::string>().find("fragment"), std::string::npos);
+
+  e2e::Result text = e2e::run({e2e::kMemtrace, "peak", traces(), "--by", "api"});
+  EXPECT_NE(text.out.find("every cudaMalloc call"), std::string::npos) << text.out;
+}
+
+TEST_F(StepsRun, LeaksSeparateGrowthFromMemoryKept) {
+  nlohmann::json leaks = command_json({e2e::kMemtrace, "leaks", "--json", traces()});
+  const auto& p = leaks["processes"][0];
+  EXPECT_EQ(p["steps"], 10u);
+  ASSERT_EQ(p["growth"].size(), 1u) << p["growth"].dump(2);
+  EXPECT_EQ(p["growth"][0]["bytes_per_step"], kMiB);
+  EXPECT_EQ(p["growth"][0]["first_step"], 0u);
+  EXPECT_NE(p["growth"][0]["location"].get<std::string>().find("record_loss"), std::string::npos);
+  EXPECT_EQ(leaks["live_at_exit_bytes"], (*account_)["live_at_exit_bytes"]["0"]);
+  std::map<std::string, std::string> kinds;
+  for (const auto& s : p["devices"][0]["sites"]) kinds[s["location"]] = s["kind"];
+  for (const auto& [location, kind] : kinds)
+    EXPECT_EQ(kind, location.find("record_loss") != std::string::npos ? "growing" : "kept") << location;
+  // A step pattern that matches nothing: no growth, and the text says how to name steps.
+  e2e::Result none = e2e::run({e2e::kMemtrace, "leaks", traces(), "--step", "no-such-step"});
+  EXPECT_EQ(none.status, 0);
+  EXPECT_NE(none.out.find("--step REGEX"), std::string::npos) << none.out;
+  e2e::Result bad = e2e::run({e2e::kMemtrace, "leaks", traces(), "--step", "(unclosed"});
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.err.find("not a regular expression"), std::string::npos) << bad.err;
+}
+
+TEST_F(StepsRun, FragmentationAtTheOutOfMemory) {
+  nlohmann::json frag = command_json({e2e::kMemtrace, "frag", "--json", traces()});
+  const auto& p = frag["processes"][0];
+  ASSERT_TRUE(p["layers_known"].get<bool>());
+  nlohmann::json oom;
+  for (const auto& point : p["points"])
+    if (point["when"] == "oom") oom = point;
+  ASSERT_FALSE(oom.is_null()) << p.dump(2);
+  EXPECT_EQ(oom["free_bytes"], 16 * kMiB);
+  EXPECT_EQ(oom["largest_free_bytes"], 2 * kMiB);
+  EXPECT_DOUBLE_EQ(oom["fragmentation_index"].get<double>(), 0.875);
+  EXPECT_EQ(oom["request_bytes"], 32 * kMiB);
+  EXPECT_NE(oom["advice"].get<std::string>().find("expandable_segments"), std::string::npos);
+  EXPECT_FALSE(p["reserved_minus_allocated"].empty());
+}
+
+TEST_F(StepsRun, TimelineChartCsvAndSvg) {
+  const std::string csv = *dir_ + "/timeline.csv", svg = *dir_ + "/timeline.svg";
+  e2e::Result r = e2e::run({e2e::kMemtrace, "timeline", traces(), "--csv", csv, "--svg", svg, "--width", "40"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("device 0 reserved: peak 58.0 MiB"), std::string::npos) << r.out;
+  uint64_t most = 0;
+  std::istringstream lines(read_file(csv));
+  std::string line;
+  std::getline(lines, line);
+  EXPECT_EQ(line, "pid,device,layer,t_ns,max_bytes,last_bytes");
+  while (std::getline(lines, line))
+    if (line.find(",reserved,") != std::string::npos) {  // max_bytes: the next to last column
+      size_t last = line.rfind(','), before = line.rfind(',', last - 1);
+      most = std::max<uint64_t>(most, std::stoull(line.substr(before + 1, last - before - 1)));
+    }
+  EXPECT_EQ(most, 58 * kMiB);
+  std::string picture = read_file(svg);
+  EXPECT_EQ(picture.rfind("<svg", 0), 0u);
+  EXPECT_NE(picture.find("<title>train_step</title>"), std::string::npos);  // phases shaded
+  // Never over an existing file.
+  e2e::Result again = e2e::run({e2e::kMemtrace, "timeline", traces(), "--csv", csv});
+  EXPECT_NE(again.status, 0);
+}
+
+TEST_F(StepsRun, FoldedStacksAddUpToThePeakAndChromeTraceHasCountersAndRanges) {
+  e2e::Result folded = e2e::run({e2e::kMemtrace, "export", "--format", "folded", "--at", "peak", traces()});
+  ASSERT_EQ(folded.status, 0) << folded.err;
+  uint64_t total = 0;
+  std::istringstream lines(folded.out);
+  std::string line;
+  while (std::getline(lines, line)) {
+    EXPECT_EQ(line.rfind("pid ", 0), 0u) << line;
+    total += std::stoull(line.substr(line.rfind(' ') + 1));
+  }
+  EXPECT_EQ(total, 58 * kMiB);
+  EXPECT_NE(folded.out.find(";main;"), std::string::npos);
+
+  e2e::Result chrome = e2e::run({e2e::kMemtrace, "export", "--format", "chrome", traces()});
+  ASSERT_EQ(chrome.status, 0) << chrome.err;
+  nlohmann::json trace = nlohmann::json::parse(chrome.out);
+  uint64_t counter_max = 0, slices = 0, begins = 0, ends = 0;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] == "C" && e["name"] == "device 0 reserved") counter_max = std::max(counter_max, e["args"]["bytes"].get<uint64_t>());
+    if (e["ph"] == "B" && e["name"] == "train_step") ++slices;
+    if (e["ph"] == "b" && e["cat"] == "reserved") ++begins;
+    if (e["ph"] == "e" && e["cat"] == "reserved") ++ends;
+  }
+  EXPECT_EQ(counter_max, 58 * kMiB);
+  EXPECT_EQ(slices, 10u);
+  EXPECT_EQ(begins, 12u);  // 12 cudaMalloc that worked, none freed
+  EXPECT_EQ(ends, 0u);
+}
+
+TEST_F(StepsRun, CheckExitCodesAndJUnit) {
+  EXPECT_EQ(e2e::run({e2e::kMemtrace, "check", traces(), "--max-peak", "58MiB", "--max-leaked", "60MiB"}).status, 0);
+  const std::string junit = *dir_ + "/check.xml";
+  e2e::Result broken = e2e::run({e2e::kMemtrace, "check", traces(), "--max-peak", "57MiB",
+                                 "--max-growth-per-step", "512KiB", "--junit", junit});
+  EXPECT_EQ(broken.status, 1);
+  EXPECT_NE(broken.out.find("FAILED  max-peak: 58.0 MiB exceeds 57.0 MiB"), std::string::npos) << broken.out;
+  EXPECT_NE(broken.out.find("FAILED  max-growth-per-step: 1.00 MiB exceeds 512 KiB"), std::string::npos) << broken.out;
+  EXPECT_NE(broken.out.find("record_loss"), std::string::npos);  // the sites behind it
+  std::string xml = read_file(junit);
+  EXPECT_NE(xml.find("tests=\"2\" failures=\"2\""), std::string::npos) << xml;
+  EXPECT_NE(xml.find("<testcase classname=\"memtrace\" name=\"max-peak\">"), std::string::npos) << xml;
+  // Bad use and unreadable traces: 2.
+  EXPECT_EQ(e2e::run({e2e::kMemtrace, "check", traces(), "--max-peak", "lots"}).status, 2);
+  EXPECT_EQ(e2e::run({e2e::kMemtrace, "check", traces()}).status, 2);
+  EXPECT_EQ(e2e::run({e2e::kMemtrace, "check", *dir_ + "/nothing-here", "--max-peak", "1GiB"}).status, 2);
+  EXPECT_EQ(e2e::run({e2e::kMemtrace, "check", traces(), "--baseline", traces()}).status, 2);
+  // Against itself: no regression; decimal units accepted.
+  EXPECT_EQ(e2e::run({e2e::kMemtrace, "check", traces(), "--baseline", traces(), "--max-regression", "0",
+                      "--max-peak", "61MB"})
+                .status,
+            0);
+}
+
+TEST(Diff, TwoRunsThatDifferByAKnownSite) {
+  const std::string base = e2e::temp_dir("diff-base"), next = e2e::temp_dir("diff-new");
+  ASSERT_EQ(e2e::run_sample(base, "leak", {"--iterations", "10"}).status, 0);
+  ASSERT_EQ(e2e::run_sample(next, "leak", {"--iterations", "30"}).status, 0);
+  // By stack: the sample allocates everything through one helper, the stacks tell the callers apart.
+  nlohmann::json d = command_json({e2e::kMemtrace, "diff", "--json", "--by", "stack", base + "/traces", next + "/traces"});
+  EXPECT_EQ(d["live_at_exit"]["change"], 20 * 64 * 1024);
+  ASSERT_EQ(d["sites_at_peak"].size(), 1u) << d.dump(2);  // the batch buffer is the same in both
+  EXPECT_EQ(d["sites_at_peak"][0]["change"], 20 * 64 * 1024);
+  // accumulate_stats calls the helper as its last act: a tail call, so its caller's line shows it.
+  const auto& caller = d["sites_at_peak"][0]["stack"][1];
+  EXPECT_EQ(caller["function"], "process_batch");
+  std::istringstream source(read_file(std::string(MEMTRACE_SAMPLES_SOURCE) + "/leak.cpp"));
+  std::string line;
+  uint32_t number = 0, call = 0;
+  while (std::getline(source, line) && !call)
+    if (++number && line == "  accumulate_stats();") call = number;
+  EXPECT_EQ(caller["line"], call);
+  e2e::Result text = e2e::run({e2e::kMemtrace, "diff", base + "/traces", next + "/traces"});
+  EXPECT_NE(text.out.find("+1.25 MiB"), std::string::npos) << text.out;
+}
+
+TEST(SeveralProcesses, PeakHasPerProcessRowsTheSumAndTheImbalance) {
+  const std::string dir = e2e::temp_dir("ranks");
+  ASSERT_EQ(e2e::run_sample(dir, "processes").status, 0);
+  nlohmann::json peak = command_json({e2e::kMemtrace, "peak", "--json", dir + "/traces"});
+  uint64_t sum = 0, most = 0;
+  size_t with_peak = 0;
+  for (const auto& p : peak["processes"]) {
+    uint64_t process = 0;
+    for (const auto& d : p["devices"]) process += d["peak_bytes"].get<uint64_t>();
+    with_peak += p["devices"].empty() ? 0 : 1;
+    sum += process;
+    most = std::max(most, process);
+  }
+  ASSERT_GE(peak["processes"].size(), 3u);
+  EXPECT_EQ(peak["all_processes"]["sum_of_peaks_bytes"], sum);
+  EXPECT_EQ(peak["all_processes"]["largest_peak_bytes"], most);
+  EXPECT_DOUBLE_EQ(peak["all_processes"]["imbalance"].get<double>(),
+                   static_cast<double>(most) / (static_cast<double>(sum) / static_cast<double>(with_peak)));
+}
+
+}  // namespace

@@ -1,0 +1,279 @@
+// The offline analyses on hand-built traces with known answers: steps and growth, fragmentation
+// of a hand-built segment layout, peaks per layer, the timeline, check and diff.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+
+#include "memtrace/analysis/process_analysis.h"
+#include "memtrace/analysis/timeline.h"
+#include "memtrace/analysis/views.h"
+#include "memtrace/format/trace_writer.h"
+
+namespace {
+
+using namespace memtrace;
+constexpr uint64_t kMiB = 1 << 20;
+
+// Writes a trace event by event; sites are named by the function their one frame is in.
+class TraceBuilder {
+ public:
+  explicit TraceBuilder(const std::string& name) {
+    path_ = (std::filesystem::temp_directory_path() / ("memtrace-analysis-" + std::to_string(::getpid()) + "-" + name +
+                                                       ".memtrace"))
+                .string();
+    std::filesystem::remove(path_);
+    std::string error;
+    writer_ = TraceWriter::create(path_, error);
+    EXPECT_TRUE(writer_) << error;
+    pb::TraceHeader header;
+    header.set_pid(42);
+    header.add_command("hand-built");
+    writer_->write_header(header);
+  }
+  ~TraceBuilder() { std::filesystem::remove(path_); }
+
+  uint64_t site(const std::string& function) {
+    auto it = sites_.find(function);
+    if (it != sites_.end()) return it->second;
+    FrameInfo f;
+    f.address = 0x1000 + sites_.size();
+    f.module = "/bin/app";
+    f.function = function;
+    f.file = "app.cpp";
+    f.line = 10;
+    return sites_[function] = writer_->intern_stack({writer_->intern_frame(f)});
+  }
+  void alloc(Api api, uint64_t addr, uint64_t size, const std::string& function, uint64_t aux = 0, int result = 0) {
+    Event e = base(api);
+    e.addr = addr;
+    e.size = size;
+    e.aux = aux;
+    e.result = result;
+    e.device = 0;
+    e.stack_id = site(function);
+    writer_->add(e);
+  }
+  void free(Api api, uint64_t addr) {
+    Event e = base(api);
+    e.addr = addr;
+    writer_->add(e);
+  }
+  void mark(Api api, const std::string& name, uint64_t id = 0) {
+    Event e = base(api);
+    e.aux = writer_->intern_string(name);
+    e.addr = id;
+    writer_->add(e);
+  }
+  std::string finish() {
+    pb::Footer footer;
+    footer.set_end_ns(t_ + 1);
+    footer.set_exit_status(0);
+    footer.set_end_reason("exited");
+    writer_->finish(footer);
+    return path_;
+  }
+  ProcessAnalysis analyze(AnalysisOptions options = {}) {
+    ProcessAnalysis out;
+    std::string error;
+    EXPECT_TRUE(analyze_process(finish(), options, out, error)) << error;
+    return out;
+  }
+
+ private:
+  Event base(Api api) {
+    Event e;
+    e.api = api;
+    e.kind = api_info(api).kind;
+    e.layer = api_info(api).layer;
+    e.t_ns = t_ += 1000;
+    e.tid = 7;
+    return e;
+  }
+  std::string path_;
+  std::unique_ptr<TraceWriter> writer_;
+  std::map<std::string, uint64_t> sites_;
+  uint64_t t_ = 0;
+};
+
+TEST(Steps, GrowthPerStepIsSeparatedFromMemoryKept) {
+  TraceBuilder t("growth");
+  t.alloc(Api::kCudaMalloc, 0x10000000, 64 * kMiB, "load_weights");
+  for (uint64_t step = 0; step < 8; ++step) {
+    t.mark(Api::kNvtxRangePush, "train_step");
+    t.alloc(Api::kCudaMalloc, 0x20000000, 8 * kMiB, "forward");
+    t.alloc(Api::kCudaMalloc, 0x30000000 + step * kMiB, 4096, "accumulate_loss");  // never freed
+    t.free(Api::kCudaFree, 0x20000000);
+    t.mark(Api::kNvtxRangePop, "");
+    t.mark(Api::kNvtxMark, "memtrace.step");
+  }
+  ProcessAnalysis a = t.analyze();
+  EXPECT_EQ(a.step_starts.size(), 8u);
+  ASSERT_EQ(a.growth.size(), 1u);
+  EXPECT_EQ(a.growth[0].location, "accumulate_loss at app.cpp:10");
+  EXPECT_EQ(a.growth[0].bytes_per_step, 4096u);
+  EXPECT_EQ(a.growth[0].first_step, 0u);
+  EXPECT_EQ(a.growth[0].steps_rising, 8u);
+  // Live at the end: the weights (kept) and the losses (growing).
+  ASSERT_EQ(a.report.devices.size(), 1u);
+  EXPECT_EQ(a.report.devices[0].live_at_exit_bytes, 64 * kMiB + 8 * 4096);
+  nlohmann::json leaks = leaks_json({a});
+  nlohmann::json sites = leaks["processes"][0]["devices"][0]["sites"];
+  ASSERT_EQ(sites.size(), 2u);
+  EXPECT_EQ(sites[0]["location"], "load_weights at app.cpp:10");
+  EXPECT_EQ(sites[0]["kind"], "kept");
+  EXPECT_EQ(sites[1]["kind"], "growing");
+  // The ranges are phases: the peak fell in one.
+  EXPECT_EQ(a.ranges.size(), 8u);
+  EXPECT_EQ(a.report.devices[0].peak_phase, "train_step");
+}
+
+TEST(Steps, ARegexNamesTheStepAndALeakStartingLateSaysWhen) {
+  TraceBuilder t("regex");
+  for (uint64_t step = 0; step < 10; ++step) {
+    t.mark(Api::kNvtxRangeStart, "iteration " + std::to_string(step), step + 1);
+    if (step >= 4) t.alloc(Api::kCudaMalloc, 0x30000000 + step * kMiB, 2 * kMiB, "cache_activations");
+    t.mark(Api::kNvtxRangeEnd, "", step + 1);
+  }
+  AnalysisOptions options;
+  EXPECT_TRUE(t.analyze(options).step_starts.empty());  // the default names no step here
+  TraceBuilder u("regex2");
+  for (uint64_t step = 0; step < 10; ++step) {
+    u.mark(Api::kNvtxRangeStart, "iteration " + std::to_string(step), step + 1);
+    if (step >= 4) u.alloc(Api::kCudaMalloc, 0x30000000 + step * kMiB, 2 * kMiB, "cache_activations");
+    u.mark(Api::kNvtxRangeEnd, "", step + 1);
+  }
+  options.step_pattern = "iteration [0-9]+";
+  ProcessAnalysis a = u.analyze(options);
+  EXPECT_EQ(a.step_starts.size(), 10u);
+  ASSERT_EQ(a.growth.size(), 1u);
+  // Step n is what follows the n-th marker: here each range's start, so "iteration 4" is step 5.
+  EXPECT_EQ(a.growth[0].first_step, 5u);
+  EXPECT_EQ(a.growth[0].steps_rising, 5u);
+}
+
+TEST(Steps, MemoryThatComesAndGoesIsNotGrowth) {
+  TraceBuilder t("flat");
+  for (uint64_t step = 0; step < 6; ++step) {
+    t.alloc(Api::kCudaMalloc, 0x20000000, (step % 2 + 1) * kMiB, "forward");
+    t.mark(Api::kNvtxMark, "memtrace.step");
+    t.free(Api::kCudaFree, 0x20000000);
+  }
+  EXPECT_TRUE(t.analyze().growth.empty());
+}
+
+// A segment of 32 MiB, described as a heap; 16 blocks of 2 MiB; every other one freed.
+TEST(Fragmentation, HandBuiltSegmentLayout) {
+  TraceBuilder t("frag");
+  const uint64_t seg = 0x40000000;
+  t.alloc(Api::kCudaMalloc, seg, 32 * kMiB, "segment");
+  t.alloc(Api::kNvtxMemHeapRegister, seg, 32 * kMiB, "segment", seg);
+  for (uint64_t i = 0; i < 16; ++i) t.alloc(Api::kNvtxMemRegionRegister, seg + i * 2 * kMiB, 2 * kMiB, "block", seg);
+  for (uint64_t i = 0; i < 16; i += 2) t.free(Api::kNvtxMemRegionUnregister, seg + i * 2 * kMiB);
+  // 16 MiB free in holes of 2 MiB: a 4 MiB request needs a new segment, and the device is full.
+  t.alloc(Api::kCudaMalloc, 0, 32 * kMiB, "segment", 0, kOutOfMemoryResult);
+  // Freeing block 1 joins the holes of blocks 0, 1 and 2: 6 MiB.
+  t.free(Api::kNvtxMemRegionUnregister, seg + 2 * kMiB);
+  t.alloc(Api::kCudaMalloc, 0, 32 * kMiB, "segment", 0, kOutOfMemoryResult);
+  ProcessAnalysis a = t.analyze();
+  ASSERT_TRUE(a.has_heaps);
+  std::vector<FragmentationPoint> ooms;
+  for (const auto& p : a.fragmentation)
+    if (p.when == "oom") ooms.push_back(p);
+  ASSERT_EQ(ooms.size(), 2u);
+  EXPECT_EQ(ooms[0].reserved_bytes, 32 * kMiB);
+  EXPECT_EQ(ooms[0].allocated_bytes, 16 * kMiB);
+  EXPECT_EQ(ooms[0].space.free_bytes, 16 * kMiB);
+  EXPECT_EQ(ooms[0].space.largest_free, 2 * kMiB);
+  EXPECT_DOUBLE_EQ(ooms[0].space.index(), 0.875);
+  EXPECT_EQ(ooms[1].space.free_bytes, 18 * kMiB);
+  EXPECT_EQ(ooms[1].space.largest_free, 6 * kMiB);
+  EXPECT_DOUBLE_EQ(ooms[1].space.index(), 1.0 - 6.0 / 18.0);
+  // The allocated layer peaked with all 16 blocks.
+  ASSERT_TRUE(a.has_allocated);
+  ASSERT_EQ(a.allocated.devices.size(), 1u);
+  EXPECT_EQ(a.allocated.devices[0].peak_bytes, 32 * kMiB);
+  EXPECT_EQ(a.allocated.devices[0].peak_sites[0].location, "block at app.cpp:10");
+  // The reserved layer counts the segment once, not its blocks again.
+  EXPECT_EQ(a.report.devices[0].peak_bytes, 32 * kMiB);
+}
+
+TEST(Fragmentation, HeapResetFreesEveryRegionAndNamesTheAdvice) {
+  TraceBuilder t("reset");
+  const uint64_t seg = 0x40000000;
+  t.alloc(Api::kCudaMalloc, seg, 8 * kMiB, "segment");
+  t.alloc(Api::kNvtxMemHeapRegister, seg, 8 * kMiB, "segment", seg);
+  for (uint64_t i = 0; i < 8; ++i) t.alloc(Api::kNvtxMemRegionRegister, seg + i * kMiB, kMiB, "block", seg);
+  for (uint64_t i = 1; i < 8; i += 2) t.free(Api::kNvtxMemRegionUnregister, seg + i * kMiB);
+  t.alloc(Api::kCudaMalloc, 0, 2 * kMiB, "segment", 0, kOutOfMemoryResult);  // 4 MiB free, holes of 1 MiB
+  t.free(Api::kNvtxMemHeapReset, seg);
+  t.alloc(Api::kCudaMalloc, 0, 16 * kMiB, "segment", 0, kOutOfMemoryResult);
+  ProcessAnalysis a = t.analyze();
+  nlohmann::json frag = frag_json({a});
+  std::vector<nlohmann::json> ooms;
+  for (const auto& p : frag["processes"][0]["points"])
+    if (p["when"] == "oom") ooms.push_back(p);
+  ASSERT_EQ(ooms.size(), 2u);
+  EXPECT_NE(ooms[0]["advice"].get<std::string>().find("fragmentation caused this out-of-memory"), std::string::npos);
+  EXPECT_NE(ooms[0]["advice"].get<std::string>().find("expandable_segments:True"), std::string::npos);
+  EXPECT_EQ(ooms[1]["free_bytes"], 8 * kMiB);
+  EXPECT_EQ(ooms[1]["largest_free_bytes"], 8 * kMiB);
+  EXPECT_EQ(ooms[1]["advice"], "");  // not fragmented: the request is larger than everything free
+  EXPECT_EQ(a.allocated.devices[0].live_at_exit_bytes, 0u);
+}
+
+TEST(Timeline, BucketsWidenAndKeepTheHighestValue) {
+  Timeline t;
+  t.record(0, Layer::kReserved, 10, 100);
+  t.record(0, Layer::kReserved, 20, 900);  // a spike inside the first bucket
+  t.record(0, Layer::kReserved, 30, 200);
+  t.record(0, Layer::kReserved, 50'000'000'000ull, 300);  // 50 s: far past the first width
+  std::vector<TimelineSeries> series = t.series(60'000'000'000ull);
+  ASSERT_EQ(series.size(), 1u);
+  EXPECT_LE(series[0].points.size(), Timeline::kBuckets);
+  EXPECT_EQ(series[0].points.front().max_bytes, 900u);
+  EXPECT_EQ(series[0].points.front().last_bytes, 200u);
+  EXPECT_EQ(series[0].points.back().last_bytes, 300u);
+  EXPECT_EQ(series[0].points[series[0].points.size() / 2].last_bytes, 200u);  // carried between changes
+}
+
+TEST(Check, LimitsAndJUnit) {
+  TraceBuilder t("check");
+  t.alloc(Api::kCudaMalloc, 0x1000, 3 * kMiB, "model");
+  t.alloc(Api::kCudaMalloc, 0x2000, kMiB, "temp");
+  t.free(Api::kCudaFree, 0x2000);
+  ProcessAnalysis a = t.analyze();
+  CheckLimits ok;
+  ok.max_peak = 4 * kMiB;
+  ok.max_leaked = 3 * kMiB;
+  EXPECT_TRUE(check({a}, ok, nullptr).passed);
+  CheckLimits broken;
+  broken.max_peak = 4 * kMiB - 1;
+  CheckResult r = check({a}, broken, nullptr);
+  EXPECT_FALSE(r.passed);
+  EXPECT_EQ(r.json["limits"][0]["actual"], 4 * kMiB);
+  EXPECT_EQ(r.json["limits"][0]["sites"][0]["location"], "model at app.cpp:10");
+  std::string junit = check_junit(r);
+  EXPECT_NE(junit.find("<testsuite name=\"memtrace check\" tests=\"1\" failures=\"1\""), std::string::npos);
+  EXPECT_NE(junit.find("<failure message=\"FAILED  max-peak: 4.00 MiB exceeds 4.00 MiB"), std::string::npos);
+  // Against itself as the baseline: no regression.
+  CheckLimits regression;
+  regression.max_regression_percent = 0;
+  std::vector<ProcessAnalysis> base = {a};
+  EXPECT_TRUE(check({a}, regression, &base).passed);
+}
+
+TEST(Diff, NamesTheSiteThatGrew) {
+  TraceBuilder b("diff-base"), n("diff-new");
+  for (TraceBuilder* t : {&b, &n}) t->alloc(Api::kCudaMalloc, 0x1000, 8 * kMiB, "model");
+  n.alloc(Api::kCudaMalloc, 0x9000, 2 * kMiB, "new_buffer");
+  nlohmann::json d = diff_json({b.analyze()}, {n.analyze()}, SiteGrouping::kUser);
+  EXPECT_EQ(d["peak"][0]["change"], 2 * kMiB);
+  ASSERT_EQ(d["sites_at_peak"].size(), 1u);
+  EXPECT_EQ(d["sites_at_peak"][0]["location"], "new_buffer at app.cpp:10");
+  EXPECT_EQ(d["sites_at_peak"][0]["base"], 0u);
+  EXPECT_EQ(d["live_at_exit"]["change"], 2 * kMiB);
+}
+
+}  // namespace
