@@ -33,7 +33,7 @@ const ReplayStep& Replay::apply(const Event& e) {
 
 int32_t Replay::heap_device(uint64_t base) const {
   // A heap is usually one of the allocator's segments; failing that, a process with one device.
-  if (auto it = addresses_.find(base); it != addresses_.end()) return it->second.device;
+  if (const LiveAllocation* a = addresses_.find(base)) return a->device;
   return device_bytes_.size() == 1 ? device_bytes_.begin()->first : -1;
 }
 
@@ -111,10 +111,10 @@ void Replay::allocate(const Event& e) {
     }
     case MemKind::kVaReservation: reservations_[e.addr] = a; break;
     default: {
-      auto [it, fresh] = addresses_.try_emplace(e.addr, a);
+      auto [live, fresh] = addresses_.try_emplace(e.addr, a);
       if (!fresh) {  // the same address again without a free we saw: the old one is gone
-        count(it->second, -1);
-        it->second = a;
+        count(*live, -1);
+        *live = a;
       }
       count(a, +1);
     }
@@ -171,11 +171,11 @@ void Replay::free(const Event& e) {
     }
     default: {
       if (e.addr == 0) return;  // cudaFree(nullptr): nothing to free, nothing missing
-      auto it = addresses_.find(e.addr);
-      if (it == addresses_.end()) break;
-      describe(it->second);
-      count(it->second, -1);
-      addresses_.erase(it);
+      LiveAllocation* live = addresses_.find(e.addr);
+      if (!live) break;
+      describe(*live);
+      count(*live, -1);
+      addresses_.erase(e.addr);
       return;
     }
   }

@@ -4,11 +4,40 @@
 
 namespace memtrace {
 
+uint32_t ReportBuilder::slot_of(Api api, uint64_t stack_id) {
+  constexpr uint64_t kCachedStacks = 1u << 24;
+  if (stack_id < by_stack_.size()) {
+    const StackSlots& c = by_stack_[stack_id];
+    if (c.slot[0] && c.api[0] == api) return c.slot[0] - 1;
+    if (c.slot[1] && c.api[1] == api) return c.slot[1] - 1;
+  }
+  Site key{api, site_key_ ? site_key_(stack_id) : stack_id};
+  auto [it, fresh] = slots_.try_emplace(key, static_cast<uint32_t>(keys_.size()));
+  if (fresh) keys_.push_back(key);
+  if (stack_id < kCachedStacks) {
+    if (by_stack_.size() <= stack_id) by_stack_.resize(stack_id + 1);
+    StackSlots& c = by_stack_[stack_id];
+    c.slot[1] = c.slot[0];
+    c.api[1] = c.api[0];
+    c.slot[0] = it->second + 1;
+    c.api[0] = api;
+  }
+  return it->second;
+}
+
+ReportBuilder::DeviceState& ReportBuilder::device_state(int32_t device) {
+  if (device != cached_device_) {  // std::map's nodes stay put: the pointer stays good
+    cached_state_ = &devices_[device];
+    cached_device_ = device;
+  }
+  return *cached_state_;
+}
+
 void ReportBuilder::add(const ReplayStep& step) {
   const Event& e = *step.event;
   ++events_;
   new_peak_ = false;
-  ApiCounts& c = calls_[e.api];
+  ApiCounts& c = calls_[static_cast<size_t>(e.api) < calls_.size() ? static_cast<size_t>(e.api) : 0];
   if (e.interrupted()) {  // the process died inside it: no result, no memory change known
     ++c.interrupted;
     return;
@@ -23,7 +52,7 @@ void ReportBuilder::add(const ReplayStep& step) {
     oom_events_.push_back(OomEvent{e.t_ns, e.api, e.size, e.device, e.device_free, e.device_total});
   for (const MemoryChange& change : step.device_changes) {
     if (change.layer != layer_) continue;
-    DeviceState& d = devices_[change.device];
+    DeviceState& d = device_state(change.device);
     if (change.bytes < 0 && d.peak_unsaved) {
       // The first decrease after a new peak: what is live now is what was live at the peak,
       // since nothing was allocated after it without making a higher one. Copying only here
@@ -31,8 +60,9 @@ void ReportBuilder::add(const ReplayStep& step) {
       d.at_peak = d.sites;
       d.peak_unsaved = false;
     }
-    Site key{change.site.api, site_key_ ? site_key_(change.site.stack_id) : change.site.stack_id};
-    SiteLive& s = d.sites[key];
+    const uint32_t slot = slot_of(change.site.api, change.site.stack_id);
+    if (d.sites.size() <= slot) d.sites.resize(slot + 1);
+    SiteLive& s = d.sites[slot];
     if (s.count == 0) s.stack_id = change.site.stack_id;
     s.bytes += static_cast<uint64_t>(change.bytes);
     if (change.bytes > 0) {
@@ -42,7 +72,6 @@ void ReportBuilder::add(const ReplayStep& step) {
       --s.count;
       --d.count;
     }
-    if (s.bytes == 0 && s.count == 0) d.sites.erase(key);
     d.live += static_cast<uint64_t>(change.bytes);
     if (d.live > d.peak) {
       d.peak = d.live;
@@ -60,10 +89,10 @@ void ReportBuilder::add(const ReplayStep& step) {
 
 std::vector<SiteTotal> ReportBuilder::largest(const SiteMap& sites) const {
   std::vector<SiteTotal> out;
-  for (const auto& [site, live] : sites)
-    if (live.bytes > 0) {
+  for (size_t slot = 0; slot < sites.size(); ++slot)
+    if (const SiteLive& live = sites[slot]; live.bytes > 0) {
       SiteTotal total;
-      total.site = Site{site.api, live.stack_id};
+      total.site = Site{keys_[slot].api, live.stack_id};
       total.bytes = live.bytes;
       total.count = live.count;
       out.push_back(std::move(total));
@@ -76,7 +105,9 @@ std::vector<SiteTotal> ReportBuilder::largest(const SiteMap& sites) const {
 }
 
 void ReportBuilder::finish(ProcessReport& report) {
-  report.calls = calls_;
+  report.calls.clear();
+  for (size_t api = 0; api < calls_.size(); ++api)
+    if (calls_[api].calls || calls_[api].interrupted) report.calls[static_cast<Api>(api)] = calls_[api];
   report.oom_events = oom_events_;
   report.unmatched_frees = unmatched_frees_;
   report.pinned_host_peak_bytes = pinned_host_peak_;

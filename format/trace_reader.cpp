@@ -125,6 +125,29 @@ bool TraceReader::read_chunk() {
     }
     buffer_.swap(unpacked_);
   }
+  // Most chunks are events: parsed into a batch kept from chunk to chunk, its columns keep their
+  // capacity (a Chunk switching between kinds would free and regrow them every time).
+  chunk_is_events_ = false;
+  if (buffer_.size() > 1 && static_cast<unsigned char>(buffer_[0]) == kEventsTag) {
+    const auto* p = reinterpret_cast<const unsigned char*>(buffer_.data()) + 1;
+    const auto* end = reinterpret_cast<const unsigned char*>(buffer_.data()) + buffer_.size();
+    uint64_t field_bytes = 0;
+    int shift = 0;
+    while (p < end && shift < 35) {
+      field_bytes |= static_cast<uint64_t>(*p & 0x7F) << shift;
+      shift += 7;
+      if (!(*p++ & 0x80)) break;
+    }
+    if (field_bytes == static_cast<uint64_t>(end - p)) {
+      if (!events_batch_.ParseFromArray(p, static_cast<int>(field_bytes))) {
+        fail(offset_ + sizeof head, "chunk does not parse");
+        return false;
+      }
+      chunk_is_events_ = true;
+      offset_ += sizeof head + length;
+      return true;
+    }
+  }
   if (!chunk_.ParseFromString(buffer_)) {
     fail(offset_ + sizeof head, "chunk does not parse");
     return false;
@@ -134,6 +157,7 @@ bool TraceReader::read_chunk() {
 }
 
 bool TraceReader::take_chunk() {
+  if (chunk_is_events_) return decode_events(events_batch_);
   switch (chunk_.body_case()) {
     case pb::Chunk::kStrings: {
       const auto& t = chunk_.strings();
@@ -216,37 +240,51 @@ bool TraceReader::decode_batch(const pb::EventBatch& b, std::vector<Event>& out)
     fail(chunk_offset_, "event batch columns disagree with its count of " + std::to_string(n));
     return false;
   }
-  out.clear();
-  out.reserve(n);
-  uint64_t t = 0, addr = 0;
-  for (int i = 0; i < n; ++i) {
-    Event e;
-    if (b.time_delta_size()) t += static_cast<uint64_t>(b.time_delta(i));
-    e.t_ns = t;
-    if (b.tid_size()) e.tid = b.tid(i);
-    if (b.api_size())
-      e.api = b.api(i) < static_cast<uint32_t>(Api::kCount) ? static_cast<Api>(b.api(i)) : Api::kUnknown;
-    if (b.kind_size())
-      e.kind = b.kind(i) < static_cast<uint32_t>(MemKind::kCount) ? static_cast<MemKind>(b.kind(i)) : MemKind::kUnknown;
-    e.layer = b.layer_size() ? (b.layer(i) <= 3 ? static_cast<Layer>(b.layer(i)) : Layer::kUnknown) : Layer::kReserved;
-    e.device = b.device_size() ? b.device(i) : -1;
-    if (b.stream_size()) e.stream = b.stream(i);
-    if (b.addr_delta_size()) addr += static_cast<uint64_t>(b.addr_delta(i));
-    e.addr = addr;
-    if (b.size_size()) e.size = b.size(i);
-    if (b.aux_size()) e.aux = b.aux(i);
-    if (b.result_size()) e.result = b.result(i);
-    if (b.stack_id_size()) {
-      e.stack_id = b.stack_id(i);
-      if (e.stack_id >= stacks_.size()) {
-        fail(chunk_offset_, "event " + std::to_string(i) + " names unknown stack " + std::to_string(e.stack_id));
+  // Column by column: each loop is one field over the whole batch.
+  out.assign(static_cast<size_t>(n), Event());
+  Event* e = out.data();
+  if (b.time_delta_size()) {
+    uint64_t t = 0;
+    for (int i = 0; i < n; ++i) e[i].t_ns = t += static_cast<uint64_t>(b.time_delta(i));
+  }
+  if (b.tid_size())
+    for (int i = 0; i < n; ++i) e[i].tid = b.tid(i);
+  if (b.api_size())
+    for (int i = 0; i < n; ++i)
+      e[i].api = b.api(i) < static_cast<uint32_t>(Api::kCount) ? static_cast<Api>(b.api(i)) : Api::kUnknown;
+  if (b.kind_size())
+    for (int i = 0; i < n; ++i)
+      e[i].kind = b.kind(i) < static_cast<uint32_t>(MemKind::kCount) ? static_cast<MemKind>(b.kind(i)) : MemKind::kUnknown;
+  if (b.layer_size())
+    for (int i = 0; i < n; ++i) e[i].layer = b.layer(i) <= 3 ? static_cast<Layer>(b.layer(i)) : Layer::kUnknown;
+  if (b.device_size())
+    for (int i = 0; i < n; ++i) e[i].device = b.device(i);
+  if (b.stream_size())
+    for (int i = 0; i < n; ++i) e[i].stream = b.stream(i);
+  if (b.addr_delta_size()) {
+    uint64_t addr = 0;
+    for (int i = 0; i < n; ++i) e[i].addr = addr += static_cast<uint64_t>(b.addr_delta(i));
+  }
+  if (b.size_size())
+    for (int i = 0; i < n; ++i) e[i].size = b.size(i);
+  if (b.aux_size())
+    for (int i = 0; i < n; ++i) e[i].aux = b.aux(i);
+  if (b.result_size())
+    for (int i = 0; i < n; ++i) e[i].result = b.result(i);
+  if (b.stack_id_size()) {
+    const uint64_t stacks = stacks_.size();
+    for (int i = 0; i < n; ++i) {
+      e[i].stack_id = b.stack_id(i);
+      if (e[i].stack_id >= stacks) {
+        fail(chunk_offset_, "event " + std::to_string(i) + " names unknown stack " + std::to_string(e[i].stack_id));
         return false;
       }
     }
-    if (b.device_free_size()) e.device_free = b.device_free(i);
-    if (b.device_total_size()) e.device_total = b.device_total(i);
-    out.push_back(e);
   }
+  if (b.device_free_size())
+    for (int i = 0; i < n; ++i) e[i].device_free = b.device_free(i);
+  if (b.device_total_size())
+    for (int i = 0; i < n; ++i) e[i].device_total = b.device_total(i);
   return true;
 }
 

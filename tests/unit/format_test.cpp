@@ -7,6 +7,7 @@
 #include <fstream>
 #include <random>
 
+#include "memtrace/format/framing.h"
 #include "memtrace/format/trace_reader.h"
 #include "memtrace/format/trace_writer.h"
 
@@ -260,3 +261,22 @@ TEST(Format, TraceWithoutFooterSaysSo) {
 }
 
 }  // namespace
+
+// The CRC that guards every chunk, against the standard check value and a bitwise reference
+// at every length and alignment (the fast path works eight bytes at a time).
+TEST(Framing, Crc32cMatchesTheReference) {
+  EXPECT_EQ(memtrace::framing::crc32c("123456789", 9), 0xE3069283u);
+  auto reference = [](const unsigned char* p, size_t n) {
+    uint32_t c = 0xFFFFFFFFu;
+    for (size_t i = 0; i < n; ++i) {
+      c ^= p[i];
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+    }
+    return c ^ 0xFFFFFFFFu;
+  };
+  unsigned char bytes[80];
+  for (size_t i = 0; i < sizeof bytes; ++i) bytes[i] = static_cast<unsigned char>(i * 37 + 11);
+  for (size_t start = 0; start < 8; ++start)
+    for (size_t n = 0; start + n <= sizeof bytes; ++n)
+      ASSERT_EQ(memtrace::framing::crc32c(bytes + start, n), reference(bytes + start, n)) << start << "+" << n;
+}

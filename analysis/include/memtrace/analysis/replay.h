@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "memtrace/analysis/address_map.h"
 #include "memtrace/format/event.h"
 
 namespace memtrace {
@@ -82,7 +83,7 @@ class Replay {
   // device, managed and pinned host allocations, VMM physical handles (by handle), reservations.
   template <typename Fn>
   void for_each_live(Fn&& fn) const {
-    for (const auto& [addr, a] : addresses_) fn(addr, a);
+    addresses_.for_each(fn);
     for (const auto& [handle, h] : handles_) fn(handle, h.allocation);
     for (const auto& [addr, a] : reservations_) fn(addr, a);
   }
@@ -109,7 +110,7 @@ class Replay {
   void count_allocated(const LiveAllocation& a, uint64_t addr, int64_t sign);
 
   ReplayStep step_;
-  std::unordered_map<uint64_t, LiveAllocation> addresses_;  // device, managed, pinned host
+  AddressMap<LiveAllocation> addresses_;                    // device, managed, pinned host
   std::unordered_map<uint64_t, Handle> handles_;            // VMM physical, by handle
   std::map<uint64_t, Mapping> mappings_;                    // VMM mappings, by address
   std::unordered_map<uint64_t, LiveAllocation> reservations_;

@@ -2,6 +2,8 @@
 // happened, what was live at exit, and the largest allocation sites at the peak.
 #pragma once
 
+#include <array>
+#include <climits>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -93,8 +95,8 @@ class ReportBuilder {
   template <typename Fn>
   void for_each_live_site(Fn&& fn) const {
     for (const auto& [device, d] : devices_)
-      for (const auto& [key, live] : d.sites)
-        if (live.bytes) fn(device, key, live.bytes, live.stack_id);
+      for (size_t slot = 0; slot < d.sites.size(); ++slot)
+        if (d.sites[slot].bytes) fn(device, keys_[slot], d.sites[slot].bytes, d.sites[slot].stack_id);
   }
   Layer layer() const { return layer_; }
   // Whether the last add() made a new peak on some device.
@@ -106,7 +108,7 @@ class ReportBuilder {
     uint64_t count = 0;
     uint64_t stack_id = 0;  // one stack of the site, to show
   };
-  using SiteMap = std::unordered_map<Site, SiteLive, SiteHash>;
+  using SiteMap = std::vector<SiteLive>;  // by slot
   struct DeviceState {
     uint64_t live = 0;
     uint64_t count = 0;
@@ -118,13 +120,28 @@ class ReportBuilder {
     SiteMap at_peak;
   };
   std::vector<SiteTotal> largest(const SiteMap& sites) const;
+  // Sites are numbered in order of appearance; a stack id remembers its site's slot, so the key
+  // function and the key's hash run once per stack, not once per event.
+  uint32_t slot_of(Api api, uint64_t stack_id);
+  DeviceState& device_state(int32_t device);
 
   size_t top_sites_;
   SiteKey site_key_;
   Layer layer_;
-  std::map<Api, ApiCounts> calls_;
+  std::unordered_map<Site, uint32_t, SiteHash> slots_;
+  std::vector<Site> keys_;                           // by slot
+  // Stack id -> the slots (plus one; 0: none yet) of the two APIs it was last seen with: one
+  // stack often serves two (an allocator calling cudaMalloc and cudaMallocAsync from one place).
+  struct StackSlots {
+    uint32_t slot[2] = {0, 0};
+    Api api[2] = {Api::kUnknown, Api::kUnknown};
+  };
+  std::vector<StackSlots> by_stack_;
+  std::array<ApiCounts, static_cast<size_t>(Api::kCount)> calls_{};
   std::vector<OomEvent> oom_events_;
   std::map<int32_t, DeviceState> devices_;
+  int32_t cached_device_ = INT32_MIN;
+  DeviceState* cached_state_ = nullptr;
   uint64_t pinned_host_live_ = 0;
   uint64_t pinned_host_peak_ = 0;
   uint64_t unmatched_frees_ = 0;

@@ -64,6 +64,9 @@ class TraceReader {
   uint64_t chunk_offset_ = 0;  // where the current chunk starts
   pb::TraceHeader header_;
   pb::Chunk chunk_;
+  pb::EventBatch events_batch_;  // an events chunk's body (see read_chunk)
+  bool chunk_is_events_ = false;
+  static constexpr unsigned char kEventsTag = (5 << 3) | 2;  // Chunk.events, length-delimited
   std::string buffer_;
   std::string unpacked_;
   std::vector<std::string> strings_{""};  // id 0 is the empty string
