@@ -64,6 +64,7 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
                      std::string& error) {
   std::unique_ptr<TraceReader> reader = TraceReader::open(path, error);
   if (!reader) return false;
+  reader->prefetch();  // one core reads and unpacks chunks while this one analyzes
   out = ProcessAnalysis();
   ProcessReport& report = out.report;
   const pb::TraceHeader& h = reader->header();

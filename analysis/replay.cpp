@@ -33,7 +33,7 @@ const ReplayStep& Replay::apply(const Event& e) {
 
 int32_t Replay::heap_device(uint64_t base) const {
   // A heap is usually one of the allocator's segments; failing that, a process with one device.
-  if (const LiveAllocation* a = addresses_.find(base)) return a->device;
+  if (const uint32_t* a = addresses_.find(base)) return pool_[*a].device;
   return device_bytes_.size() == 1 ? device_bytes_.begin()->first : -1;
 }
 
@@ -111,11 +111,18 @@ void Replay::allocate(const Event& e) {
     }
     case MemKind::kVaReservation: reservations_[e.addr] = a; break;
     default: {
-      auto [live, fresh] = addresses_.try_emplace(e.addr, a);
-      if (!fresh) {  // the same address again without a free we saw: the old one is gone
-        count(*live, -1);
-        *live = a;
+      auto [index, fresh] = addresses_.try_emplace(e.addr, 0);
+      if (fresh) {
+        if (free_entries_.empty()) {
+          free_entries_.push_back(static_cast<uint32_t>(pool_.size()));
+          pool_.emplace_back();
+        }
+        *index = free_entries_.back();
+        free_entries_.pop_back();
+      } else {  // the same address again without a free we saw: the old one is gone
+        count(pool_[*index], -1);
       }
+      pool_[*index] = a;
       count(a, +1);
     }
   }
@@ -171,10 +178,11 @@ void Replay::free(const Event& e) {
     }
     default: {
       if (e.addr == 0) return;  // cudaFree(nullptr): nothing to free, nothing missing
-      LiveAllocation* live = addresses_.find(e.addr);
-      if (!live) break;
-      describe(*live);
-      count(*live, -1);
+      const uint32_t* index = addresses_.find(e.addr);
+      if (!index) break;
+      describe(pool_[*index]);
+      count(pool_[*index], -1);
+      free_entries_.push_back(*index);  // reused first: its cache line is still warm
       addresses_.erase(e.addr);
       return;
     }

@@ -150,7 +150,9 @@ TEST(AddressMap, AgreesWithTheStandardMap) {
         const uint64_t* value = map.find(key);
         auto it = reference.find(key);
         ASSERT_EQ(value != nullptr, it != reference.end());
-        if (value) ASSERT_EQ(*value, it->second);
+        if (value) {
+          ASSERT_EQ(*value, it->second);
+        }
       }
     }
     ASSERT_EQ(map.size(), reference.size());

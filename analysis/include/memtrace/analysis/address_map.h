@@ -26,7 +26,7 @@ class AddressMap {
 
   // Inserts VALUE at KEY unless KEY is there; returns the value at KEY and whether it is new.
   std::pair<Value*, bool> try_emplace(uint64_t key, const Value& value) {
-    if ((size_ + 1) * 2 > slots_.size()) rehash(slots_.size() * 2);
+    if ((size_ + 1) * 4 > slots_.size() * 3) rehash(slots_.size() * 2);  // at most 3/4 full
     for (size_t i = home(key);; i = (i + 1) & mask_) {
       Slot& s = slots_[i];
       if (s.full && s.key == key) return {&s.value, false};

@@ -83,7 +83,7 @@ class Replay {
   // device, managed and pinned host allocations, VMM physical handles (by handle), reservations.
   template <typename Fn>
   void for_each_live(Fn&& fn) const {
-    addresses_.for_each(fn);
+    addresses_.for_each([&](uint64_t addr, uint32_t index) { fn(addr, pool_[index]); });
     for (const auto& [handle, h] : handles_) fn(handle, h.allocation);
     for (const auto& [addr, a] : reservations_) fn(addr, a);
   }
@@ -110,7 +110,11 @@ class Replay {
   void count_allocated(const LiveAllocation& a, uint64_t addr, int64_t sign);
 
   ReplayStep step_;
-  AddressMap<LiveAllocation> addresses_;                    // device, managed, pinned host
+  // Device, managed and pinned host allocations: the map holds an index into the pool, so that
+  // it stays small enough for the CPU's caches.
+  AddressMap<uint32_t> addresses_;
+  std::vector<LiveAllocation> pool_;
+  std::vector<uint32_t> free_entries_;
   std::unordered_map<uint64_t, Handle> handles_;            // VMM physical, by handle
   std::map<uint64_t, Mapping> mappings_;                    // VMM mappings, by address
   std::unordered_map<uint64_t, LiveAllocation> reservations_;

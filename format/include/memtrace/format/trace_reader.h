@@ -15,6 +15,9 @@
 
 namespace memtrace {
 
+class ChunkSource;
+struct RawChunk;
+
 class TraceReader {
  public:
   // Opens PATH and reads its header chunk. Returns null and sets ERROR (one sentence) when PATH is
@@ -30,6 +33,9 @@ class TraceReader {
 
   // The next event in time order; false at the end of the trace or at the first problem.
   bool next(Event& event);
+  // Reads (checks, unpacks, parses) the next chunks ahead on a thread of its own while the
+  // caller decodes and uses the events: for a long pass over the whole trace.
+  void prefetch();
 
   // After next() returned false: whether the trace ended with its footer, and what was wrong if
   // not. A cut trace is not corrupt: it says where it ends early, and what came before is good.
@@ -63,10 +69,8 @@ class TraceReader {
   uint64_t file_size_ = 0;     // 0 when unknown
   uint64_t chunk_offset_ = 0;  // where the current chunk starts
   pb::TraceHeader header_;
-  pb::Chunk chunk_;
-  pb::EventBatch events_batch_;  // an events chunk's body (see read_chunk)
-  bool chunk_is_events_ = false;
-  static constexpr unsigned char kEventsTag = (5 << 3) | 2;  // Chunk.events, length-delimited
+  std::unique_ptr<ChunkSource> source_;
+  RawChunk* chunk_ = nullptr;  // the chunk read last, the source's
   std::string buffer_;
   std::string unpacked_;
   std::vector<std::string> strings_{""};  // id 0 is the empty string

@@ -1,0 +1,195 @@
+#include "chunk_source.h"
+
+#include <zstd.h>
+
+#include "memtrace/format/framing.h"
+
+namespace memtrace {
+
+namespace {
+constexpr unsigned char kEventsTag = (5 << 3) | 2;  // Chunk.events, length-delimited
+}
+
+ChunkSource::~ChunkSource() {
+  if (!thread_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  changed_.notify_all();
+  thread_.join();
+}
+
+void ChunkSource::prefetch() {
+  if (!thread_.joinable()) thread_ = std::thread([this] { run_ahead(); });
+}
+
+void ChunkSource::run_ahead() {
+  for (;;) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [this] { return stop_ || produced_ < consumed_ + kAhead; });
+    if (stop_) return;
+    RawChunk& slot = ring_[produced_ % kAhead];
+    lock.unlock();
+    read(slot);  // the slot is neither the reader's nor visible to it until produced_ moves
+    lock.lock();
+    ++produced_;
+    changed_.notify_all();
+    if (slot.status != RawChunk::Status::kOk) return;  // nothing follows an end or a problem
+  }
+}
+
+RawChunk& ChunkSource::next() {
+  if (!thread_.joinable()) {
+    read(current_);
+    return current_;
+  }
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (holding_) {
+    ++consumed_;
+    holding_ = false;
+    changed_.notify_all();
+  }
+  changed_.wait(lock, [this] { return produced_ > consumed_; });
+  holding_ = true;
+  return ring_[consumed_ % kAhead];
+}
+
+void ChunkSource::read(RawChunk& out) {
+  out.status = RawChunk::Status::kOk;
+  out.offset = offset_;
+  out.is_events = false;
+  out.problem.clear();
+  auto cut = [&](uint64_t at) {
+    out.status = RawChunk::Status::kCut;
+    out.end_offset = at;
+    out.problem = "trace ends early at byte " + std::to_string(at) + "; read up to there";
+  };
+  auto fail = [&](uint64_t at, std::string what) {
+    out.status = RawChunk::Status::kCorrupt;
+    out.problem_offset = at;
+    out.problem = std::move(what);
+  };
+  unsigned char head[framing::kChunkHeaderBytes];
+  size_t got = std::fread(head, 1, sizeof head, file_);
+  if (got == 0 && std::feof(file_)) {  // clean end of file
+    out.status = RawChunk::Status::kEnd;
+    out.end_offset = offset_;
+    return;
+  }
+  if (got < sizeof head) return cut(offset_ + got);
+  const uint32_t length = framing::get_u32(head);
+  if (length > framing::kMaxChunkBytes)
+    return fail(offset_, "chunk length " + std::to_string(length) + " exceeds the limit of " +
+                             std::to_string(framing::kMaxChunkBytes));
+  const uint8_t codec = head[4];
+  if ((codec != framing::kCodecNone && codec != framing::kCodecZstd) || head[5] || head[6] || head[7])
+    return fail(offset_ + 4, "unknown chunk codec " + std::to_string(codec));
+  // Knowing the size up front, a chunk that claims more than is left is a cut file, found out
+  // before any memory is taken for it.
+  if (file_size_ && offset_ + sizeof head + length > file_size_) return cut(file_size_);
+  buffer_.resize(length);
+  got = std::fread(buffer_.data(), 1, length, file_);
+  if (got < length) return cut(offset_ + sizeof head + got);
+#ifndef MEMTRACE_FUZZ_NO_CHECKSUM  // the fuzz target skips it, to reach what lies behind it
+  if (framing::crc32c(buffer_.data(), length) != framing::get_u32(head + 8))
+    return fail(offset_, "chunk checksum mismatch (the file is damaged)");
+#endif
+  if (codec == framing::kCodecZstd) {
+    // The frame says how large it unpacks to: refuse anything over the chunk limit before
+    // unpacking, so a damaged size cannot make us allocate without bound.
+    unsigned long long size = ZSTD_getFrameContentSize(buffer_.data(), buffer_.size());
+    if (size == ZSTD_CONTENTSIZE_UNKNOWN || size == ZSTD_CONTENTSIZE_ERROR || size > framing::kMaxChunkBytes)
+      return fail(offset_ + sizeof head, "compressed chunk with a bad or too large size");
+    unpacked_.resize(size);
+    size_t n = ZSTD_decompress(unpacked_.data(), unpacked_.size(), buffer_.data(), buffer_.size());
+    if (ZSTD_isError(n) || n != size)
+      return fail(offset_ + sizeof head, std::string("compressed chunk does not unpack: ") +
+                                             (ZSTD_isError(n) ? ZSTD_getErrorName(n) : "wrong size"));
+    buffer_.swap(unpacked_);
+  }
+  // Most chunks are events: parsed into a batch kept from chunk to chunk, its columns keep their
+  // capacity (a Chunk switching between kinds would free and regrow them every time).
+  const auto* p = reinterpret_cast<const unsigned char*>(buffer_.data());
+  const auto* end = p + buffer_.size();
+  if (buffer_.size() > 1 && *p == kEventsTag) {
+    uint64_t field_bytes = 0;
+    int shift = 0;
+    for (++p; p < end && shift < 35;) {
+      field_bytes |= static_cast<uint64_t>(*p & 0x7F) << shift;
+      shift += 7;
+      if (!(*p++ & 0x80)) break;
+    }
+    if (field_bytes == static_cast<uint64_t>(end - p)) {
+      if (!out.batch.ParseFromArray(p, static_cast<int>(field_bytes)))
+        return fail(offset_ + sizeof head, "chunk does not parse");
+      if (std::string problem = decode_event_batch(out.batch, stacks_seen_, out.events); !problem.empty())
+        return fail(offset_, problem);
+      out.is_events = true;
+      offset_ += sizeof head + length;
+      out.end_offset = offset_;
+      return;
+    }
+  }
+  if (!out.chunk.ParseFromString(buffer_)) return fail(offset_ + sizeof head, "chunk does not parse");
+  if (out.chunk.has_stacks()) stacks_seen_ += static_cast<uint64_t>(out.chunk.stacks().stacks_size());
+  offset_ += sizeof head + length;
+  out.end_offset = offset_;
+}
+
+std::string decode_event_batch(const pb::EventBatch& b, uint64_t stack_count, std::vector<Event>& out) {
+  const int n = static_cast<int>(b.count());
+  auto column_ok = [n](int size) { return size == 0 || size == n; };
+  if (!column_ok(b.time_delta_size()) || !column_ok(b.tid_size()) || !column_ok(b.api_size()) ||
+      !column_ok(b.kind_size()) || !column_ok(b.layer_size()) || !column_ok(b.device_size()) ||
+      !column_ok(b.stream_size()) || !column_ok(b.addr_delta_size()) || !column_ok(b.size_size()) ||
+      !column_ok(b.aux_size()) || !column_ok(b.result_size()) || !column_ok(b.stack_id_size()) ||
+      !column_ok(b.device_free_size()) || !column_ok(b.device_total_size())) {
+    return "event batch columns disagree with its count of " + std::to_string(n);
+  }
+  // Column by column: each loop is one field over the whole batch.
+  out.assign(static_cast<size_t>(n), Event());
+  Event* e = out.data();
+  if (b.time_delta_size()) {
+    uint64_t t = 0;
+    for (int i = 0; i < n; ++i) e[i].t_ns = t += static_cast<uint64_t>(b.time_delta(i));
+  }
+  if (b.tid_size())
+    for (int i = 0; i < n; ++i) e[i].tid = b.tid(i);
+  if (b.api_size())
+    for (int i = 0; i < n; ++i)
+      e[i].api = b.api(i) < static_cast<uint32_t>(Api::kCount) ? static_cast<Api>(b.api(i)) : Api::kUnknown;
+  if (b.kind_size())
+    for (int i = 0; i < n; ++i)
+      e[i].kind = b.kind(i) < static_cast<uint32_t>(MemKind::kCount) ? static_cast<MemKind>(b.kind(i)) : MemKind::kUnknown;
+  if (b.layer_size())
+    for (int i = 0; i < n; ++i) e[i].layer = b.layer(i) <= 3 ? static_cast<Layer>(b.layer(i)) : Layer::kUnknown;
+  if (b.device_size())
+    for (int i = 0; i < n; ++i) e[i].device = b.device(i);
+  if (b.stream_size())
+    for (int i = 0; i < n; ++i) e[i].stream = b.stream(i);
+  if (b.addr_delta_size()) {
+    uint64_t addr = 0;
+    for (int i = 0; i < n; ++i) e[i].addr = addr += static_cast<uint64_t>(b.addr_delta(i));
+  }
+  if (b.size_size())
+    for (int i = 0; i < n; ++i) e[i].size = b.size(i);
+  if (b.aux_size())
+    for (int i = 0; i < n; ++i) e[i].aux = b.aux(i);
+  if (b.result_size())
+    for (int i = 0; i < n; ++i) e[i].result = b.result(i);
+  if (b.stack_id_size()) {
+    for (int i = 0; i < n; ++i) {
+      e[i].stack_id = b.stack_id(i);
+      if (e[i].stack_id >= stack_count)
+        return "event " + std::to_string(i) + " names unknown stack " + std::to_string(e[i].stack_id);
+    }
+  }
+  if (b.device_free_size())
+    for (int i = 0; i < n; ++i) e[i].device_free = b.device_free(i);
+  if (b.device_total_size())
+    for (int i = 0; i < n; ++i) e[i].device_total = b.device_total(i);
+  return {};
+}
+
+}  // namespace memtrace

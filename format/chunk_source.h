@@ -1,0 +1,73 @@
+// Reads a trace's chunks one after another: framing, checksum, decompression, parsing. It can
+// run ahead on a thread of its own (prefetch), so that a reader decoding and analyzing events
+// on one core has the next chunks ready from another. Private to the reader.
+#pragma once
+
+#include <array>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "memtrace.pb.h"
+#include "memtrace/format/event.h"
+
+namespace memtrace {
+
+// One chunk as read from the file.
+struct RawChunk {
+  enum class Status { kOk, kEnd, kCut, kCorrupt };
+  Status status = Status::kOk;
+  pb::Chunk chunk;
+  pb::EventBatch batch;  // the body of an events chunk (then `chunk` is empty)
+  std::vector<Event> events;  // and its events, decoded
+  bool is_events = false;
+  uint64_t offset = 0;      // where the chunk starts
+  uint64_t end_offset = 0;  // where the next one starts (kEnd, kCut: where the file ends)
+  uint64_t problem_offset = 0;
+  std::string problem;  // kCut: the whole sentence; kCorrupt: what is wrong at problem_offset
+};
+
+// Decodes BATCH into OUT; an event may name no stack id at or above STACK_COUNT. Returns what is
+// wrong, or nothing.
+std::string decode_event_batch(const pb::EventBatch& batch, uint64_t stack_count, std::vector<Event>& out);
+
+class ChunkSource {
+ public:
+  // Reads FILE (which stays the caller's) from OFFSET; FILE_SIZE is 0 when unknown.
+  ChunkSource(std::FILE* file, uint64_t offset, uint64_t file_size) : file_(file), offset_(offset), file_size_(file_size) {}
+  ~ChunkSource();
+  ChunkSource(const ChunkSource&) = delete;
+  ChunkSource& operator=(const ChunkSource&) = delete;
+
+  // From now on, read ahead on a thread, a few chunks at most.
+  void prefetch();
+  // The next chunk; it stays valid until the next call. After a chunk whose status is not kOk,
+  // there is no other.
+  RawChunk& next();
+
+ private:
+  void read(RawChunk& out);
+  void run_ahead();
+
+  std::FILE* file_;
+  uint64_t offset_;
+  uint64_t file_size_;
+  std::string buffer_, unpacked_;
+  uint64_t stacks_seen_ = 1;  // stack 0 is "no stack"; the reader checks the tables themselves
+  RawChunk current_;  // without prefetch
+
+  static constexpr size_t kAhead = 4;
+  std::array<RawChunk, kAhead> ring_;
+  uint64_t produced_ = 0, consumed_ = 0;  // chunks put in the ring, and given back by the reader
+  bool holding_ = false;                  // the reader holds ring_[consumed_ % kAhead]
+  bool stop_ = false;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::thread thread_;
+};
+
+}  // namespace memtrace
