@@ -178,9 +178,8 @@ bool TraceReader::decode_batch(const pb::EventBatch& b, std::vector<Event>& out)
 }
 
 bool TraceReader::next(Event& event) {
+  // A used-up batch keeps its size: handed back to the source, it is decoded over in place.
   while (next_event_ >= events_.size()) {
-    events_.clear();
-    next_event_ = 0;
     if (done_) return false;
     if (!read_chunk()) {
       if (!done_) {  // clean end of file without a footer
