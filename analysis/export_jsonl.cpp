@@ -53,7 +53,7 @@ void append_event(std::string& out, int pid, const Event& e, const ReplayStep& s
   out += ",\"api\":\"";
   out += api_name(e.api);
   out += "\",\"op\":\"";
-  out += e.op() == Op::kAlloc ? "alloc" : "free";
+  out += e.op() == Op::kAlloc ? "alloc" : e.op() == Op::kFree ? "free" : "mark";
   out += "\",\"kind\":\"";
   out += mem_kind_name(step.kind);
   out += "\",\"layer\":\"";
@@ -68,6 +68,13 @@ void append_event(std::string& out, int pid, const Event& e, const ReplayStep& s
   append_number(out, step.size);
   if (e.kind == MemKind::kVmmMapping && e.op() == Op::kAlloc) {
     out += ",\"handle\":";
+    append_number(out, e.aux);
+  }
+  if (e.op() == Op::kMark) {  // an NVTX mark or range edge: its name (ranges: their id in addr)
+    out += ",\"name\":";
+    out += nlohmann::json(std::string(source.reader->string(e.aux))).dump();
+  } else if (e.layer == Layer::kAllocated && e.kind != MemKind::kHeap && e.op() == Op::kAlloc) {
+    out += ",\"heap\":";
     append_number(out, e.aux);
   }
   out += ",\"result\":";

@@ -91,6 +91,16 @@ std::string frag_text(const nlohmann::json& frag) {
         out += "         out of memory asking for " + format_bytes(f["request_bytes"]) + "\n";
       if (!f["advice"].get<std::string>().empty()) out += "    " + f["advice"].get<std::string>() + "\n";
     }
+    for (const auto& series : p["reserved_minus_allocated"]) {  // the allocator's cache over time
+      uint64_t most = 0, at = 0;
+      for (const auto& point : series["points"])
+        if (point[3].get<uint64_t>() > most) {
+          most = point[3];
+          at = point[0];
+        }
+      out += "  device " + std::to_string(series["device"].get<int>()) + ": reserved but not allocated peaked at " +
+             format_bytes(most) + " around " + format_duration_ns(at) + " (memtrace timeline shows both layers)\n";
+    }
   }
   return out;
 }

@@ -13,7 +13,7 @@ const ReplayStep& Replay::apply(const Event& e) {
   if (!e.ok() || e.op() == Op::kMark) return step_;  // a failed call changes nothing, nor does a mark
   if (e.layer == Layer::kAllocated) {
     if (e.kind == MemKind::kHeap && e.op() == Op::kAlloc)
-      heaps_[e.addr] = Heap{e.size, heap_device(e.addr)};
+      heaps_[e.addr] = Heap{e.size, step_.device = heap_device(e.addr)};
     else if (e.kind == MemKind::kHeap)
       drop_heap(e);
     else if (e.op() == Op::kAlloc)

@@ -302,6 +302,23 @@ TEST(Run, RedactedArgumentsNeverReachTheTrace) {
   }
 }
 
+TEST(Run, EnvironmentValuesNeverReachTheTrace) {
+  std::string dir = e2e::temp_dir("environment");
+  const std::string secret = "memtrace-test-secret-" + std::to_string(::getpid());
+  e2e::Result r = e2e::run({e2e::kMemtrace, "run", "--sim", "--compress", "0", "-o", dir + "/traces", "--",
+                            e2e::sample_path("leak"), "--iterations", "2"},
+                           {"MEMTRACE_TEST_SECRET=" + secret});
+  ASSERT_EQ(r.status, 0) << r.err;
+  size_t files = 0;
+  for (const auto& e : fs::directory_iterator(dir + "/traces")) {
+    std::ifstream in(e.path(), std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(bytes.find(secret), std::string::npos) << e.path();
+    ++files;
+  }
+  EXPECT_GT(files, 0u);
+}
+
 }  // namespace
 
 namespace {
