@@ -27,18 +27,6 @@ uint64_t largest_peak(const std::vector<ProcessAnalysis>& processes, const Devic
   return most;
 }
 
-std::string xml(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '&') out += "&amp;";
-    else if (c == '"') out += "&quot;";
-    else out += c;
-  }
-  return out;
-}
-
 std::string limit_line(const nlohmann::json& l) {
   const std::string name = l["name"];
   auto value = [&](const nlohmann::json& v) {
@@ -128,7 +116,7 @@ std::string check_junit(const CheckResult& result) {
   std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n  <testsuite name=\"memtrace check\" tests=\"" +
                     std::to_string(limits.size()) + "\" failures=\"" + std::to_string(failures) + "\" errors=\"0\">\n";
   for (const auto& l : limits) {
-    out += "    <testcase classname=\"memtrace\" name=\"" + xml(l["name"]) + "\"";
+    out += "    <testcase classname=\"memtrace\" name=\"" + escape_xml(l["name"]) + "\"";
     if (l["passed"].get<bool>()) {
       out += "/>\n";
       continue;
@@ -136,7 +124,7 @@ std::string check_junit(const CheckResult& result) {
     std::string detail;
     for (const auto& s : l["sites"])
       detail += format_bytes(s["bytes"]) + "  " + s["api"].get<std::string>() + "  " + s["location"].get<std::string>() + "\n";
-    out += ">\n      <failure message=\"" + xml(limit_line(l)) + "\">" + xml(detail) + "</failure>\n    </testcase>\n";
+    out += ">\n      <failure message=\"" + escape_xml(limit_line(l)) + "\">" + escape_xml(detail) + "</failure>\n    </testcase>\n";
   }
   return out + "  </testsuite>\n</testsuites>\n";
 }

@@ -71,8 +71,7 @@ std::string frag_text(const nlohmann::json& frag) {
   std::string out;
   for (const auto& p : frag["processes"]) {
     if (!out.empty()) out += "\n";
-    out += "process " + std::to_string(p["pid"].get<int>()) + ": " +
-           command_line(p["command"].get<std::vector<std::string>>()) + "\n";
+    out += process_heading(p);
     if (!p["layers_known"].get<bool>()) {
       out += "  fragmentation is unknown: no allocator described its segments and blocks (NVTX memory API heaps and\n"
              "  regions, or PyTorch's allocator history); memtrace sees only what the allocation APIs reserved\n";

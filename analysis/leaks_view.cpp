@@ -64,8 +64,7 @@ std::string leaks_text(const nlohmann::json& leaks) {
   std::string out;
   for (const auto& p : leaks["processes"]) {
     if (!out.empty()) out += "\n";
-    out += "process " + std::to_string(p["pid"].get<int>()) + ": " +
-           command_line(p["command"].get<std::vector<std::string>>()) + "\n";
+    out += process_heading(p);
     if (!p["complete"].get<bool>()) out += "  (the trace was cut short: live at its end, not at the process's end)\n";
     for (const auto& d : p["devices"]) {
       out += "  device " + std::to_string(d["device"].get<int>()) + ": " + format_bytes(d["live_at_exit_bytes"]) +

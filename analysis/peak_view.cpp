@@ -56,8 +56,7 @@ std::string peak_text(const nlohmann::json& peak) {
   std::string out, layer = peak["layer"].get<std::string>();
   for (const auto& p : peak["processes"]) {
     if (!out.empty()) out += "\n";
-    out += "process " + std::to_string(p["pid"].get<int>()) + ": " +
-           command_line(p["command"].get<std::vector<std::string>>()) + "\n";
+    out += process_heading(p);
     if (!p["layer_recorded"].get<bool>()) {
       out += "  the allocated layer was not recorded (no allocator described its regions through NVTX)\n";
       continue;

@@ -8,6 +8,23 @@
 
 namespace memtrace {
 
+std::string escape_xml(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '<') out += "&lt;";
+    else if (c == '>') out += "&gt;";
+    else if (c == '&') out += "&amp;";
+    else if (c == '"') out += "&quot;";
+    else out += c;
+  }
+  return out;
+}
+
+std::string process_heading(const nlohmann::json& process) {
+  return "process " + std::to_string(process["pid"].get<int>()) + ": " +
+         command_line(process["command"].get<std::vector<std::string>>()) + "\n";
+}
+
 std::string percent(uint64_t part, uint64_t whole) {
   char text[16];
   std::snprintf(text, sizeof text, "%.1f%%",

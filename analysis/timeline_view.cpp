@@ -27,18 +27,6 @@ std::vector<uint64_t> columns(const TimelineSeries& s, size_t width) {
   return out;
 }
 
-std::string escape_xml(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '&') out += "&amp;";
-    else if (c == '"') out += "&quot;";
-    else out += c;
-  }
-  return out;
-}
-
 }  // namespace
 
 std::string timeline_text(const std::vector<ProcessAnalysis>& processes, size_t width) {

@@ -20,5 +20,9 @@ std::string command_line(const std::vector<std::string>& command);
 // "12.5%" of WHOLE; and S padded with spaces to WIDTH, on the left when RIGHT (for numbers).
 std::string percent(uint64_t part, uint64_t whole);
 std::string pad(std::string s, size_t width, bool right = false);
+// Text made safe inside XML and SVG, attributes included.
+std::string escape_xml(const std::string& s);
+// "process PID: COMMAND" for a process of a command's JSON document ({"pid","command",...}).
+std::string process_heading(const nlohmann::json& process);
 
 }  // namespace memtrace
