@@ -352,7 +352,7 @@ void publish(const CallRecord& r, const StackCapture* stack, std::string_view na
   }
   size_t name_bytes = std::min(name.size(), ring::kMaxNameBytes);
   rec.name_bytes = static_cast<uint16_t>(name_bytes);
-  std::memcpy(reinterpret_cast<char*>(words + count), name.data(), name_bytes);
+  if (name_bytes) std::memcpy(reinterpret_cast<char*>(words + count), name.data(), name_bytes);  // data() may be null
   size_t payload = count * sizeof(uint64_t) + name_bytes;
   uint32_t slots = ring::slots_for(payload);
   uint64_t index;
