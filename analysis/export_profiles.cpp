@@ -74,12 +74,11 @@ bool export_chrome(const std::vector<std::string>& traces, std::FILE* out, std::
       }
       const ReplayStep& step = replay.apply(e);
       for (const MemoryChange& c : step.device_changes) {
-        const auto& now = c.layer == Layer::kAllocated ? replay.allocated_bytes() : replay.device_bytes();
         emit({{"ph", "C"},
               {"name", "device " + std::to_string(c.device) + " " + std::string(layer_name(c.layer))},
               {"pid", pid},
               {"ts", ts},
-              {"args", {{"bytes", now.at(c.device)}}}});
+              {"args", {{"bytes", replay.live_bytes(c.layer, c.device)}}}});
         // Allocations as async events from allocation to free, on their layer's category.
         char id[32];
         std::snprintf(id, sizeof id, "0x%llx", static_cast<unsigned long long>(c.layer == Layer::kAllocated ? c.addr : e.addr));

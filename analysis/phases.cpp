@@ -17,7 +17,6 @@ bool PhaseTracker::is_step(uint64_t name_id) {
 }
 
 void PhaseTracker::add_mark(const Event& e) {
-  ++marks_;
   switch (e.api) {
     case Api::kNvtxMark:
       if (is_step(e.aux)) step_starts_.push_back(e.t_ns);

@@ -88,12 +88,8 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
     p.when = when;
     p.t_ns = t;
     p.device = device;
-    auto bytes = [device](const std::map<int32_t, uint64_t>& m) {
-      auto it = m.find(device);
-      return it == m.end() ? 0 : it->second;
-    };
-    p.reserved_bytes = bytes(replay.device_bytes());
-    p.allocated_bytes = bytes(replay.allocated_bytes());
+    p.reserved_bytes = replay.live_bytes(Layer::kReserved, device);
+    p.allocated_bytes = replay.live_bytes(Layer::kAllocated, device);
     p.space = heaps.free_space(device);
     return p;
   };
@@ -131,10 +127,8 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
       }
     }
     if (options.timeline)
-      for (const MemoryChange& c : step.device_changes) {
-        const auto& now = c.layer == Layer::kAllocated ? replay.allocated_bytes() : replay.device_bytes();
-        timeline.record(c.device, c.layer, event.t_ns, now.at(c.device));
-      }
+      for (const MemoryChange& c : step.device_changes)
+        timeline.record(c.device, c.layer, event.t_ns, replay.live_bytes(c.layer, c.device));
   }
   reserved.finish(report);
   report.end_time_ns = last_t;

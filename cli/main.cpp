@@ -251,6 +251,16 @@ void print(bool json, const nlohmann::json& doc, const std::string& text) {
     std::fputs(text.c_str(), stdout);
 }
 
+// An analysis command whose text is made from its JSON: analyze, then print one or the other.
+int view(const char* command, AnalysisCli& a, nlohmann::json (*to_json)(const std::vector<memtrace::ProcessAnalysis>&),
+         std::string (*to_text)(const nlohmann::json&)) {
+  std::vector<memtrace::ProcessAnalysis> processes;
+  if (!load_analyses(command, a, processes)) return 1;
+  nlohmann::json doc = to_json(processes);
+  print(a.json, doc, to_text(doc));
+  return 0;
+}
+
 // Writes TEXT to PATH, never over an existing file; false after saying why.
 bool write_new_file(const char* command, const std::string& path, const std::string& text) {
   std::FILE* f = std::fopen(path.c_str(), "wxe");
@@ -505,18 +515,12 @@ int main(int argc, char** argv) {
     run.python_stacks = !no_python;
     return memtrace::run_command(run);
   }
-  auto grouping = [](const std::string& name) {
-    return name == "python"   ? memtrace::SiteGrouping::kPython
-           : name == "native" ? memtrace::SiteGrouping::kNative
-           : name == "stack"  ? memtrace::SiteGrouping::kStack
-                              : memtrace::SiteGrouping::kUser;
-  };
   if (*report_cmd) {
-    report_options.grouping = grouping(by);
+    report_options.grouping = grouping_named(by);
     return report(report_path, report_json, report_options);
   }
   if (*snapshot_cmd) {
-    snapshot_options.grouping = grouping(snapshot_by);
+    snapshot_options.grouping = grouping_named(snapshot_by);
     return snapshot(snapshot_path, snapshot_as_json, snapshot_options);
   }
   if (*estimate_cmd) return estimate_command(estimate_cli);
@@ -537,20 +541,10 @@ int main(int argc, char** argv) {
     print(peak_cli.json, doc, memtrace::peak_text(doc));
     return 0;
   }
-  if (*leaks_cmd) {
-    std::vector<memtrace::ProcessAnalysis> processes;
-    if (!load_analyses("leaks", leaks_cli, processes)) return 1;
-    nlohmann::json doc = memtrace::leaks_json(processes);
-    print(leaks_cli.json, doc, memtrace::leaks_text(doc));
-    return 0;
-  }
+  if (*leaks_cmd) return view("leaks", leaks_cli, memtrace::leaks_json, memtrace::leaks_text);
   if (*frag_cmd) {
-    frag_cli.options.timeline = true;
-    std::vector<memtrace::ProcessAnalysis> processes;
-    if (!load_analyses("frag", frag_cli, processes)) return 1;
-    nlohmann::json doc = memtrace::frag_json(processes);
-    print(frag_cli.json, doc, memtrace::frag_text(doc));
-    return 0;
+    frag_cli.options.timeline = true;  // reserved minus allocated over time
+    return view("frag", frag_cli, memtrace::frag_json, memtrace::frag_text);
   }
   if (*timeline_cmd) {
     timeline_cli.options.timeline = true;

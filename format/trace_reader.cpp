@@ -22,9 +22,10 @@ std::unique_ptr<TraceReader> TraceReader::open(std::FILE* file, const std::strin
   std::unique_ptr<TraceReader> reader(new TraceReader(file, path));
   // Knowing the size up front, a chunk that claims more than is left is a cut file, found out
   // before any memory is taken for it. (A pipe has no size: then only the chunk limit holds.)
+  uint64_t file_size = 0;  // unknown
   if (std::fseek(file, 0, SEEK_END) == 0) {
     long end = std::ftell(file);
-    if (end >= 0) reader->file_size_ = static_cast<uint64_t>(end);
+    if (end >= 0) file_size = static_cast<uint64_t>(end);
     std::rewind(file);
   }
   unsigned char head[framing::kFileHeaderBytes];
@@ -48,7 +49,7 @@ std::unique_ptr<TraceReader> TraceReader::open(std::FILE* file, const std::strin
     return nullptr;
   }
   reader->offset_ = sizeof head;
-  reader->source_ = std::make_unique<ChunkSource>(file, sizeof head, reader->file_size_);
+  reader->source_ = std::make_unique<ChunkSource>(file, sizeof head, file_size);
   if (!reader->read_chunk() || !reader->chunk_->chunk.has_header()) {
     error = path + ": " +
             (reader->problem_.empty()

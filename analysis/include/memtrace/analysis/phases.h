@@ -3,7 +3,6 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <regex>
 #include <string>
 #include <unordered_map>
@@ -48,7 +47,6 @@ class PhaseTracker {
   uint64_t ranges_dropped() const { return ranges_dropped_; }
   // The innermost range open at T_NS on thread TID, else on any thread; empty if none.
   std::string phase_at(uint64_t t_ns, uint32_t tid) const;
-  uint64_t marks() const { return marks_; }
 
   static constexpr size_t kMaxRanges = 1'000'000;
 
@@ -63,7 +61,6 @@ class PhaseTracker {
   std::vector<uint64_t> step_starts_;
   std::vector<PhaseRange> ranges_;
   uint64_t ranges_dropped_ = 0;
-  uint64_t marks_ = 0;
   std::unordered_map<uint32_t, std::vector<PhaseRange>> pushed_;  // open push/pop ranges by thread
   std::unordered_map<uint64_t, PhaseRange> started_;              // open start/end ranges by id
 };

@@ -71,10 +71,15 @@ class Replay {
   // Applies EVENT; the step stays valid until the next call.
   const ReplayStep& apply(const Event& event);
 
-  // Device memory live per device now (reserved layer), and handed out of heaps (allocated layer).
+  // Device memory live per device now (reserved layer).
   const std::map<int32_t, uint64_t>& device_bytes() const { return device_bytes_; }
-  const std::map<int32_t, uint64_t>& allocated_bytes() const { return allocated_bytes_; }
   const std::unordered_map<uint64_t, Heap>& heaps() const { return heaps_; }
+  // What LAYER (reserved or allocated) holds on DEVICE now.
+  uint64_t live_bytes(Layer layer, int32_t device) const {
+    const auto& bytes = layer == Layer::kAllocated ? allocated_bytes_ : device_bytes_;
+    auto it = bytes.find(device);
+    return it == bytes.end() ? 0 : it->second;
+  }
   uint64_t pinned_host_bytes() const { return pinned_host_bytes_; }
   size_t live_count() const { return addresses_.size() + handles_.size() + mappings_.size() + reservations_.size(); }
   uint64_t unmatched_frees() const { return unmatched_frees_; }

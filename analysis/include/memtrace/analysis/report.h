@@ -98,7 +98,6 @@ class ReportBuilder {
       for (size_t slot = 0; slot < d.sites.size(); ++slot)
         if (d.sites[slot].bytes) fn(device, keys_[slot], d.sites[slot].bytes, d.sites[slot].stack_id);
   }
-  Layer layer() const { return layer_; }
   // Whether the last add() made a new peak on some device.
   bool new_peak() const { return new_peak_; }
 

@@ -66,13 +66,10 @@ class TraceReader {
   std::FILE* file_;
   std::string path_;
   uint64_t offset_ = 0;        // bytes consumed so far
-  uint64_t file_size_ = 0;     // 0 when unknown
   uint64_t chunk_offset_ = 0;  // where the current chunk starts
   pb::TraceHeader header_;
   std::unique_ptr<ChunkSource> source_;
   RawChunk* chunk_ = nullptr;  // the chunk read last, the source's
-  std::string buffer_;
-  std::string unpacked_;
   std::vector<std::string> strings_{""};  // id 0 is the empty string
   std::vector<pb::Frame> frames_{pb::Frame()};
   std::vector<std::vector<uint64_t>> stacks_{{}};
