@@ -302,6 +302,54 @@ Status vmm_set_access(uint64_t addr, uint64_t size) {
 
 }  // namespace sim
 
+namespace sim {
+
+Status pointer_device(uint64_t addr, int* device) {
+  Model& m = model();
+  std::lock_guard lock(m.mutex);
+  auto a = m.allocations.upper_bound(addr);
+  if (a != m.allocations.begin() && addr < std::prev(a)->first + std::prev(a)->second.size) {
+    *device = std::prev(a)->second.device;
+    return Status::kOk;
+  }
+  auto map = m.mappings.upper_bound(addr);
+  if (map != m.mappings.begin() && addr < std::prev(map)->first + std::prev(map)->second.size) {
+    auto h = m.handles.find(std::prev(map)->second.handle);
+    if (h != m.handles.end()) {
+      *device = h->second.device;
+      return Status::kOk;
+    }
+  }
+  return Status::kNotFound;
+}
+
+int physical_index(int ordinal) {
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (!visible || !*visible) return ordinal;
+  std::string list(visible);
+  size_t at = 0;
+  for (int i = 0; at <= list.size(); ++i) {
+    size_t comma = list.find(',', at);
+    std::string item = list.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    if (i == ordinal) return item.empty() ? ordinal : std::atoi(item.c_str());
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  return ordinal;
+}
+
+void device_uuid(int ordinal, unsigned char (&uuid)[16]) {
+  const unsigned physical = static_cast<unsigned>(physical_index(ordinal));
+  static const unsigned char kBase[16] = {0x5e, 0x1a, 0x7e, 0xd0, 0x0d, 0xe7, 0x4c, 0x1e,
+                                          0x9a, 0x11, 0x0c, 0xa7, 0xed, 0x00, 0x00, 0x00};
+  for (int i = 0; i < 16; ++i) uuid[i] = kBase[i];
+  uuid[13] = static_cast<unsigned char>(physical >> 16);
+  uuid[14] = static_cast<unsigned char>(physical >> 8);
+  uuid[15] = static_cast<unsigned char>(physical);
+}
+
+}  // namespace sim
+
 extern "C" uint64_t memtrace_sim_allocation_size(uint64_t addr) {
   sim::Model& m = sim::model();
   std::lock_guard lock(m.mutex);

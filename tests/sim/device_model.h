@@ -35,6 +35,15 @@ Status vmm_map(uint64_t addr, uint64_t size, uint64_t offset, uint64_t handle);
 Status vmm_unmap(uint64_t addr, uint64_t size, uint64_t* bytes);
 Status vmm_set_access(uint64_t addr, uint64_t size);
 
+// The device the memory at ADDR (inside an allocation or a mapping) is on; kNotFound for an
+// address the device did not hand out, -1 in *device for pinned host memory.
+Status pointer_device(uint64_t addr, int* device);
+
+// The physical GPU behind ORDINAL: CUDA_VISIBLE_DEVICES=2,3 makes ordinal 0 physical GPU 2, as
+// the driver does; its UUID (16 bytes) is made from the physical index.
+int physical_index(int ordinal);
+void device_uuid(int ordinal, unsigned char (&uuid)[16]);
+
 // Called by the device model whenever a device's live bytes change (ledger.cpp).
 void ledger_device_changed(int device, uint64_t live, uint64_t peak);
 

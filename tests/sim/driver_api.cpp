@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -20,7 +21,9 @@ struct CUctx_st {
 };
 struct CUstream_st {
   int device;
+  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
 };
+struct CUgraph_st {};
 struct CUmemPoolHandle_st {
   int device;
 };
@@ -30,6 +33,9 @@ CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuin
 CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream hStream);
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream);
 CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream);
+CUresult cuStreamBeginCapture_v2_ptsz(CUstream stream, CUstreamCaptureMode mode);
+CUresult cuStreamEndCapture_ptsz(CUstream stream, CUgraph* graph);
+CUresult cuStreamIsCapturing_ptsz(CUstream stream, CUstreamCaptureStatus* status);
 }
 
 namespace {
@@ -66,6 +72,43 @@ CUresult stream_device(CUstream stream, int* device) {
   if (r == CUDA_SUCCESS && stream && stream != CU_STREAM_LEGACY && stream != CU_STREAM_PER_THREAD)
     *device = stream->device;
   return r;
+}
+
+// Stream capture (CUDA graphs): whether a stream is capturing. The legacy stream cannot capture;
+// the per-thread default stream is one per thread. (The simulated device allocates at capture
+// time; a GPU reserves a graph's memory when the graph is instantiated and launched.)
+thread_local CUstreamCaptureStatus t_per_thread_capture = CU_STREAM_CAPTURE_STATUS_NONE;
+
+CUstreamCaptureStatus* capture_of(CUstream stream, bool per_thread) {
+  if (!stream) stream = per_thread ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
+  if (stream == CU_STREAM_LEGACY) return nullptr;
+  if (stream == CU_STREAM_PER_THREAD) return &t_per_thread_capture;
+  return &stream->capture;
+}
+
+CUresult begin_capture(CUstream stream, bool per_thread) {
+  if (!g_initialized.load()) return CUDA_ERROR_NOT_INITIALIZED;
+  CUstreamCaptureStatus* status = capture_of(stream, per_thread);
+  if (!status) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  if (*status != CU_STREAM_CAPTURE_STATUS_NONE) return CUDA_ERROR_ILLEGAL_STATE;
+  *status = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  return CUDA_SUCCESS;
+}
+
+CUresult end_capture(CUstream stream, CUgraph* graph, bool per_thread) {
+  if (!graph) return CUDA_ERROR_INVALID_VALUE;
+  CUstreamCaptureStatus* status = capture_of(stream, per_thread);
+  if (!status || *status == CU_STREAM_CAPTURE_STATUS_NONE) return CUDA_ERROR_ILLEGAL_STATE;
+  *status = CU_STREAM_CAPTURE_STATUS_NONE;
+  *graph = new CUgraph_st;
+  return CUDA_SUCCESS;
+}
+
+CUresult is_capturing(CUstream stream, CUstreamCaptureStatus* out, bool per_thread) {
+  if (!out) return CUDA_ERROR_INVALID_VALUE;
+  CUstreamCaptureStatus* status = capture_of(stream, per_thread);
+  *out = status ? *status : CU_STREAM_CAPTURE_STATUS_NONE;
+  return CUDA_SUCCESS;
 }
 
 CUresult allocate_on(sim::Memory memory, int device, size_t size, uint64_t* addr) {
@@ -128,9 +171,20 @@ CUresult cuDriverGetVersion(int* version) {
   return CUDA_SUCCESS;
 }
 
+// MEMTRACE_SIM_DEVICE_COUNT_FAILURES=N: the first N calls fail as a driver not ready yet would
+// (a fault for tests: a tool must ask again later, not give up).
+std::atomic<long> g_count_failures{-1};
+
 CUresult cuDeviceGetCount(int* count) {
   if (!count) return CUDA_ERROR_INVALID_VALUE;
   if (!g_initialized.load()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (g_count_failures.load() < 0) {
+    const char* n = std::getenv("MEMTRACE_SIM_DEVICE_COUNT_FAILURES");
+    long expected = -1;
+    g_count_failures.compare_exchange_strong(expected, n ? std::atol(n) : 0);
+  }
+  if (g_count_failures.fetch_sub(1) > 0) return CUDA_ERROR_NOT_INITIALIZED;
+  g_count_failures.store(0);
   *count = sim::device_count();
   return CUDA_SUCCESS;
 }
@@ -418,6 +472,43 @@ CUresult cuStreamDestroy_v2(CUstream stream) {
 
 CUresult cuStreamSynchronize(CUstream) { return CUDA_SUCCESS; }
 
+CUresult cuStreamBeginCapture_v2(CUstream stream, CUstreamCaptureMode) { return begin_capture(stream, false); }
+CUresult cuStreamBeginCapture_v2_ptsz(CUstream stream, CUstreamCaptureMode) { return begin_capture(stream, true); }
+CUresult cuStreamEndCapture(CUstream stream, CUgraph* graph) { return end_capture(stream, graph, false); }
+CUresult cuStreamEndCapture_ptsz(CUstream stream, CUgraph* graph) { return end_capture(stream, graph, true); }
+CUresult cuStreamIsCapturing(CUstream stream, CUstreamCaptureStatus* status) {
+  return is_capturing(stream, status, false);
+}
+CUresult cuStreamIsCapturing_ptsz(CUstream stream, CUstreamCaptureStatus* status) {
+  return is_capturing(stream, status, true);
+}
+CUresult cuGraphDestroy(CUgraph graph) {
+  if (!graph) return CUDA_ERROR_INVALID_VALUE;
+  delete graph;
+  return CUDA_SUCCESS;
+}
+
+// Only the device a pointer is on (what memtrace asks); other attributes are not simulated.
+CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr) {
+  if (!data) return CUDA_ERROR_INVALID_VALUE;
+  if (!g_initialized.load()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (attribute != CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL) return CUDA_ERROR_NOT_SUPPORTED;
+  int device = -1;
+  if (sim::pointer_device(ptr, &device) != sim::Status::kOk || device < 0) return CUDA_ERROR_INVALID_VALUE;
+  *static_cast<int*>(data) = device;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice dev) {
+  if (!uuid) return CUDA_ERROR_INVALID_VALUE;
+  if (!g_initialized.load()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!sim::valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  unsigned char bytes[16];
+  sim::device_uuid(dev, bytes);
+  std::memcpy(uuid->bytes, bytes, sizeof bytes);
+  return CUDA_SUCCESS;
+}
+
 CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
   std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<void*>(src), bytes);
   return CUDA_SUCCESS;
@@ -446,6 +537,9 @@ CUresult cuGetErrorName(CUresult error, const char** str) {
     case CUDA_ERROR_INVALID_CONTEXT: *str = "CUDA_ERROR_INVALID_CONTEXT"; break;
     case CUDA_ERROR_INVALID_HANDLE: *str = "CUDA_ERROR_INVALID_HANDLE"; break;
     case CUDA_ERROR_NOT_FOUND: *str = "CUDA_ERROR_NOT_FOUND"; break;
+    case CUDA_ERROR_NOT_SUPPORTED: *str = "CUDA_ERROR_NOT_SUPPORTED"; break;
+    case CUDA_ERROR_ILLEGAL_STATE: *str = "CUDA_ERROR_ILLEGAL_STATE"; break;
+    case CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: *str = "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"; break;
     default: *str = nullptr; return CUDA_ERROR_INVALID_VALUE;
   }
   return CUDA_SUCCESS;

@@ -21,9 +21,22 @@ cudaError_t cudaMallocFromPoolAsync_ptsz(void**, size_t, cudaMemPool_t, cudaStre
 cudaError_t cudaGetDriverEntryPoint_ptsz(const char*, void**, unsigned long long, cudaDriverEntryPointQueryResult*);
 cudaError_t cudaGetDriverEntryPointByVersion_ptsz(const char*, void**, unsigned int, unsigned long long,
                                                   cudaDriverEntryPointQueryResult*);
+cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t, cudaStreamCaptureMode);
+cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t, cudaGraph_t*);
+cudaError_t cudaStreamIsCapturing_ptsz(cudaStream_t, cudaStreamCaptureStatus*);
+CUresult cuStreamBeginCapture_v2_ptsz(CUstream, CUstreamCaptureMode);
+CUresult cuStreamEndCapture_ptsz(CUstream, CUgraph*);
+CUresult cuStreamIsCapturing_ptsz(CUstream, CUstreamCaptureStatus*);
 }
 
 namespace {
+
+// The vendored copy of this library (built as a CUDA 12 runtime) says so.
+#ifdef MEMTRACE_SIM_RUNTIME_VERSION
+constexpr int kRuntimeVersion = MEMTRACE_SIM_RUNTIME_VERSION;
+#else
+constexpr int kRuntimeVersion = CUDART_VERSION;
+#endif
 
 thread_local int t_device = 0;
 thread_local cudaError_t t_last_error = cudaSuccess;
@@ -193,7 +206,7 @@ cudaError_t cudaDeviceReset(void) {
 
 cudaError_t cudaRuntimeGetVersion(int* version) {
   if (!version) return remember(cudaErrorInvalidValue);
-  *version = CUDART_VERSION;
+  *version = kRuntimeVersion;
   return cudaSuccess;
 }
 
@@ -388,6 +401,58 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 
 cudaError_t cudaStreamSynchronize(cudaStream_t) {
   return with_context([] { return cudaSuccess; });
+}
+
+// Stream capture goes to the driver; the runtime's and the driver's capture statuses, modes and
+// handles have the same values.
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode) {
+  return with_context([&] {
+    return to_error(cuStreamBeginCapture_v2(reinterpret_cast<CUstream>(stream), static_cast<CUstreamCaptureMode>(mode)));
+  });
+}
+cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t stream, cudaStreamCaptureMode mode) {
+  return with_context([&] {
+    return to_error(
+        cuStreamBeginCapture_v2_ptsz(reinterpret_cast<CUstream>(stream), static_cast<CUstreamCaptureMode>(mode)));
+  });
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
+  return with_context([&] {
+    return to_error(cuStreamEndCapture(reinterpret_cast<CUstream>(stream), reinterpret_cast<CUgraph*>(graph)));
+  });
+}
+cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t* graph) {
+  return with_context([&] {
+    return to_error(cuStreamEndCapture_ptsz(reinterpret_cast<CUstream>(stream), reinterpret_cast<CUgraph*>(graph)));
+  });
+}
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status) {
+  return with_context([&] {
+    return to_error(
+        cuStreamIsCapturing(reinterpret_cast<CUstream>(stream), reinterpret_cast<CUstreamCaptureStatus*>(status)));
+  });
+}
+cudaError_t cudaStreamIsCapturing_ptsz(cudaStream_t stream, cudaStreamCaptureStatus* status) {
+  return with_context([&] {
+    return to_error(cuStreamIsCapturing_ptsz(reinterpret_cast<CUstream>(stream),
+                                             reinterpret_cast<CUstreamCaptureStatus*>(status)));
+  });
+}
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  return remember(to_error(cuGraphDestroy(reinterpret_cast<CUgraph>(graph))));
+}
+
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* ptr) {
+  if (!attributes) return remember(cudaErrorInvalidValue);
+  return with_context([&] {
+    int device = -1;
+    CUresult r = cuPointerGetAttribute(&device, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, reinterpret_cast<CUdeviceptr>(ptr));
+    *attributes = cudaPointerAttributes{};
+    attributes->type = r == CUDA_SUCCESS ? cudaMemoryTypeDevice : cudaMemoryTypeUnregistered;
+    attributes->device = r == CUDA_SUCCESS ? device : -1;
+    attributes->devicePointer = r == CUDA_SUCCESS ? const_cast<void*>(ptr) : nullptr;
+    return cudaSuccess;
+  });
 }
 
 cudaError_t cudaLaunchKernel(const void*, dim3, dim3, void**, size_t, cudaStream_t) {
