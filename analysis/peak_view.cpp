@@ -24,6 +24,7 @@ nlohmann::json peak_json(const std::vector<ProcessAnalysis>& processes, const Pe
       }
       devices.push_back({{"device", d.device},
                          {"name", d.name},
+                         {"uuid", d.uuid},
                          {"total_bytes", d.total_bytes},
                          {"peak_bytes", d.peak_bytes},
                          {"peak_time_ns", d.peak_time_ns},

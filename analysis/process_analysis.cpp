@@ -46,6 +46,7 @@ void resolve_devices(std::vector<DeviceReport>& devices, const TraceReader& read
       if (known.ordinal() != d.device) continue;
       d.name = known.name();
       d.total_bytes = known.total_bytes();
+      d.uuid = known.uuid();
     }
     for (auto* sites : {&d.peak_sites, &d.exit_sites})
       for (SiteTotal& s : *sites) {
@@ -138,6 +139,7 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
     if (footer->has_exit_status()) report.exit_status = footer->exit_status();
     report.end_reason = footer->end_reason();
     report.dropped_events = footer->dropped_events();
+    report.longest_wait_ns = footer->longest_wait_ns();
     report.incomplete_records = footer->incomplete_records();
     report.end_time_ns = std::max(report.end_time_ns, footer->end_ns());
   }

@@ -48,6 +48,7 @@ void ReportBuilder::add(const ReplayStep& step) {
   else
     c.bytes += step.size;
   if (!step.matched) ++unmatched_frees_;
+  if (e.captured()) ++captured_events_;
   if (e.op() == Op::kAlloc && e.result == kOutOfMemoryResult)
     oom_events_.push_back(OomEvent{e.t_ns, e.api, e.size, e.device, e.device_free, e.device_total});
   for (const MemoryChange& change : step.device_changes) {
@@ -110,6 +111,7 @@ void ReportBuilder::finish(ProcessReport& report) {
     if (calls_[api].calls || calls_[api].interrupted) report.calls[static_cast<Api>(api)] = calls_[api];
   report.oom_events = oom_events_;
   report.unmatched_frees = unmatched_frees_;
+  report.captured_events = captured_events_;
   report.pinned_host_peak_bytes = pinned_host_peak_;
   report.devices.clear();
   for (auto& [ordinal, d] : devices_) {

@@ -87,6 +87,7 @@ nlohmann::json report_json(const std::vector<ProcessReport>& processes) {
       for (const SiteTotal& s : d.peak_sites) sites.push_back(site_json(s));
       devices.push_back({{"device", d.device},
                          {"name", d.name},
+                         {"uuid", d.uuid},
                          {"total_bytes", d.total_bytes},
                          {"peak_reserved_bytes", d.peak_bytes},
                          {"peak_time_ns", d.peak_time_ns},
@@ -114,6 +115,8 @@ nlohmann::json report_json(const std::vector<ProcessReport>& processes) {
         {"end_reason", p.end_reason},
         {"events_total", p.events},
         {"dropped_events", p.dropped_events},
+        {"longest_wait_ns", p.longest_wait_ns},
+        {"captured_events", p.captured_events},
         {"incomplete_records", p.incomplete_records},
         {"unmatched_frees", p.unmatched_frees},
         {"pinned_host_peak_bytes", p.pinned_host_peak_bytes},
@@ -140,6 +143,13 @@ std::string report_text(const std::vector<ProcessReport>& processes) {
       if (c.interrupted)
         out += "  the process died inside " + std::to_string(c.interrupted) + " call" + (c.interrupted > 1 ? "s" : "") +
                " of " + std::string(api_name(api)) + ": they may or may not have happened\n";
+    if (p.longest_wait_ns >= 10'000'000)  // 10 ms: below that, nobody notices
+      out += "  memtrace held the program up for at most " + format_duration_ns(p.longest_wait_ns) +
+             " (waiting for room in its event ring)\n";
+    if (p.captured_events)
+      out += "  " + std::to_string(p.captured_events) +
+             " stream-ordered calls were made while capturing CUDA graphs: their memory is the graphs' "
+             "(obtained at each launch)\n";
     if (p.incomplete_records)
       out += "  WARNING: " + std::to_string(p.incomplete_records) + " events were cut off by the process's death\n";
 
@@ -151,7 +161,8 @@ std::string report_text(const std::vector<ProcessReport>& processes) {
       out += "\n  pinned host memory: peak " + format_bytes(p.pinned_host_peak_bytes) + "\n";
 
     for (const DeviceReport& d : p.devices) {
-      std::string about = d.name.empty() ? "" : " (" + d.name + ", " + format_bytes(d.total_bytes) + ")";
+      std::string about = d.name.empty() ? "" : " (" + d.name + ", " + format_bytes(d.total_bytes) +
+                                                    (d.uuid.empty() ? "" : ", " + d.uuid) + ")";
       out += "\n  device " + std::to_string(d.device) + about + ": peak reserved " + format_bytes(d.peak_bytes) + " at " +
              format_duration_ns(d.peak_time_ns) + "; live at exit " + format_bytes(d.live_at_exit_bytes) + " in " +
              std::to_string(d.live_at_exit_count) + " allocations\n";

@@ -36,6 +36,7 @@ bool RingConsumer::deliver(const unsigned char* first, uint32_t slots, uint64_t 
       e.caller = rec->caller;
       e.device_free = rec->device_free;
       e.device_total = rec->device_total;
+      e.flags = rec->flags;
       std::string_view name(reinterpret_cast<const char*>(words) + words_bytes, name_bytes);
       sink.on_event(e, words, natives, words + natives, pythons, name);
       return true;
@@ -68,7 +69,7 @@ bool RingConsumer::deliver(const unsigned char* first, uint32_t slots, uint64_t 
         std::memcpy(&entry, bytes + at, sizeof entry);
         at += sizeof entry;
         if (entry.name_bytes > available - at) return false;
-        sink.on_device(entry.ordinal, std::string(bytes + at, entry.name_bytes), entry.total_bytes);
+        sink.on_device(entry.ordinal, std::string(bytes + at, entry.name_bytes), entry.total_bytes, entry.uuid);
         at += entry.name_bytes;
       }
       return true;

@@ -29,6 +29,7 @@ struct RawEvent {
   uint64_t stack_id = 0;  // filled in by the collector once the stack is interned
   uint64_t device_free = 0;
   uint64_t device_total = 0;
+  uint32_t flags = 0;
 };
 
 // What a drained ring hands over, record by record, in ring order.
@@ -41,7 +42,7 @@ class RecordSink {
                         size_t python_count, std::string_view name) = 0;
   virtual void on_module(uint64_t bias, uint64_t start, uint64_t end, std::string path) = 0;
   virtual void on_code(uint64_t code, std::string name, std::string file) = 0;
-  virtual void on_device(int32_t ordinal, std::string name, uint64_t total_bytes) = 0;
+  virtual void on_device(int32_t ordinal, std::string name, uint64_t total_bytes, const uint8_t (&uuid)[16]) = 0;
   virtual void on_started(uint32_t tid, uint16_t api, uint64_t t_ns) = 0;
 };
 
@@ -60,6 +61,7 @@ class RingConsumer {
   uint64_t incomplete_records() const { return incomplete_; }
   uint64_t malformed_records() const { return malformed_; }
   uint64_t dropped_events() const { return ring_.header->dropped_events.load(std::memory_order_acquire); }
+  uint64_t longest_wait_ns() const { return ring_.header->longest_wait_ns.load(std::memory_order_acquire); }
   // Sequence numbers of events the producer dropped, from the first not yet taken.
   void take_dropped(std::vector<uint64_t>& out);
 

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <csignal>
@@ -148,7 +149,9 @@ class Collector {
 
  private:
   void welcome();
+  // Asks P's worker to finish its trace; collect() takes its report once it has.
   void finish(TracedProcess& p, std::optional<int> status, const std::string& reason);
+  void collect(TracedProcess& p);
   std::string trace_path(int pid);
 
   std::string dir_;
@@ -189,7 +192,7 @@ void Collector::welcome() {
     }
     // A new image of a pid we trace (it exec'd): the old image is over.
     for (auto& p : processes_)
-      if (p->pid() == intro->pid && !p->finished()) finish(*p, std::nullopt, "replaced its program (exec)");
+      if (p->pid() == intro->pid) finish(*p, std::nullopt, "replaced its program (exec)");
     std::string path = trace_path(intro->pid);
     std::string error;
     std::unique_ptr<TraceWriter> writer = TraceWriter::create(path, error, compression_, snapshot_options_.file_mode);
@@ -222,6 +225,9 @@ void Collector::welcome() {
 
 void Collector::finish(TracedProcess& p, std::optional<int> status, const std::string& reason) {
   p.finish(status, reason, clock_ns(CLOCK_MONOTONIC));
+}
+
+void Collector::collect(TracedProcess& p) {
   for (const auto& e : p.snapshot_errors()) std::fprintf(stderr, "memtrace: snapshot: %s\n", e.c_str());
   snapshots_.insert(snapshots_.end(), p.snapshot_paths().begin(), p.snapshot_paths().end());
   if (!p.write_error().empty()) std::fprintf(stderr, "memtrace: %s\n", p.write_error().c_str());
@@ -271,10 +277,11 @@ int Collector::loop() {
       if (fds[i].revents & (POLLIN | POLLHUP | POLLRDHUP | POLLERR)) polled[i - 1]->mark_ended();
     if (fds[0].revents & POLLIN) welcome();
 
+    // Only copying here: each process's worker does the rest, so one busy worker never keeps
+    // the others' rings from being emptied.
     size_t events = 0;
     for (auto& p : processes_) {
-      if (p->finished()) continue;
-      events += p->drain();
+      if (!p->backlogged()) events += p->drain();
       bool is_child = p->pid() == child_;
       if (p->ended() && (!is_child || child_status_))
         finish(*p, is_child ? child_status_ : std::nullopt, is_child ? child_end_ : "ended");
@@ -289,19 +296,29 @@ int Collector::loop() {
       if (periodic) next_periodic = now + snapshot_every_ns_;
     }
     if (now - last_flush > 200'000'000ull) {  // what a killed collector leaves on disk stays recent
-      for (auto& p : processes_)
-        if (!p->finished()) p->flush();
+      for (auto& p : processes_) p->flush();
       last_flush = now;
     }
 
-    std::erase_if(processes_, [](const auto& p) { return p->finished(); });  // frees their rings
-    bool running = !processes_.empty() || orphans_left_;
-    if (child_status_ && !running) break;
+    std::erase_if(processes_, [this](const auto& p) {  // frees their rings
+      if (!p->finished()) return false;
+      collect(*p);
+      return true;
+    });
+    // Processes that ended may still have their traces finished by their workers: that is
+    // waited for without a word. Processes still running are what the note is about.
+    bool running = orphans_left_ || std::any_of(processes_.begin(), processes_.end(),
+                                                [](const auto& p) { return !p->ended(); });
+    if (child_status_ && processes_.empty() && !orphans_left_) break;
     if (child_status_ && running) {
       if (g_interrupted.load()) {
         std::fprintf(stderr, "memtrace: interrupted; finishing the traces of processes still running\n");
-        for (auto& p : processes_)
-          if (!p->finished()) finish(*p, std::nullopt, "still running when memtrace stopped");
+        for (auto& p : processes_) finish(*p, std::nullopt, "still running when memtrace stopped");
+        for (auto& p : processes_) {
+          while (!p->finished()) ::usleep(1000);
+          collect(*p);
+        }
+        processes_.clear();
         break;
       }
       if (!waiting_note) {

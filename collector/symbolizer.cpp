@@ -88,6 +88,7 @@ Symbolizer::Module* Symbolizer::module(const std::string& path) {
 }
 
 const std::vector<SourceFrame>& Symbolizer::symbolize(const std::string& path, uint64_t vaddr) {
+  std::lock_guard lock(mutex_);
   auto& per_module = cache_[path];
   auto [it, fresh] = per_module.try_emplace(vaddr);
   std::vector<SourceFrame>& frames = it->second;

@@ -1,11 +1,13 @@
 // Native frames to function, source file and line, with elfutils (libdw), outside the traced
 // process. One address can give several frames: the functions inlined at it, innermost first,
-// then the function they were inlined into. Shared by all traced processes; cached per address.
+// then the function they were inlined into. Shared by the workers of all traced processes (one
+// at a time: libdw's sessions are not thread-safe); cached per address.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -24,12 +26,14 @@ class Symbolizer {
   Symbolizer();
   ~Symbolizer();
   // The frames at ELF virtual address VADDR of the module at PATH (a return address: the call
-  // before it is what is looked up). Empty when the module cannot be read.
+  // before it is what is looked up). Empty when the module cannot be read. The answer stays
+  // valid and unchanged for the symbolizer's life.
   const std::vector<SourceFrame>& symbolize(const std::string& path, uint64_t vaddr);
 
  private:
   struct Module;
   Module* module(const std::string& path);
+  std::mutex mutex_;
   std::map<std::string, std::unique_ptr<Module>> modules_;
   std::unordered_map<std::string, std::unordered_map<uint64_t, std::vector<SourceFrame>>> cache_;
 };

@@ -4,6 +4,23 @@
 
 namespace memtrace {
 
+namespace {
+// As nvidia-smi and CUDA_VISIBLE_DEVICES write it: GPU-8-4-4-4-12 hex digits. Empty when unknown.
+std::string format_uuid(const uint8_t (&uuid)[16]) {
+  bool known = false;
+  for (uint8_t b : uuid) known |= b != 0;
+  if (!known) return {};
+  std::string text = "GPU-";
+  static const char kHex[] = "0123456789abcdef";
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) text += '-';
+    text += kHex[uuid[i] >> 4];
+    text += kHex[uuid[i] & 15];
+  }
+  return text;
+}
+}  // namespace
+
 TracedProcess::TracedProcess(int pid, int socket, ring::Mapping ring, std::unique_ptr<TraceWriter> writer,
                              const pb::TraceHeader& header, Symbolizer& symbolizer, const SnapshotOptions& snapshots)
     : pid_(pid),
@@ -12,10 +29,136 @@ TracedProcess::TracedProcess(int pid, int socket, ring::Mapping ring, std::uniqu
       writer_(std::move(writer)),
       origin_ns_(header.origin_monotonic_ns()),
       stacks_(symbolizer, *writer_),
-      snapshots_(snapshots, header, *writer_) {}
+      snapshots_(snapshots, header, *writer_) {
+  worker_ = std::thread([this] { work_loop(); });  // last: it uses every member above
+}
 
 TracedProcess::~TracedProcess() {
+  if (!finish_requested_) finish(std::nullopt, "still running when memtrace stopped", 0);
+  if (worker_.joinable()) worker_.join();
   if (socket_ >= 0) ::close(socket_);
+}
+
+// The main thread's side.
+
+void TracedProcess::submit(Work work) {
+  size_t bytes = work.records.bytes();
+  {
+    std::lock_guard lock(mutex_);
+    queued_bytes_ += bytes;
+    queue_.push_back(std::move(work));
+  }
+  wake_.notify_one();
+}
+
+size_t TracedProcess::drain() {
+  if (finish_requested_) return 0;
+  Work work;
+  ring_.take_dropped(work.records.dropped);
+  size_t events = ring_.drain(work.records, ended_);
+  if (!work.records.empty()) submit(std::move(work));
+  return events;
+}
+
+void TracedProcess::mark_ended() {
+  if (ended_) return;
+  ended_ = true;
+  drain();
+  Work work;
+  work.kind = Work::Kind::kEnded;
+  submit(std::move(work));
+  if (socket_ >= 0) {
+    ::close(socket_);
+    socket_ = -1;
+  }
+}
+
+void TracedProcess::snapshot(pb::Snapshot::Reason reason, uint64_t now_ns) {
+  if (finish_requested_) return;
+  drain();
+  Work work;
+  work.kind = Work::Kind::kSnapshot;
+  work.reason = reason;
+  work.time_ns = now_ns > origin_ns_ ? now_ns - origin_ns_ : 0;
+  submit(std::move(work));
+}
+
+void TracedProcess::flush() {
+  if (finish_requested_) return;
+  Work work;
+  work.kind = Work::Kind::kFlush;
+  submit(std::move(work));
+}
+
+void TracedProcess::finish(std::optional<int> exit_status, const std::string& end_reason, uint64_t end_ns) {
+  if (finish_requested_) return;
+  mark_ended();
+  finish_requested_ = true;
+  Work work;
+  work.kind = Work::Kind::kFinish;
+  work.exit_status = exit_status;
+  work.end_reason = end_reason;
+  // What the ring knows is read here, where the ring is read: the worker never touches it.
+  work.footer.set_end_ns(end_ns > origin_ns_ ? end_ns - origin_ns_ : 0);
+  if (exit_status) work.footer.set_exit_status(*exit_status);
+  work.footer.set_end_reason(end_reason);
+  work.footer.set_dropped_events(ring_.dropped_events());
+  work.footer.set_incomplete_records(ring_.incomplete_records());
+  work.footer.set_longest_wait_ns(ring_.longest_wait_ns());
+  submit(std::move(work));
+}
+
+bool TracedProcess::finished() {
+  if (joined_) return true;
+  {
+    std::lock_guard lock(mutex_);
+    if (!done_) return false;
+  }
+  worker_.join();
+  joined_ = true;
+  return true;
+}
+
+bool TracedProcess::backlogged() const {
+  std::lock_guard lock(mutex_);
+  return queued_bytes_ > kMaxBacklogBytes;
+}
+
+// The worker's side.
+
+void TracedProcess::work_loop() {
+  for (;;) {
+    Work work;
+    {
+      std::unique_lock lock(mutex_);
+      wake_.wait(lock, [this] { return !queue_.empty(); });
+      work = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    size_t bytes = work.records.bytes();
+    handle(work);
+    bool last = work.kind == Work::Kind::kFinish;
+    {
+      std::lock_guard lock(mutex_);
+      queued_bytes_ -= bytes;
+      if (last) done_ = true;
+    }
+    if (last) return;
+  }
+}
+
+void TracedProcess::handle(Work& work) {
+  auto emit = [this](const RawEvent& e) { record(e); };
+  switch (work.kind) {
+    case Work::Kind::kRecords:
+      for (uint64_t seq : work.records.dropped) sequencer_.skip(seq, emit);
+      work.records.replay(*this);
+      break;
+    case Work::Kind::kEnded: ended_in_worker(); break;
+    case Work::Kind::kSnapshot: snapshots_.take(work.reason, work.time_ns, replay_); break;
+    case Work::Kind::kFlush: writer_->flush(); break;
+    case Work::Kind::kFinish: finish_in_worker(work); break;
+  }
 }
 
 void TracedProcess::record(const RawEvent& raw) {
@@ -37,6 +180,7 @@ void TracedProcess::record(const RawEvent& raw) {
   e.stack_id = raw.stack_id;
   e.device_free = raw.device_free;
   e.device_total = raw.device_total;
+  e.flags = raw.flags;
   writer_->add(e);
   snapshots_.before_event(e, replay_);
   const ReplayStep& step = replay_.apply(e);
@@ -67,29 +211,19 @@ void TracedProcess::on_code(uint64_t code, std::string name, std::string file) {
   stacks_.add_code(code, std::move(name), std::move(file));
 }
 
-void TracedProcess::on_device(int32_t ordinal, std::string name, uint64_t total_bytes) {
+void TracedProcess::on_device(int32_t ordinal, std::string name, uint64_t total_bytes, const uint8_t (&uuid)[16]) {
   pb::Device device;
   device.set_ordinal(ordinal);
   device.set_name(std::move(name));
   device.set_total_bytes(total_bytes);
+  device.set_uuid(format_uuid(uuid));
   writer_->add_device(device);
 }
 
-size_t TracedProcess::drain() {
-  auto emit = [this](const RawEvent& e) { record(e); };
-  dropped_.clear();
-  ring_.take_dropped(dropped_);
-  for (uint64_t seq : dropped_) sequencer_.skip(seq, emit);
-  return ring_.drain(*this, ended_);
-}
-
-void TracedProcess::mark_ended() {
-  if (ended_) return;
-  ended_ = true;
-  drain();
+// Calls the process was inside when it died: the device may have done them. They go in the
+// trace as interrupted, so nothing the device counted is missing from it.
+void TracedProcess::ended_in_worker() {
   sequencer_.flush([this](const RawEvent& e) { record(e); });
-  // Calls the process was inside when it died: the device may have done them. They go in the
-  // trace as interrupted, so nothing the device counted is missing from it.
   for (const auto& [tid, call] : in_flight_) {
     RawEvent e;
     e.tid = tid;
@@ -100,40 +234,21 @@ void TracedProcess::mark_ended() {
     record(e);
   }
   in_flight_.clear();
-  if (socket_ >= 0) {
-    ::close(socket_);
-    socket_ = -1;
-  }
 }
 
-void TracedProcess::snapshot(pb::Snapshot::Reason reason, uint64_t now_ns) {
-  if (finished_) return;
-  drain();
-  snapshots_.take(reason, now_ns > origin_ns_ ? now_ns - origin_ns_ : 0, replay_);
-}
-
-void TracedProcess::finish(std::optional<int> exit_status, const std::string& end_reason, uint64_t end_ns) {
-  if (finished_) return;
-  mark_ended();
-  finished_ = true;
-  pb::Footer footer;
-  footer.set_end_ns(end_ns > origin_ns_ ? end_ns - origin_ns_ : 0);
-  if (exit_status) footer.set_exit_status(*exit_status);
-  footer.set_end_reason(end_reason);
-  footer.set_dropped_events(ring_.dropped_events());
-  footer.set_incomplete_records(ring_.incomplete_records());
-  writer_->finish(footer);
-
-  snapshots_.finish(exit_status, replay_);
+void TracedProcess::finish_in_worker(const Work& work) {
+  writer_->finish(work.footer);
+  snapshots_.finish(work.exit_status, replay_);
   summary_.finish(report_);
   report_.pid = pid_;
   report_.trace_path = writer_->path();
-  report_.exit_status = exit_status;
-  report_.end_reason = end_reason;
+  report_.exit_status = work.exit_status;
+  report_.end_reason = work.end_reason;
   report_.events = writer_->events_written();
-  report_.dropped_events = footer.dropped_events();
-  report_.incomplete_records = footer.incomplete_records();
-  report_.end_time_ns = footer.end_ns();
+  report_.dropped_events = work.footer.dropped_events();
+  report_.incomplete_records = work.footer.incomplete_records();
+  report_.longest_wait_ns = work.footer.longest_wait_ns();
+  report_.end_time_ns = work.footer.end_ns();
   report_.complete = !writer_->failed();
   report_.problem = writer_->error();
 }

@@ -1,11 +1,21 @@
 // Everything the collector keeps for one traced process image: its ring, the sequencer that
 // orders its events, its trace file, and the running report for the end-of-run summary.
+//
+// Two threads share it. The collector's main thread only copies records out of the ring
+// (drain) and says what happened (ended, snapshot, flush, finish); a worker thread of the
+// process's own does the rest in that order: symbolizing stacks, writing the trace, replaying,
+// snapshots. So a worker busy for seconds (a first frame in a large library, a slow debuginfod)
+// never keeps the main thread from emptying every ring, and no program waits for it.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -13,6 +23,7 @@
 #include "memtrace/analysis/replay.h"
 #include "memtrace/analysis/report.h"
 #include "memtrace/format/trace_writer.h"
+#include "record_batch.h"
 #include "ring_consumer.h"
 #include "snapshot_keeper.h"
 #include "stack_builder.h"
@@ -26,55 +37,89 @@ class TracedProcess : private RecordSink {
                 const pb::TraceHeader& header, Symbolizer& symbolizer, const SnapshotOptions& snapshots);
   ~TracedProcess();
 
+  // What the main thread calls.
   int pid() const { return pid_; }
   int socket() const { return socket_; }
   bool ended() const { return ended_; }
-  bool finished() const { return finished_; }
   const std::string& trace_path() const { return writer_->path(); }
-
-  // Moves what the process has published into the trace. Returns the number of events read.
+  // Copies what the process has published out of its ring for the worker. Returns the number of
+  // events copied.
   size_t drain();
-  // The process closed its end (it exited, exec'd or died): read what is left, stepping over
+  // The process closed its end (it exited, exec'd or died): copies what is left, stepping over
   // records it died in the middle of writing.
   void mark_ended();
-  // Writes the footer. Safe to call once; the report of what was recorded is then final.
+  // Asks the worker to write the footer once it has handled everything before; once.
   void finish(std::optional<int> exit_status, const std::string& end_reason, uint64_t end_ns);
-  void flush() { writer_->flush(); }
-  // A snapshot of the process as it is now (after draining its ring).
+  // The worker has written the footer: the report, snapshots and errors below are final.
+  bool finished();
+  void flush();
+  // A snapshot of the process as it is when the worker reaches this request.
   void snapshot(pb::Snapshot::Reason reason, uint64_t now_ns);
+  // More copied records wait for the worker than the collector lets one process hold: its ring
+  // is left to fill (and the program to wait) until the worker catches up.
+  bool backlogged() const;
+
   const std::vector<std::string>& snapshot_paths() const { return snapshots_.paths(); }
   const std::vector<std::string>& snapshot_errors() const { return snapshots_.errors(); }
-
   ProcessReport report() const { return report_; }
   std::vector<std::string> command;  // as the process was started, read when it introduced itself
   const std::string& write_error() const { return writer_->error(); }
 
+  static constexpr size_t kMaxBacklogBytes = 256u << 20;
+
  private:
+  // Work for the worker, in the order the main thread gave it.
+  struct Work {
+    enum class Kind { kRecords, kEnded, kSnapshot, kFlush, kFinish } kind = Kind::kRecords;
+    RecordBatch records;
+    pb::Snapshot::Reason reason = pb::Snapshot::REASON_UNKNOWN;
+    uint64_t time_ns = 0;
+    std::optional<int> exit_status;
+    std::string end_reason;
+    pb::Footer footer;
+  };
+  void submit(Work work);
+  void work_loop();
+  void handle(Work& work);
+  void ended_in_worker();
+  void finish_in_worker(const Work& work);
+
   void record(const RawEvent& raw);
   void on_event(RawEvent& event, const uint64_t* native, size_t native_count, const uint64_t* python,
                 size_t python_count, std::string_view name) override;
   void on_module(uint64_t bias, uint64_t start, uint64_t end, std::string path) override;
   void on_code(uint64_t code, std::string name, std::string file) override;
-  void on_device(int32_t ordinal, std::string name, uint64_t total_bytes) override;
+  void on_device(int32_t ordinal, std::string name, uint64_t total_bytes, const uint8_t (&uuid)[16]) override;
   void on_started(uint32_t tid, uint16_t api, uint64_t t_ns) override;
 
+  // The main thread's.
   int pid_;
   int socket_;
   RingConsumer ring_;
+  bool ended_ = false;
+  bool finish_requested_ = false;
+  bool joined_ = false;
+
+  // Between the two.
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<Work> queue_;
+  size_t queued_bytes_ = 0;
+  bool done_ = false;  // the worker wrote the footer and stopped
+  std::thread worker_;
+
+  // The worker's.
   std::unique_ptr<TraceWriter> writer_;
   uint64_t origin_ns_;
   EventSequencer sequencer_;
   StackBuilder stacks_;
   // Calls started and not yet recorded, by thread (a thread makes one recorded call at a time).
   std::unordered_map<uint32_t, std::pair<uint16_t, uint64_t>> in_flight_;
-  std::vector<uint64_t> dropped_;
   uint64_t last_t_ = 0;
   Replay replay_;
   ReportBuilder summary_;
   SnapshotKeeper snapshots_;
   ProcessReport report_;
-  bool ended_ = false;
-  bool finished_ = false;
 };
 
 }  // namespace memtrace

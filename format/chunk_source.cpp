@@ -144,7 +144,7 @@ std::string decode_event_batch(const pb::EventBatch& b, uint64_t stack_count, st
       !column_ok(b.kind_size()) || !column_ok(b.layer_size()) || !column_ok(b.device_size()) ||
       !column_ok(b.stream_size()) || !column_ok(b.addr_delta_size()) || !column_ok(b.size_size()) ||
       !column_ok(b.aux_size()) || !column_ok(b.result_size()) || !column_ok(b.stack_id_size()) ||
-      !column_ok(b.device_free_size()) || !column_ok(b.device_total_size())) {
+      !column_ok(b.device_free_size()) || !column_ok(b.device_total_size()) || !column_ok(b.flags_size())) {
     return "event batch columns disagree with its count of " + std::to_string(n);
   }
   // Column by column: each loop is one field over the whole batch.
@@ -189,6 +189,8 @@ std::string decode_event_batch(const pb::EventBatch& b, uint64_t stack_count, st
     for (int i = 0; i < n; ++i) e[i].device_free = b.device_free(i);
   if (b.device_total_size())
     for (int i = 0; i < n; ++i) e[i].device_total = b.device_total(i);
+  if (b.flags_size())
+    for (int i = 0; i < n; ++i) e[i].flags = b.flags(i);
   return {};
 }
 

@@ -193,7 +193,7 @@ void TraceWriter::flush_tables() {
 void TraceWriter::encode_events(const std::vector<Event>& events, pb::EventBatch& batch) {
   batch.set_count(static_cast<uint32_t>(events.size()));
   bool any_stream = false, any_aux = false, any_stack = false, any_result = false, any_layer = false,
-       any_memory = false;
+       any_memory = false, any_flags = false;
   for (const Event& e : events) {
     any_stream |= e.stream != 0;
     any_aux |= e.aux != 0;
@@ -201,6 +201,7 @@ void TraceWriter::encode_events(const std::vector<Event>& events, pb::EventBatch
     any_result |= e.result != 0;
     any_layer |= e.layer != Layer::kReserved;  // an absent layer column means "reserved"
     any_memory |= e.device_total != 0;
+    any_flags |= e.flags != 0;
   }
   uint64_t prev_t = 0, prev_addr = 0;
   for (const Event& e : events) {
@@ -222,6 +223,7 @@ void TraceWriter::encode_events(const std::vector<Event>& events, pb::EventBatch
       batch.add_device_free(e.device_free);
       batch.add_device_total(e.device_total);
     }
+    if (any_flags) batch.add_flags(e.flags);
   }
 }
 

@@ -26,18 +26,20 @@ uint64_t address_of(CUresult result, void* const* ptr) {
 }
 
 CUresult alloc_async(Api api, uint64_t caller, Real<decltype(&cuMemAllocAsync)>& real, CUdeviceptr* dptr,
-                     size_t bytesize, CUstream stream) {
+                     size_t bytesize, CUstream stream, Ordering ordering) {
   Call call(api, caller);
-  CUresult result = call_real<kMissing>(real, dptr, bytesize, stream);
-  return record_after(call, result, address_of(result, dptr), bytesize, call.active() ? driver_device() : -1, stream);
+  CUresult result = call_real<kMissing>(real, caller, dptr, bytesize, stream);
+  return record_after(call, result, address_of(result, dptr), bytesize, device_of_pointer(call, driver_device), stream,
+                      ordering);
 }
 
 CUresult alloc_from_pool(uint64_t caller, Real<decltype(&cuMemAllocFromPoolAsync)>& real, CUdeviceptr* dptr,
-                         size_t bytesize, CUmemoryPool pool, CUstream stream) {
+                         size_t bytesize, CUmemoryPool pool, CUstream stream, Ordering ordering) {
   Call call(Api::kCuMemAllocFromPoolAsync, caller);
-  CUresult result = call_real<kMissing>(real, dptr, bytesize, pool, stream);
+  CUresult result = call_real<kMissing>(real, caller, dptr, bytesize, pool, stream);
   if (call.active()) call.record.aux = reinterpret_cast<uint64_t>(pool);
-  return record_after(call, result, address_of(result, dptr), bytesize, call.active() ? driver_device() : -1, stream);
+  return record_after(call, result, address_of(result, dptr), bytesize, device_of_pointer(call, driver_device), stream,
+                      ordering);
 }
 
 Real<decltype(&cuMemAlloc)> real_cuMemAlloc("cuMemAlloc_v2", Library::kDriver);
@@ -65,71 +67,76 @@ Real<decltype(&cuMemAddressFree)> real_cuMemAddressFree("cuMemAddressFree", Libr
 
 MEMTRACE_EXPORT CUresult cuMemAlloc(CUdeviceptr* dptr, size_t bytesize) {
   Call call(Api::kCuMemAlloc, MEMTRACE_CALLER);
-  CUresult result = call_real<kMissing>(real_cuMemAlloc, dptr, bytesize);
-  return record_after(call, result, address_of(result, dptr), bytesize, call.active() ? driver_device() : -1);
+  CUresult result = call_real<kMissing>(real_cuMemAlloc, call.record.caller, dptr, bytesize);
+  return record_after(call, result, address_of(result, dptr), bytesize, current_driver_device(call));
 }
 
 MEMTRACE_EXPORT CUresult cuMemFree(CUdeviceptr dptr) {
-  return free_call<kMissing>(Api::kCuMemFree, MEMTRACE_CALLER, real_cuMemFree, dptr, 0, nullptr, dptr);
+  return free_call<kMissing>(Api::kCuMemFree, MEMTRACE_CALLER, real_cuMemFree, dptr, 0, nullptr, Ordering::kImmediate,
+                             dptr);
 }
 
 MEMTRACE_EXPORT CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
-  return alloc_async(Api::kCuMemAllocAsync, MEMTRACE_CALLER, real_cuMemAllocAsync, dptr, bytesize, hStream);
+  return alloc_async(Api::kCuMemAllocAsync, MEMTRACE_CALLER, real_cuMemAllocAsync, dptr, bytesize, hStream,
+                     Ordering::kStream);
 }
 
 MEMTRACE_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
-  return alloc_async(Api::kCuMemAllocAsync, MEMTRACE_CALLER, real_cuMemAllocAsync_ptsz, dptr, bytesize, hStream);
+  return alloc_async(Api::kCuMemAllocAsync, MEMTRACE_CALLER, real_cuMemAllocAsync_ptsz, dptr, bytesize, hStream,
+                     Ordering::kPerThreadStream);
 }
 
 MEMTRACE_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
-  return free_call<kMissing>(Api::kCuMemFreeAsync, MEMTRACE_CALLER, real_cuMemFreeAsync, dptr, 0, hStream, dptr,
-                             hStream);
+  return free_call<kMissing>(Api::kCuMemFreeAsync, MEMTRACE_CALLER, real_cuMemFreeAsync, dptr, 0, hStream,
+                             Ordering::kStream, dptr, hStream);
 }
 
 MEMTRACE_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) {
-  return free_call<kMissing>(Api::kCuMemFreeAsync, MEMTRACE_CALLER, real_cuMemFreeAsync_ptsz, dptr, 0, hStream, dptr,
-                             hStream);
+  return free_call<kMissing>(Api::kCuMemFreeAsync, MEMTRACE_CALLER, real_cuMemFreeAsync_ptsz, dptr, 0, hStream,
+                             Ordering::kPerThreadStream, dptr, hStream);
 }
 
 MEMTRACE_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
                                                  CUstream hStream) {
-  return alloc_from_pool(MEMTRACE_CALLER, real_cuMemAllocFromPoolAsync, dptr, bytesize, pool, hStream);
+  return alloc_from_pool(MEMTRACE_CALLER, real_cuMemAllocFromPoolAsync, dptr, bytesize, pool, hStream,
+                         Ordering::kStream);
 }
 
 MEMTRACE_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
                                                       CUstream hStream) {
-  return alloc_from_pool(MEMTRACE_CALLER, real_cuMemAllocFromPoolAsync_ptsz, dptr, bytesize, pool, hStream);
+  return alloc_from_pool(MEMTRACE_CALLER, real_cuMemAllocFromPoolAsync_ptsz, dptr, bytesize, pool, hStream,
+                         Ordering::kPerThreadStream);
 }
 
 MEMTRACE_EXPORT CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flags) {
   Call call(Api::kCuMemAllocManaged, MEMTRACE_CALLER);
-  CUresult result = call_real<kMissing>(real_cuMemAllocManaged, dptr, bytesize, flags);
-  return record_after(call, result, address_of(result, dptr), bytesize, call.active() ? driver_device() : -1);
+  CUresult result = call_real<kMissing>(real_cuMemAllocManaged, call.record.caller, dptr, bytesize, flags);
+  return record_after(call, result, address_of(result, dptr), bytesize, current_driver_device(call));
 }
 
 MEMTRACE_EXPORT CUresult cuMemHostAlloc(void** pp, size_t bytesize, unsigned int Flags) {
   Call call(Api::kCuMemHostAlloc, MEMTRACE_CALLER);
-  CUresult result = call_real<kMissing>(real_cuMemHostAlloc, pp, bytesize, Flags);
-  return record_after(call, result, address_of(result, pp), bytesize, -1);
+  CUresult result = call_real<kMissing>(real_cuMemHostAlloc, call.record.caller, pp, bytesize, Flags);
+  return record_after(call, result, address_of(result, pp), bytesize, no_device);
 }
 
 MEMTRACE_EXPORT CUresult cuMemAllocHost(void** pp, size_t bytesize) {
   Call call(Api::kCuMemAllocHost, MEMTRACE_CALLER);
-  CUresult result = call_real<kMissing>(real_cuMemAllocHost, pp, bytesize);
-  return record_after(call, result, address_of(result, pp), bytesize, -1);
+  CUresult result = call_real<kMissing>(real_cuMemAllocHost, call.record.caller, pp, bytesize);
+  return record_after(call, result, address_of(result, pp), bytesize, no_device);
 }
 
 MEMTRACE_EXPORT CUresult cuMemFreeHost(void* p) {
   return free_call<kMissing>(Api::kCuMemFreeHost, MEMTRACE_CALLER, real_cuMemFreeHost, reinterpret_cast<uint64_t>(p), 0,
-                             nullptr, p);
+                             nullptr, Ordering::kImmediate, p);
 }
 
 MEMTRACE_EXPORT CUresult cuMemAllocPitch(CUdeviceptr* dptr, size_t* pPitch, size_t WidthInBytes, size_t Height,
                                          unsigned int ElementSizeBytes) {
   Call call(Api::kCuMemAllocPitch, MEMTRACE_CALLER);
-  CUresult result = call_real<kMissing>(real_cuMemAllocPitch, dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+  CUresult result = call_real<kMissing>(real_cuMemAllocPitch, call.record.caller, dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
   uint64_t bytes = result == CUDA_SUCCESS && pPitch ? uint64_t(*pPitch) * Height : uint64_t(WidthInBytes) * Height;
-  return record_after(call, result, address_of(result, dptr), bytes, call.active() ? driver_device() : -1);
+  return record_after(call, result, address_of(result, dptr), bytes, current_driver_device(call));
 }
 
 // Physical memory behind a handle: the handle is the object's identity, its device the
@@ -137,36 +144,38 @@ MEMTRACE_EXPORT CUresult cuMemAllocPitch(CUdeviceptr* dptr, size_t* pPitch, size
 MEMTRACE_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const CUmemAllocationProp* prop,
                                      unsigned long long flags) {
   Call call(Api::kCuMemCreate, MEMTRACE_CALLER);
-  CUresult result = call_real<kMissing>(real_cuMemCreate, handle, size, prop, flags);
+  CUresult result = call_real<kMissing>(real_cuMemCreate, call.record.caller, handle, size, prop, flags);
   int device = prop && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE ? prop->location.id : -1;
   uint64_t id = result == CUDA_SUCCESS && handle ? *handle : 0;
-  return record_after(call, result, id, size, device);
+  return record_after(call, result, id, size, [device] { return device; });
 }
 
 MEMTRACE_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
-  return free_call<kMissing>(Api::kCuMemRelease, MEMTRACE_CALLER, real_cuMemRelease, handle, 0, nullptr, handle);
+  return free_call<kMissing>(Api::kCuMemRelease, MEMTRACE_CALLER, real_cuMemRelease, handle, 0, nullptr,
+                             Ordering::kImmediate, handle);
 }
 
 MEMTRACE_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
                                   unsigned long long flags) {
   Call call(Api::kCuMemMap, MEMTRACE_CALLER);
-  CUresult result = call_real<kMissing>(real_cuMemMap, ptr, size, offset, handle, flags);
+  CUresult result = call_real<kMissing>(real_cuMemMap, call.record.caller, ptr, size, offset, handle, flags);
   if (call.active()) call.record.aux = handle;
-  return record_after(call, result, ptr, size, -1);
+  return record_after(call, result, ptr, size, no_device);
 }
 
 MEMTRACE_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
-  return free_call<kMissing>(Api::kCuMemUnmap, MEMTRACE_CALLER, real_cuMemUnmap, ptr, size, nullptr, ptr, size);
+  return free_call<kMissing>(Api::kCuMemUnmap, MEMTRACE_CALLER, real_cuMemUnmap, ptr, size, nullptr, Ordering::kImmediate,
+                             ptr, size);
 }
 
 MEMTRACE_EXPORT CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CUdeviceptr addr,
                                              unsigned long long flags) {
   Call call(Api::kCuMemAddressReserve, MEMTRACE_CALLER);
-  CUresult result = call_real<kMissing>(real_cuMemAddressReserve, ptr, size, alignment, addr, flags);
-  return record_after(call, result, address_of(result, ptr), size, -1);
+  CUresult result = call_real<kMissing>(real_cuMemAddressReserve, call.record.caller, ptr, size, alignment, addr, flags);
+  return record_after(call, result, address_of(result, ptr), size, no_device);
 }
 
 MEMTRACE_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
-  return free_call<kMissing>(Api::kCuMemAddressFree, MEMTRACE_CALLER, real_cuMemAddressFree, ptr, size, nullptr, ptr,
-                             size);
+  return free_call<kMissing>(Api::kCuMemAddressFree, MEMTRACE_CALLER, real_cuMemAddressFree, ptr, size, nullptr,
+                             Ordering::kImmediate, ptr, size);
 }

@@ -7,37 +7,13 @@
 #include <cstdint>
 
 #include "memtrace/format/api.h"
+#include "real_function.h"
 #include "session.h"
 
 #define MEMTRACE_EXPORT extern "C" __attribute__((visibility("default")))
 #define MEMTRACE_CALLER reinterpret_cast<uint64_t>(__builtin_return_address(0))
 
 namespace memtrace::inject {
-
-enum class Library { kRuntime, kDriver };
-
-// The next definition of NAME after ours: first in the global scope (RTLD_NEXT), then in a CUDA
-// library that was loaded privately (RTLD_LOCAL, as Python extensions load theirs).
-void* resolve_real(const char* name, Library library);
-
-template <typename Fn>
-class RealFunction {
- public:
-  RealFunction(const char* name, Library library) : name_(name), library_(library) {}
-  Fn get() {
-    Fn fn = fn_.load(std::memory_order_acquire);
-    if (!fn) {
-      fn = reinterpret_cast<Fn>(resolve_real(name_, library_));
-      fn_.store(fn, std::memory_order_release);
-    }
-    return fn;
-  }
-
- private:
-  const char* name_;
-  Library library_;
-  std::atomic<Fn> fn_{nullptr};
-};
 
 // Depth of memtrace calls on this thread. A CUDA call made inside a recorded one (the runtime
 // serving cudaMalloc with cuMemAlloc, or memtrace asking for the current device) passes through.
@@ -76,7 +52,7 @@ class Call {
     record.result = result;
     if (api_info(record.api).op == Op::kAlloc) {
       // Out of memory: what the device had left, for the snapshot. It may be gone a moment later.
-      if (result == kOutOfMemoryResult) query_device_memory(record.device_free, record.device_total);
+      if (result == kOutOfMemoryResult) query_device_memory(record.caller, record.device_free, record.device_total);
       StackCapture stack;
       capture_stack(stack_options(), record.caller, stack);
       stamp(record);  // after the real call returned the address, and after the stack walk
@@ -85,7 +61,7 @@ class Call {
       if (!stamped_) stamp(record);
       publish(record, nullptr);
     }
-    if (result == 0) describe_devices_once();
+    if (result == 0) describe_devices_once(record.caller);
     errno = saved_errno;
   }
 
@@ -96,43 +72,91 @@ class Call {
   bool stamped_ = false;
 };
 
-// Calls the real function, or answers MISSING when there is none to call.
+// Calls the real function CALLER would have reached, or answers MISSING when there is none.
 template <auto kMissing, typename Fn, typename... Args>
-auto call_real(RealFunction<Fn>& real, Args... args) {
-  Fn fn = real.get();
+auto call_real(RealFunction<Fn>& real, uint64_t caller, Args... args) {
+  Fn fn = real.get(caller);
   return fn ? fn(args...) : kMissing;
 }
 
-// Records a call that created something, once the real call has returned it.
-template <typename Result>
-Result record_after(Call& call, Result result, uint64_t addr, uint64_t size, int device, const void* stream = nullptr) {
+// What memtrace asks CUDA about a call (device_query.cpp), each time of the CUDA library the
+// calling module uses. The current device of the runtime, and of the driver's current context;
+// -1 if unknown.
+int runtime_device(uint64_t caller);
+int driver_device(uint64_t caller);
+// The device ADDR lies on; FALLBACK when the driver cannot say.
+int pointer_device(uint64_t caller, uint64_t addr, int fallback);
+// Whether STREAM is being captured into a CUDA graph. Stream 0 is the legacy stream (never
+// captured) unless PER_THREAD (the _ptsz entry points), where it is the per-thread stream.
+bool stream_capturing(uint64_t caller, const void* stream, bool per_thread);
+
+// How a call is ordered: at once, or in a stream (where it may be captured into a graph).
+enum class Ordering { kImmediate, kStream, kPerThreadStream };
+
+// A stream-ordered call made while its stream is being captured only adds a node to a CUDA
+// graph: the memory is the graph's, obtained at each launch. Such calls are tagged.
+inline void tag_if_captured(Call& call, Ordering ordering, bool ok, const void* stream) {
+  if (ok && ordering != Ordering::kImmediate &&
+      stream_capturing(call.record.caller, stream, ordering == Ordering::kPerThreadStream))
+    call.record.flags |= kEventCaptured;
+}
+
+// Records a call that created something, once the real call has returned it. DEVICE says which
+// device it is on; it is asked only when the call is recorded, and may call CUDA (errno is kept).
+template <typename Result, typename Device>
+Result record_after(Call& call, Result result, uint64_t addr, uint64_t size, Device&& device,
+                    const void* stream = nullptr, Ordering ordering = Ordering::kImmediate) {
   if (call.active()) {
+    int saved_errno = errno;
     call.record.addr = addr;
     call.record.size = size;
-    call.record.device = device;
     call.record.stream = reinterpret_cast<uint64_t>(stream);
+    tag_if_captured(call, ordering, result == 0, stream);
+    call.record.device = device();
+    errno = saved_errno;
     call.finish(static_cast<int>(result));
   }
   return result;
 }
 
+// Which device an allocation is on: the current one (cudaMalloc, cuMemAlloc) or, for
+// stream-ordered ones, the one the returned pointer lies on (the stream's or the pool's). A
+// captured allocation has no memory yet: its stream's current device stands for it.
+inline auto current_runtime_device(const Call& call) {
+  return [&call] { return runtime_device(call.record.caller); };
+}
+inline auto current_driver_device(const Call& call) {
+  return [&call] { return driver_device(call.record.caller); };
+}
+inline auto device_of_pointer(const Call& call, int (*current)(uint64_t)) {
+  return [&call, current] {
+    int device = current(call.record.caller);
+    if (call.record.addr && !(call.record.flags & kEventCaptured))
+      device = pointer_device(call.record.caller, call.record.addr, device);
+    return device;
+  };
+}
+inline int no_device() { return -1; }
+
 // A call that releases something: ordered before the real call (once it returns, another thread
 // may be handed the same address), recorded with its result after.
 template <auto kMissing, typename Fn, typename... Args>
 auto free_call(Api api, uint64_t caller, RealFunction<Fn>& real, uint64_t addr, uint64_t size, const void* stream,
-               Args... args) {
+               Ordering ordering, Args... args) {
   Call call(api, caller);
   call.record.addr = addr;
   call.record.size = size;
   call.record.stream = reinterpret_cast<uint64_t>(stream);
   call.stamp_before();
-  auto result = call_real<kMissing>(real, args...);
+  auto result = call_real<kMissing>(real, caller, args...);
+  if (call.active()) {
+    int saved_errno = errno;
+    tag_if_captured(call, ordering, result == 0, stream);
+    errno = saved_errno;
+  }
   call.finish(static_cast<int>(result));
   return result;
 }
 
-// The current device of the runtime, and of the driver's current context; -1 if unknown.
-int runtime_device();
-int driver_device();
 
 }  // namespace memtrace::inject

@@ -2,6 +2,10 @@
 // starts, and any new one as soon as a stack has a frame in it. The collector symbolizes frames
 // against these reports, so a library unloaded later still names its frames.
 //
+// The loader counts every load and unload (dl_iterate_phdr's dlpi_adds and dlpi_subs): modules
+// are scanned again only when those counts moved, never for a frame that lies in no module (JIT
+// code, an anonymous mapping), so such frames cost one cheap check, not a scan per allocation.
+//
 // dlopen itself is not interposed: glibc searches the caller's RUNPATH, and we would be the
 // caller. dlclose is, only to notice that an address range may now hold something else.
 #include <dlfcn.h>
@@ -11,6 +15,9 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <cstddef>
+#include <cstdio>
+#include <cstring>
 #include <mutex>
 #include <set>
 #include <string>
@@ -28,10 +35,13 @@ struct Range {
   uint64_t start, end;
 };
 
-// The executable ranges known now, replaced whole on a rescan so readers need no lock. Old
-// lists are kept: a reader may still hold one, and there are few of them.
+// The executable ranges known now, replaced whole on a rescan so readers need no lock. Old lists
+// are kept (a reader may still hold one); there is one per change of the loaded modules.
 std::atomic<const std::vector<Range>*> g_ranges{nullptr};
-std::atomic<bool> g_rescan{true};
+// The loader's counts of loads and unloads when the modules were last scanned.
+std::atomic<uint64_t> g_scanned_adds{0}, g_scanned_subs{0};
+// Set by dlclose when a module went away: a known range may now belong to another module.
+std::atomic<bool> g_unloaded{false};
 std::mutex g_mutex;
 std::set<std::pair<uint64_t, std::string>>* g_reported = nullptr;  // (bias, path)
 
@@ -41,22 +51,71 @@ std::string main_program() {
   return n > 0 ? std::string(path, static_cast<size_t>(n)) : std::string();
 }
 
+// The file mapped at ADDRESS, from /proc/self/maps: for a module the loader knows only by a
+// relative name (dlopen("./x.so"), ctypes.CDLL("./x.so")), which the collector could not open
+// from its own folder, and which the program's later chdir would make wrong.
+std::string mapped_file(uint64_t address) {
+  std::FILE* maps = std::fopen("/proc/self/maps", "re");
+  if (!maps) return {};
+  char line[PATH_MAX + 128];
+  std::string path;
+  while (std::fgets(line, sizeof line, maps)) {
+    unsigned long long start = 0, end = 0;
+    int name_at = 0;
+    if (std::sscanf(line, "%llx-%llx %*s %*s %*s %*s %n", &start, &end, &name_at) < 2 || name_at == 0) continue;
+    if (address < start || address >= end) continue;
+    path = line + name_at;
+    while (!path.empty() && (path.back() == '\n' || path.back() == ' ')) path.pop_back();
+    break;
+  }
+  std::fclose(maps);
+  return !path.empty() && path[0] == '/' ? path : std::string();
+}
+
+struct Counts {
+  uint64_t adds = 0, subs = 0;
+};
+
+Counts loader_counts() {
+  Counts counts;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t size, void* data) {
+        if (size >= offsetof(dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs) {
+          static_cast<Counts*>(data)->adds = info->dlpi_adds;
+          static_cast<Counts*>(data)->subs = info->dlpi_subs;
+        }
+        return 1;  // the counts come with the first module
+      },
+      &counts);
+  return counts;
+}
+
 struct Scan {
   std::vector<Range>* ranges;
   bool first = true;
+  Counts counts;
 };
 
 int scan_module(dl_phdr_info* info, size_t, void* data) {
   auto* scan = static_cast<Scan*>(data);
+  if (scan->first) scan->counts = Counts{info->dlpi_adds, info->dlpi_subs};
   std::string path = info->dlpi_name ? info->dlpi_name : "";
   if (scan->first) path = main_program();  // the first object is the program, which has no name
   scan->first = false;
-  if (path.empty() || path[0] != '/') return 0;  // the vDSO: not a file
-  bool fresh = g_reported->emplace(info->dlpi_addr, path).second;
+  const ElfW(Phdr)* phdrs = info->dlpi_phdr;
+  auto executable = [&](int i) { return phdrs[i].p_type == PT_LOAD && (phdrs[i].p_flags & PF_X); };
+  if (!path.empty() && path[0] != '/') {
+    for (int i = 0; i < info->dlpi_phnum; ++i)
+      if (executable(i)) {
+        path = mapped_file(info->dlpi_addr + phdrs[i].p_vaddr);
+        break;
+      }
+  }
+  // A module without a file (the vDSO) is known, so its frames cause no rescan, but not reported.
+  bool fresh = !path.empty() && path[0] == '/' && g_reported->emplace(info->dlpi_addr, path).second;
   for (int i = 0; i < info->dlpi_phnum; ++i) {
-    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
-    if (ph.p_type != PT_LOAD || !(ph.p_flags & PF_X)) continue;
-    uint64_t start = info->dlpi_addr + ph.p_vaddr, end = start + ph.p_memsz;
+    if (!executable(i)) continue;
+    uint64_t start = info->dlpi_addr + phdrs[i].p_vaddr, end = start + phdrs[i].p_memsz;
     scan->ranges->push_back(Range{start, end});
     if (fresh) publish_module(info->dlpi_addr, start, end, path);
   }
@@ -69,49 +128,56 @@ bool known(const std::vector<Range>& ranges, uint64_t address) {
   return it != ranges.begin() && address < std::prev(it)->end;
 }
 
-RealFunction<int (*)(void*)> real_dlclose("dlclose", Library::kRuntime);
-
 }  // namespace
 
 void report_new_modules() {
   std::lock_guard lock(g_mutex);
   if (!g_reported) g_reported = new std::set<std::pair<uint64_t, std::string>>;
+  g_unloaded.store(false, std::memory_order_relaxed);
   auto* ranges = new std::vector<Range>;
-  Scan scan{ranges};
+  Scan scan{ranges, true, {}};
   dl_iterate_phdr(scan_module, &scan);
   std::sort(ranges->begin(), ranges->end(), [](const Range& a, const Range& b) { return a.start < b.start; });
   g_ranges.store(ranges, std::memory_order_release);
-  g_rescan.store(false, std::memory_order_relaxed);
+  g_scanned_adds.store(scan.counts.adds, std::memory_order_relaxed);
+  g_scanned_subs.store(scan.counts.subs, std::memory_order_relaxed);
   look_for_python_again();
 }
 
 void forget_reported_modules() {
   new (&g_mutex) std::mutex;  // a forked child: a thread now gone may have held the lock
   g_reported = nullptr;
-  g_rescan.store(true, std::memory_order_relaxed);
+  g_ranges.store(nullptr, std::memory_order_relaxed);
 }
 
 void ensure_modules_reported(const uint64_t* addresses, int count) {
   const std::vector<Range>* ranges = g_ranges.load(std::memory_order_acquire);
-  if (!ranges || g_rescan.load(std::memory_order_relaxed)) {
-    report_new_modules();
-    return;
-  }
-  for (int i = 0; i < count; ++i) {
-    if (!known(*ranges, addresses[i])) {  // a library loaded since the last scan
-      report_new_modules();
+  bool rescan = !ranges || g_unloaded.load(std::memory_order_relaxed);
+  for (int i = 0; i < count && !rescan; ++i) rescan = !known(*ranges, addresses[i]);
+  if (!rescan) return;
+  // An unknown frame: a module loaded since the last scan, or code outside any module.
+  if (ranges && !g_unloaded.load(std::memory_order_relaxed)) {
+    Counts now = loader_counts();
+    if (now.adds == g_scanned_adds.load(std::memory_order_relaxed) &&
+        now.subs == g_scanned_subs.load(std::memory_order_relaxed))
       return;
-    }
   }
+  report_new_modules();
 }
 
 }  // namespace memtrace::inject
 
 using namespace memtrace::inject;
 
+// The module counts around the real call say whether it unloaded anything (most dlclose calls
+// only drop a reference).
 MEMTRACE_EXPORT int dlclose(void* handle) {
-  auto real = real_dlclose.get();
+  static auto real = reinterpret_cast<int (*)(void*)>(::dlsym(RTLD_NEXT, "dlclose"));
+  uint64_t before = loader_counts().subs;
   int result = real ? real(handle) : -1;
-  g_rescan.store(true, std::memory_order_relaxed);  // its range may go to another library
+  if (loader_counts().subs != before) {
+    g_unloaded.store(true, std::memory_order_relaxed);
+    g_modules_unloaded.fetch_add(1, std::memory_order_release);
+  }
   return result;
 }

@@ -7,6 +7,8 @@
 #include <nvtx3/nvToolsExt.h>
 #include <nvtx3/nvToolsExtMem.h>
 
+#include <pthread.h>
+
 #include <atomic>
 #include <cstring>
 #include <mutex>
@@ -46,12 +48,20 @@ std::string narrow(const wchar_t* text) {
   return out;
 }
 
-// Registered strings: the handle we give back is a copy of the string, kept for the process's life.
+// Registered strings: the handle we give back is a copy of the string, kept for the process's
+// life. The lock is held across fork (taken before, released after on both sides), so a child
+// never inherits it held by a thread that no longer exists, nor the set half-changed.
+std::mutex g_strings_mutex;
+std::unordered_set<std::string>* g_strings = new std::unordered_set<std::string>();
+
+__attribute__((constructor)) void hold_strings_across_fork() {
+  ::pthread_atfork([] { g_strings_mutex.lock(); }, [] { g_strings_mutex.unlock(); },
+                   [] { g_strings_mutex.unlock(); });
+}
+
 const char* keep_string(const char* text) {
-  static std::mutex mutex;
-  static std::unordered_set<std::string>* kept = new std::unordered_set<std::string>();
-  std::lock_guard<std::mutex> lock(mutex);
-  return kept->insert(text ? text : "").first->c_str();
+  std::lock_guard<std::mutex> lock(g_strings_mutex);
+  return g_strings->insert(text ? text : "").first->c_str();
 }
 
 std::string message(const nvtxEventAttributes_t* a) {

@@ -92,7 +92,7 @@ RealFunction<decltype(&cudaGetDriverEntryPointByVersion_ptsz)> real_cudaGetDrive
 }  // namespace
 
 MEMTRACE_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags) {
-  auto real = real_cuGetProcAddress.get();
+  auto real = real_cuGetProcAddress.get(MEMTRACE_CALLER);
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   CUresult result = real(symbol, pfn, cudaVersion, flags);
   if (result == CUDA_SUCCESS) substitute(symbol, pfn, cudaVersion, flags);
@@ -101,7 +101,7 @@ MEMTRACE_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int cu
 
 MEMTRACE_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags,
                                              CUdriverProcAddressQueryResult* symbolStatus) {
-  auto real = real_cuGetProcAddress_v2.get();
+  auto real = real_cuGetProcAddress_v2.get(MEMTRACE_CALLER);
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   CUresult result = real(symbol, pfn, cudaVersion, flags, symbolStatus);
   if (result == CUDA_SUCCESS) substitute(symbol, pfn, cudaVersion, flags);
@@ -110,7 +110,7 @@ MEMTRACE_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int
 
 MEMTRACE_EXPORT cudaError_t cudaGetDriverEntryPoint(const char* symbol, void** funcPtr, unsigned long long flags,
                                                     cudaDriverEntryPointQueryResult* driverStatus) {
-  auto real = real_cudaGetDriverEntryPoint.get();
+  auto real = real_cudaGetDriverEntryPoint.get(MEMTRACE_CALLER);
   if (!real) return cudaErrorInitializationError;
   cudaError_t result = real(symbol, funcPtr, flags, driverStatus);
   if (result == cudaSuccess) substitute(symbol, funcPtr, kRuntimeLookupVersion, flags);
@@ -120,7 +120,7 @@ MEMTRACE_EXPORT cudaError_t cudaGetDriverEntryPoint(const char* symbol, void** f
 // The _ptsz entry points default to the per-thread default stream.
 MEMTRACE_EXPORT cudaError_t cudaGetDriverEntryPoint_ptsz(const char* symbol, void** funcPtr, unsigned long long flags,
                                                          cudaDriverEntryPointQueryResult* driverStatus) {
-  auto real = real_cudaGetDriverEntryPoint_ptsz.get();
+  auto real = real_cudaGetDriverEntryPoint_ptsz.get(MEMTRACE_CALLER);
   if (!real) return cudaErrorInitializationError;
   cudaError_t result = real(symbol, funcPtr, flags, driverStatus);
   if (result == cudaSuccess) substitute(symbol, funcPtr, kRuntimeLookupVersion, flags ? flags : kPerThreadStream);
@@ -130,7 +130,7 @@ MEMTRACE_EXPORT cudaError_t cudaGetDriverEntryPoint_ptsz(const char* symbol, voi
 MEMTRACE_EXPORT cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** funcPtr,
                                                              unsigned int cudaVersion, unsigned long long flags,
                                                              cudaDriverEntryPointQueryResult* driverStatus) {
-  auto real = real_cudaGetDriverEntryPointByVersion.get();
+  auto real = real_cudaGetDriverEntryPointByVersion.get(MEMTRACE_CALLER);
   if (!real) return cudaErrorInitializationError;
   cudaError_t result = real(symbol, funcPtr, cudaVersion, flags, driverStatus);
   if (result == cudaSuccess) substitute(symbol, funcPtr, static_cast<int>(cudaVersion), flags);
@@ -140,7 +140,7 @@ MEMTRACE_EXPORT cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol,
 MEMTRACE_EXPORT cudaError_t cudaGetDriverEntryPointByVersion_ptsz(const char* symbol, void** funcPtr,
                                                                   unsigned int cudaVersion, unsigned long long flags,
                                                                   cudaDriverEntryPointQueryResult* driverStatus) {
-  auto real = real_cudaGetDriverEntryPointByVersion_ptsz.get();
+  auto real = real_cudaGetDriverEntryPointByVersion_ptsz.get(MEMTRACE_CALLER);
   if (!real) return cudaErrorInitializationError;
   cudaError_t result = real(symbol, funcPtr, cudaVersion, flags, driverStatus);
   if (result == cudaSuccess)

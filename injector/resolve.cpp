@@ -1,39 +1,138 @@
 #include <dlfcn.h>
+#include <link.h>
+
+#include <string>
+#include <vector>
 
 #include "interpose.h"
+#include "stack_capture.h"
 
 namespace memtrace::inject {
 
 thread_local int t_depth __attribute__((tls_model("initial-exec"))) = 0;
+std::atomic<uint64_t> g_modules_unloaded{0};
 
-void* resolve_real(const char* name, Library library) {
-  if (void* fn = ::dlsym(RTLD_NEXT, name)) return fn;
-  static const char* const kRuntimeNames[] = {"libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", nullptr};
-  static const char* const kDriverNames[] = {"libcuda.so.1", nullptr};
-  for (const char* const* soname = library == Library::kRuntime ? kRuntimeNames : kDriverNames; *soname; ++soname) {
-    if (void* handle = ::dlopen(*soname, RTLD_LAZY | RTLD_NOLOAD)) {
-      void* fn = ::dlsym(handle, name);
-      ::dlclose(handle);  // drops only the reference RTLD_NOLOAD took
-      if (fn) return fn;
-    }
+namespace {
+
+// The module an address lies in: the span of its loadable segments, and the name the loader
+// knows it by (empty for the main program).
+struct Module {
+  bool found = false;
+  bool main_program = false;
+  uint64_t start = 0, end = 0;
+  std::string name;
+};
+
+Module module_of(uint64_t address) {
+  struct Search {
+    uint64_t address;
+    bool first = true;
+    Module module;
+  } search{address, true, {}};
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* data) {
+        auto* s = static_cast<Search*>(data);
+        bool first = s->first;
+        s->first = false;
+        uint64_t start = UINT64_MAX, end = 0;
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+          if (ph.p_type != PT_LOAD) continue;
+          start = std::min<uint64_t>(start, info->dlpi_addr + ph.p_vaddr);
+          end = std::max<uint64_t>(end, info->dlpi_addr + ph.p_vaddr + ph.p_memsz);
+        }
+        if (s->address < start || s->address >= end) return 0;
+        s->module = Module{true, first, start, end, info->dlpi_name ? info->dlpi_name : ""};
+        return 1;
+      },
+      &search);
+  return search.module;
+}
+
+using Dlclose = int (*)(void*);
+Dlclose real_dlclose() {
+  static auto fn = reinterpret_cast<Dlclose>(::dlsym(RTLD_NEXT, "dlclose"));
+  return fn;
+}
+
+// NAME as the library LIBRARY_NAME and what it was linked against see it: dlsym on a handle
+// searches that object's own dependency tree, where the global scope (and so our interposers)
+// is not. The handle only counts a reference up and down: nothing is loaded or unloaded.
+void* lookup_in_scope_of(const std::string& library_name, const char* name, bool& opened) {
+  void* handle = ::dlopen(library_name.c_str(), RTLD_LAZY | RTLD_NOLOAD);
+  opened = handle != nullptr;
+  if (!handle) return nullptr;
+  void* fn = ::dlsym(handle, name);
+  if (Dlclose close = real_dlclose()) close(handle);  // not ours: it would count as an unload
+  return fn && !in_injector(reinterpret_cast<uint64_t>(fn)) ? fn : nullptr;
+}
+
+// Any loaded object's definition: the last resort before answering "missing".
+void* lookup_anywhere(const char* name) {
+  std::vector<std::string> names;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* data) {
+        if (info->dlpi_name && *info->dlpi_name) static_cast<std::vector<std::string>*>(data)->push_back(info->dlpi_name);
+        return 0;
+      },
+      &names);
+  for (const std::string& library_name : names) {  // outside dl_iterate_phdr: dlopen takes the loader's lock
+    bool opened;
+    if (void* fn = lookup_in_scope_of(library_name, name, opened)) return fn;
   }
   return nullptr;
 }
 
-int runtime_device() {
-  static RealFunction<int (*)(int*)> get_device("cudaGetDevice", Library::kRuntime);
-  int device = -1;
-  auto fn = get_device.get();
-  if (!fn || fn(&device) != 0) return -1;
-  return device;
+}  // namespace
+
+void* RealTable::resolve(uint64_t caller, uint64_t generation) {
+  Module module = caller ? module_of(caller) : Module{};
+  bool cacheable = module.found;
+  void* fn = nullptr;
+  // The caller's own dependency scope: the copy it was linked against. The main program (and
+  // memtrace itself, asking on the program's behalf) looks in the global scope.
+  if (module.found && !module.main_program && !module.name.empty() && !in_injector(caller)) {
+    bool opened;
+    fn = lookup_in_scope_of(module.name, name_, opened);
+    cacheable = opened;
+  }
+  // The global scope after us, then the CUDA libraries by their usual names (loaded RTLD_LOCAL by
+  // a Python extension), then whatever object defines it.
+  if (!fn) fn = ::dlsym(RTLD_NEXT, name_);
+  if (!fn) {
+    static const char* const kRuntimeNames[] = {"libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", nullptr};
+    static const char* const kDriverNames[] = {"libcuda.so.1", nullptr};
+    for (const char* const* soname = library_ == Library::kRuntime ? kRuntimeNames : kDriverNames; *soname && !fn;
+         ++soname) {
+      bool opened;
+      fn = lookup_in_scope_of(*soname, name_, opened);
+    }
+  }
+  if (!fn) fn = lookup_anywhere(name_);
+  if (fn && cacheable) remember(module.start, module.end, generation, fn);
+  return fn;
 }
 
-int driver_device() {
-  static RealFunction<int (*)(int*)> get_device("cuCtxGetDevice", Library::kDriver);
-  int device = -1;
-  auto fn = get_device.get();
-  if (!fn || fn(&device) != 0) return -1;
-  return device;
+void RealTable::remember(uint64_t start, uint64_t end, uint64_t generation, void* fn) {
+  // An empty slot, or one left from before an unload, or else the next in turn.
+  Slot* target = nullptr;
+  for (Slot& slot : slots_) {
+    uint64_t seq = slot.sequence.load(std::memory_order_acquire);
+    if (seq == 0 || (!(seq & 1) && slot.generation.load(std::memory_order_relaxed) != generation)) {
+      target = &slot;
+      break;
+    }
+  }
+  if (!target) target = &slots_[next_slot_.fetch_add(1, std::memory_order_relaxed) % kSlots];
+  uint64_t seq = target->sequence.load(std::memory_order_relaxed);
+  if ((seq & 1) || !target->sequence.compare_exchange_strong(seq, seq + 1, std::memory_order_acq_rel))
+    return;  // another thread is writing it: this answer is simply not cached
+  std::atomic_thread_fence(std::memory_order_release);
+  target->start.store(start, std::memory_order_relaxed);
+  target->end.store(end, std::memory_order_relaxed);
+  target->generation.store(generation, std::memory_order_relaxed);
+  target->fn.store(fn, std::memory_order_relaxed);
+  target->sequence.store(seq + 2, std::memory_order_release);
 }
 
 }  // namespace memtrace::inject

@@ -26,18 +26,20 @@ uint64_t address_of(cudaError_t result, void** ptr) {
 constexpr cudaError_t kMissing = cudaErrorInitializationError;  // no runtime to call
 
 cudaError_t malloc_async(Api api, uint64_t caller, Real<decltype(&cudaMallocAsync)>& real, void** ptr, size_t size,
-                         cudaStream_t stream) {
+                         cudaStream_t stream, Ordering ordering) {
   Call call(api, caller);
-  cudaError_t result = call_real<kMissing>(real, ptr, size, stream);
-  return record_after(call, result, address_of(result, ptr), size, call.active() ? runtime_device() : -1, stream);
+  cudaError_t result = call_real<kMissing>(real, caller, ptr, size, stream);
+  return record_after(call, result, address_of(result, ptr), size, device_of_pointer(call, runtime_device), stream,
+                      ordering);
 }
 
 cudaError_t malloc_from_pool(uint64_t caller, Real<decltype(&cudaMallocFromPoolAsync)>& real, void** ptr, size_t size,
-                             cudaMemPool_t pool, cudaStream_t stream) {
+                             cudaMemPool_t pool, cudaStream_t stream, Ordering ordering) {
   Call call(Api::kCudaMallocFromPoolAsync, caller);
-  cudaError_t result = call_real<kMissing>(real, ptr, size, pool, stream);
+  cudaError_t result = call_real<kMissing>(real, caller, ptr, size, pool, stream);
   if (call.active()) call.record.aux = reinterpret_cast<uint64_t>(pool);
-  return record_after(call, result, address_of(result, ptr), size, call.active() ? runtime_device() : -1, stream);
+  return record_after(call, result, address_of(result, ptr), size, device_of_pointer(call, runtime_device), stream,
+                      ordering);
 }
 
 Real<decltype(&cudaMalloc)> real_cudaMalloc("cudaMalloc", Library::kRuntime);
@@ -60,77 +62,80 @@ Real<decltype(&cudaMalloc3D)> real_cudaMalloc3D("cudaMalloc3D", Library::kRuntim
 
 MEMTRACE_EXPORT cudaError_t cudaMalloc(void** devPtr, size_t size) {
   Call call(Api::kCudaMalloc, MEMTRACE_CALLER);
-  cudaError_t result = call_real<kMissing>(real_cudaMalloc, devPtr, size);
-  return record_after(call, result, address_of(result, devPtr), size, call.active() ? runtime_device() : -1);
+  cudaError_t result = call_real<kMissing>(real_cudaMalloc, call.record.caller, devPtr, size);
+  return record_after(call, result, address_of(result, devPtr), size, current_runtime_device(call));
 }
 
 MEMTRACE_EXPORT cudaError_t cudaFree(void* devPtr) {
   return free_call<kMissing>(Api::kCudaFree, MEMTRACE_CALLER, real_cudaFree, reinterpret_cast<uint64_t>(devPtr), 0,
-                             nullptr, devPtr);
+                             nullptr, Ordering::kImmediate, devPtr);
 }
 
 MEMTRACE_EXPORT cudaError_t cudaMallocAsync(void** devPtr, size_t size, cudaStream_t stream) {
-  return malloc_async(Api::kCudaMallocAsync, MEMTRACE_CALLER, real_cudaMallocAsync, devPtr, size, stream);
+  return malloc_async(Api::kCudaMallocAsync, MEMTRACE_CALLER, real_cudaMallocAsync, devPtr, size, stream,
+                      Ordering::kStream);
 }
 
 MEMTRACE_EXPORT cudaError_t cudaMallocAsync_ptsz(void** devPtr, size_t size, cudaStream_t stream) {
-  return malloc_async(Api::kCudaMallocAsync, MEMTRACE_CALLER, real_cudaMallocAsync_ptsz, devPtr, size, stream);
+  return malloc_async(Api::kCudaMallocAsync, MEMTRACE_CALLER, real_cudaMallocAsync_ptsz, devPtr, size, stream,
+                      Ordering::kPerThreadStream);
 }
 
 MEMTRACE_EXPORT cudaError_t cudaFreeAsync(void* devPtr, cudaStream_t stream) {
   return free_call<kMissing>(Api::kCudaFreeAsync, MEMTRACE_CALLER, real_cudaFreeAsync,
-                             reinterpret_cast<uint64_t>(devPtr), 0, stream, devPtr, stream);
+                             reinterpret_cast<uint64_t>(devPtr), 0, stream, Ordering::kStream, devPtr, stream);
 }
 
 MEMTRACE_EXPORT cudaError_t cudaFreeAsync_ptsz(void* devPtr, cudaStream_t stream) {
   return free_call<kMissing>(Api::kCudaFreeAsync, MEMTRACE_CALLER, real_cudaFreeAsync_ptsz,
-                             reinterpret_cast<uint64_t>(devPtr), 0, stream, devPtr, stream);
+                             reinterpret_cast<uint64_t>(devPtr), 0, stream, Ordering::kPerThreadStream, devPtr, stream);
 }
 
 MEMTRACE_EXPORT cudaError_t cudaMallocFromPoolAsync(void** ptr, size_t size, cudaMemPool_t pool, cudaStream_t stream) {
-  return malloc_from_pool(MEMTRACE_CALLER, real_cudaMallocFromPoolAsync, ptr, size, pool, stream);
+  return malloc_from_pool(MEMTRACE_CALLER, real_cudaMallocFromPoolAsync, ptr, size, pool, stream, Ordering::kStream);
 }
 
 MEMTRACE_EXPORT cudaError_t cudaMallocFromPoolAsync_ptsz(void** ptr, size_t size, cudaMemPool_t pool,
                                                          cudaStream_t stream) {
-  return malloc_from_pool(MEMTRACE_CALLER, real_cudaMallocFromPoolAsync_ptsz, ptr, size, pool, stream);
+  return malloc_from_pool(MEMTRACE_CALLER, real_cudaMallocFromPoolAsync_ptsz, ptr, size, pool, stream,
+                          Ordering::kPerThreadStream);
 }
 
 MEMTRACE_EXPORT cudaError_t cudaMallocManaged(void** devPtr, size_t size, unsigned int flags) {
   Call call(Api::kCudaMallocManaged, MEMTRACE_CALLER);
-  cudaError_t result = call_real<kMissing>(real_cudaMallocManaged, devPtr, size, flags);
-  return record_after(call, result, address_of(result, devPtr), size, call.active() ? runtime_device() : -1);
+  cudaError_t result = call_real<kMissing>(real_cudaMallocManaged, call.record.caller, devPtr, size, flags);
+  return record_after(call, result, address_of(result, devPtr), size, current_runtime_device(call));
 }
 
 MEMTRACE_EXPORT cudaError_t cudaMallocHost(void** ptr, size_t size) {
   Call call(Api::kCudaMallocHost, MEMTRACE_CALLER);
-  cudaError_t result = call_real<kMissing>(real_cudaMallocHost, ptr, size);
-  return record_after(call, result, address_of(result, ptr), size, -1);
+  cudaError_t result = call_real<kMissing>(real_cudaMallocHost, call.record.caller, ptr, size);
+  return record_after(call, result, address_of(result, ptr), size, no_device);
 }
 
 MEMTRACE_EXPORT cudaError_t cudaHostAlloc(void** pHost, size_t size, unsigned int flags) {
   Call call(Api::kCudaHostAlloc, MEMTRACE_CALLER);
-  cudaError_t result = call_real<kMissing>(real_cudaHostAlloc, pHost, size, flags);
-  return record_after(call, result, address_of(result, pHost), size, -1);
+  cudaError_t result = call_real<kMissing>(real_cudaHostAlloc, call.record.caller, pHost, size, flags);
+  return record_after(call, result, address_of(result, pHost), size, no_device);
 }
 
 MEMTRACE_EXPORT cudaError_t cudaFreeHost(void* ptr) {
   return free_call<kMissing>(Api::kCudaFreeHost, MEMTRACE_CALLER, real_cudaFreeHost, reinterpret_cast<uint64_t>(ptr), 0,
-                             nullptr, ptr);
+                             nullptr, Ordering::kImmediate, ptr);
 }
 
 MEMTRACE_EXPORT cudaError_t cudaMallocPitch(void** devPtr, size_t* pitch, size_t width, size_t height) {
   Call call(Api::kCudaMallocPitch, MEMTRACE_CALLER);
-  cudaError_t result = call_real<kMissing>(real_cudaMallocPitch, devPtr, pitch, width, height);
+  cudaError_t result = call_real<kMissing>(real_cudaMallocPitch, call.record.caller, devPtr, pitch, width, height);
   uint64_t bytes = result == cudaSuccess && pitch ? uint64_t(*pitch) * height : uint64_t(width) * height;
-  return record_after(call, result, address_of(result, devPtr), bytes, call.active() ? runtime_device() : -1);
+  return record_after(call, result, address_of(result, devPtr), bytes, current_runtime_device(call));
 }
 
 MEMTRACE_EXPORT cudaError_t cudaMalloc3D(cudaPitchedPtr* pitchedDevPtr, cudaExtent extent) {
   Call call(Api::kCudaMalloc3D, MEMTRACE_CALLER);
-  cudaError_t result = call_real<kMissing>(real_cudaMalloc3D, pitchedDevPtr, extent);
+  cudaError_t result = call_real<kMissing>(real_cudaMalloc3D, call.record.caller, pitchedDevPtr, extent);
   bool ok = result == cudaSuccess && pitchedDevPtr;
   uint64_t pitch = ok ? pitchedDevPtr->pitch : extent.width;
   uint64_t addr = ok ? reinterpret_cast<uint64_t>(pitchedDevPtr->ptr) : 0;
-  return record_after(call, result, addr, pitch * extent.height * extent.depth, call.active() ? runtime_device() : -1);
+  return record_after(call, result, addr, pitch * extent.height * extent.depth, current_runtime_device(call));
 }

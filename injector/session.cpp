@@ -34,7 +34,8 @@ StackOptions g_stack_options;
 // Set once a publish gave up after the full stall bound; later publishes then do not wait again
 // until the ring has room, so a stopped collector costs the program one stall, not one per event.
 std::atomic<bool> g_stalled{false};
-std::atomic<bool> g_devices_described{false};
+enum DevicesState : int { kNotDescribed, kDescribing, kDescribed };
+std::atomic<int> g_devices_described{kNotDescribed};
 
 thread_local uint32_t t_tid __attribute__((tls_model("initial-exec"))) = 0;
 // The consumer's tail as this thread last saw it. The tail only grows, so a stale value can only
@@ -132,7 +133,7 @@ void forget_parent_session() {
   }
   if (state == kActive || state == kStarting) g_state.store(kUninit, std::memory_order_relaxed);
   g_stalled.store(false, std::memory_order_relaxed);
-  g_devices_described.store(false, std::memory_order_relaxed);
+  g_devices_described.store(kNotDescribed, std::memory_order_relaxed);
   t_tid = 0;
   t_known_tail = 0;
   forget_described_code();
@@ -153,10 +154,20 @@ void count_dropped(uint64_t seq) {
   h->dropped_events.fetch_add(1, std::memory_order_release);
 }
 
+// Keeps the longest wait any thread saw, for the trace's footer.
+void note_wait(uint64_t started_ns) {
+  if (started_ns == 0) return;
+  uint64_t waited = monotonic_ns() - started_ns;
+  std::atomic<uint64_t>& longest = g_ring.header->longest_wait_ns;
+  uint64_t seen = longest.load(std::memory_order_relaxed);
+  while (waited > seen && !longest.compare_exchange_weak(seen, waited, std::memory_order_relaxed)) {
+  }
+}
+
 bool reserve_slots(uint32_t slots, uint64_t& index) {
   ring::RingHeader* h = g_ring.header;
   uint64_t head = h->head.load(std::memory_order_relaxed);
-  uint64_t deadline = 0;
+  uint64_t started = 0;  // when this thread began to wait for room, if it had to
   for (;;) {
     uint64_t tail = t_known_tail;
     if (head + slots - tail > h->slot_count) tail = t_known_tail = h->tail.load(std::memory_order_acquire);
@@ -164,6 +175,7 @@ bool reserve_slots(uint32_t slots, uint64_t& index) {
       if (h->head.compare_exchange_weak(head, head + slots, std::memory_order_acq_rel, std::memory_order_relaxed)) {
         index = head;
         if (g_stalled.load(std::memory_order_relaxed)) g_stalled.store(false, std::memory_order_relaxed);
+        note_wait(started);
         return true;
       }
       continue;
@@ -174,9 +186,10 @@ bool reserve_slots(uint32_t slots, uint64_t& index) {
       return false;
     }
     uint64_t now = monotonic_ns();
-    if (deadline == 0) deadline = now + g_max_stall_ns;
-    if (now >= deadline) {
+    if (started == 0) started = now;
+    if (now - started >= g_max_stall_ns) {
       g_stalled.store(true, std::memory_order_relaxed);
+      note_wait(started);
       return false;
     }
     timespec pause{0, 100'000};
@@ -247,46 +260,17 @@ void publish_description(uint32_t type, const void* first, std::string_view a, s
 
 }  // namespace
 
-bool query_device_memory(uint64_t& free_bytes, uint64_t& total_bytes) {
-  using GetInfo = int (*)(size_t*, size_t*);
-  static auto get_info = reinterpret_cast<GetInfo>(resolve_real("cuMemGetInfo_v2", Library::kDriver));
-  size_t f = 0, t = 0;
-  if (!get_info || get_info(&f, &t) != 0) return false;
-  free_bytes = f;
-  total_bytes = t;
-  return true;
-}
-
-void describe_devices_once() {
-  // A plain load first: the exchange writes a shared line, which every call would pay for.
-  if (g_devices_described.load(std::memory_order_relaxed) ||
-      g_devices_described.exchange(true, std::memory_order_relaxed))
-    return;
-  using GetCount = int (*)(int*);
-  using Get = int (*)(int*, int);
-  using GetName = int (*)(char*, int, int);
-  using TotalMem = int (*)(size_t*, int);
-  auto count_fn = reinterpret_cast<GetCount>(resolve_real("cuDeviceGetCount", Library::kDriver));
-  auto get_fn = reinterpret_cast<Get>(resolve_real("cuDeviceGet", Library::kDriver));
-  auto name_fn = reinterpret_cast<GetName>(resolve_real("cuDeviceGetName", Library::kDriver));
-  auto total_fn = reinterpret_cast<TotalMem>(resolve_real("cuDeviceTotalMem_v2", Library::kDriver));
-  int count = 0;
-  if (!count_fn || !get_fn || !name_fn || !total_fn || count_fn(&count) != 0 || count <= 0) return;
-  if (count > 64) count = 64;
+void describe_devices_once(uint64_t caller) {
+  // A plain load first: the exchange writes a shared line, which every call would pay for. Only
+  // a description that was sent marks the devices described: a driver not ready yet (or a
+  // failed count) is asked again after the next successful call.
+  int state = g_devices_described.load(std::memory_order_relaxed);
+  if (state != kNotDescribed || !g_devices_described.compare_exchange_strong(state, kDescribing)) return;
   std::string payload;
-  for (int i = 0; i < count; ++i) {
-    int device = 0;
-    char name[256] = {};
-    size_t total = 0;
-    if (get_fn(&device, i) != 0) continue;
-    name_fn(name, sizeof name - 1, device);
-    total_fn(&total, device);
-    ring::DeviceEntry entry{i, static_cast<uint32_t>(std::strlen(name)), total};
-    payload.append(reinterpret_cast<const char*>(&entry), sizeof entry).append(name, entry.name_bytes);
-  }
   ring::DevicesRecord rec{};
-  rec.count = static_cast<uint32_t>(count);
-  publish_description(ring::kSlotDevices, &rec, payload, {});
+  bool ok = query_devices(caller, payload, rec.count);
+  if (ok) publish_description(ring::kSlotDevices, &rec, payload, {});
+  g_devices_described.store(ok ? kDescribed : kNotDescribed, std::memory_order_release);
 }
 
 void publish_code(uint64_t code, std::string_view name, std::string_view file) {
@@ -336,6 +320,7 @@ void publish(const CallRecord& r, const StackCapture* stack, std::string_view na
   rec.size = r.size;
   rec.stream = r.stream;
   rec.aux = r.aux;
+  rec.flags = static_cast<uint8_t>(r.flags);
   rec.caller = r.caller;
   rec.stack_truncated = stack && stack->truncated;
   rec.device_free = r.device_free;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "memtrace/format/api.h"
@@ -20,6 +21,7 @@ struct CallRecord {
   uint64_t size = 0;
   uint64_t stream = 0;
   uint64_t aux = 0;
+  uint32_t flags = 0;  // memtrace::EventFlags
   uint64_t caller = 0;
   uint64_t seq = 0;
   uint64_t t_ns = 0;
@@ -46,12 +48,16 @@ void publish_code(uint64_t code, std::string_view name, std::string_view file);
 void publish_module(uint64_t bias, uint64_t start, uint64_t end, std::string_view path);
 
 // Free and total bytes of the current context's device, right after an allocation failed for
-// lack of memory; false when the driver cannot say.
-bool query_device_memory(uint64_t& free_bytes, uint64_t& total_bytes);
+// lack of memory; false when the driver cannot say (device_query.cpp).
+bool query_device_memory(uint64_t caller, uint64_t& free_bytes, uint64_t& total_bytes);
 
-// Tells the collector the devices' names and sizes, once per session, after a call succeeded
-// (the driver is initialized by then).
-void describe_devices_once();
+// The devices the process sees, as ring::DeviceEntry records followed by their names; false
+// when the driver cannot say yet (device_query.cpp).
+bool query_devices(uint64_t caller, std::string& payload, uint32_t& count);
+
+// Tells the collector the devices' names, sizes and UUIDs, once per session, after a call
+// succeeded (the driver is initialized by then).
+void describe_devices_once(uint64_t caller);
 
 // How stacks are taken in this process (from memtrace run's options).
 const StackOptions& stack_options();

@@ -1,9 +1,11 @@
 #include "stack_capture.h"
 
+#include <dlfcn.h>
 #include <link.h>
+#include <unwind.h>
 
-#define UNW_LOCAL_ONLY
-#include <libunwind.h>
+#include <cstdlib>
+#include <cstring>
 
 #include "memtrace/ring.h"
 #include "session.h"
@@ -34,6 +36,51 @@ __attribute__((constructor)) void find_self() {
       const_cast<uint64_t*>(&self));
 }
 
+// libunwind walks stacks fastest, but its shared library also defines _Unwind_RaiseException,
+// _Unwind_Resume and backtrace(). Linked into the injector it would sit in the global scope ahead
+// of libgcc_s in every program that does not load libgcc_s itself (python3), and every C++
+// exception would be raised by it. So it is loaded privately (RTLD_LOCAL), at load time, before
+// the program has threads or locks, and only its own entry points are taken from it.
+using Backtrace = int (*)(void**, int);
+Backtrace g_unw_backtrace = nullptr;
+
+__attribute__((constructor)) void load_unwinder() {
+  const char* socket = std::getenv("MEMTRACE_SOCKET");
+  const char* native = std::getenv("MEMTRACE_NATIVE_STACKS");
+  if (!socket || !*socket || (native && std::strcmp(native, "0") == 0)) return;  // not traced, or no native stacks
+  void* lib = ::dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) return;  // the toolchain's unwinder serves instead
+  using SetCaching = int (*)(void*, int);
+  auto set_caching = reinterpret_cast<SetCaching>(::dlsym(lib, "_ULx86_64_set_caching_policy"));
+  auto* address_space = static_cast<void**>(::dlsym(lib, "_ULx86_64_local_addr_space"));
+  auto backtrace = reinterpret_cast<Backtrace>(::dlsym(lib, "unw_backtrace"));
+  // Per-thread caches: the global cache's lock, held by a thread when another forks, would
+  // leave the child's first stack walk waiting forever.
+  if (!set_caching || !address_space || !backtrace || set_caching(*address_space, 2 /* UNW_CACHE_PER_THREAD */) != 0)
+    return;
+  g_unw_backtrace = backtrace;
+}
+
+// The toolchain's own unwinder (libgcc_s), when libunwind is not installed.
+struct GccWalk {
+  void** frames;
+  int max, count;
+};
+
+_Unwind_Reason_Code gcc_frame(_Unwind_Context* context, void* data) {
+  auto* walk = static_cast<GccWalk*>(data);
+  if (walk->count >= walk->max) return _URC_END_OF_STACK;
+  walk->frames[walk->count++] = reinterpret_cast<void*>(_Unwind_GetIP(context));
+  return _URC_NO_REASON;
+}
+
+int walk_stack(void** frames, int max) {
+  if (g_unw_backtrace) return g_unw_backtrace(frames, max);
+  GccWalk walk{frames, max, 0};
+  _Unwind_Backtrace(gcc_frame, &walk);
+  return walk.count;
+}
+
 }  // namespace
 
 bool in_injector(uint64_t address) { return address >= g_self_start && address < g_self_end; }
@@ -45,7 +92,7 @@ void capture_stack(const StackOptions& options, uint64_t caller, StackCapture& s
     // Room for memtrace's own frames on top, which are dropped, plus one to notice truncation.
     void* frames[kMaxNativeFrames + 16];
     int wanted = options.depth < kMaxNativeFrames ? options.depth : kMaxNativeFrames;
-    int n = unw_backtrace(frames, wanted + 16 + 1);
+    int n = walk_stack(frames, wanted + 16 + 1);
     int first = 0;
     while (first < n && in_injector(reinterpret_cast<uint64_t>(frames[first]))) ++first;
     for (int i = first; i < n && stack.native_count < wanted; ++i)

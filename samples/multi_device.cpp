@@ -1,5 +1,8 @@
 // Several devices: device d holds d+1 buffers while the others hold theirs, so each device has a
-// peak of its own. Needs at least two devices (memtrace run --sim --sim-devices 2).
+// peak of its own. Then, with device 0 current, stream-ordered allocations on the last device:
+// cudaMallocAsync on a stream made there, and cudaMallocFromPoolAsync from its default pool. They
+// belong to that device, not to the current one. Needs at least two devices
+// (memtrace run --sim --sim-devices 2).
 //   multi_device [--buffer-mib M]
 #include <cuda_runtime_api.h>
 
@@ -38,6 +41,32 @@ int main(int argc, char** argv) {
       account.live(d, -static_cast<int64_t>(bytes));
     }
   }
+
+  // Stream-ordered allocations away from the current device, each larger than device 0's peak.
+  const int last = devices - 1;
+  cudaStream_t stream;
+  cudaMemPool_t pool;
+  SAMPLE_CHECK(cudaSetDevice(last));
+  SAMPLE_CHECK(cudaStreamCreate(&stream));
+  SAMPLE_CHECK(cudaDeviceGetDefaultMemPool(&pool, last));
+  SAMPLE_CHECK(cudaSetDevice(0));
+  void* on_stream = nullptr;
+  void* from_pool = nullptr;
+  cudaError_t e = cudaMallocAsync(&on_stream, 2 * bytes, stream);
+  account.call("cudaMallocAsync", e == cudaSuccess);
+  SAMPLE_CHECK(e);
+  account.live(last, static_cast<int64_t>(2 * bytes));
+  e = cudaMallocFromPoolAsync(&from_pool, 3 * bytes, pool, stream);
+  account.call("cudaMallocFromPoolAsync", e == cudaSuccess);
+  SAMPLE_CHECK(e);
+  account.live(last, static_cast<int64_t>(3 * bytes));
+  for (void* p : {on_stream, from_pool}) {
+    e = cudaFreeAsync(p, stream);
+    account.call("cudaFreeAsync", e == cudaSuccess);
+    SAMPLE_CHECK(e);
+  }
+  account.live(last, -static_cast<int64_t>(5 * bytes));
+  SAMPLE_CHECK(cudaStreamDestroy(stream));
   account.print();
   return 0;
 }

@@ -44,8 +44,19 @@ def _route_cuda_lookups():
         base = os.path.basename(name) if isinstance(name, str) else ""
         self._memtrace_cuda = base.startswith(("libcudart.so", "libcuda.so"))
 
+    def is_cuda_library(self):
+        # Read from the instance's own dict: getattr would reach CDLL.__getattr__, which looks the
+        # name up as a function through __getitem__, here, again and again, for a subclass that
+        # never ran CDLL.__init__. Such an instance is judged by the name it carries, if any.
+        known = self.__dict__.get("_memtrace_cuda")
+        if known is None:
+            name = self.__dict__.get("_name")
+            base = os.path.basename(name) if isinstance(name, str) else ""
+            known = base.startswith(("libcudart.so", "libcuda.so"))
+        return known
+
     def __getitem__(self, name_or_ordinal):
-        if isinstance(name_or_ordinal, str) and getattr(self, "_memtrace_cuda", False):
+        if isinstance(name_or_ordinal, str) and is_cuda_library(self):
             try:
                 func = self._FuncPtr((name_or_ordinal, _Global()))
             except AttributeError:

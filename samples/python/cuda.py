@@ -21,7 +21,7 @@ live = 0
 peak = 0
 
 
-def _count(api, nbytes):
+def count(api, nbytes):
     global live, peak
     calls[api] = calls.get(api, 0) + 1
     live += nbytes
@@ -34,7 +34,7 @@ def malloc(nbytes, hold_gil=True):
     err = lib.cudaMalloc(ctypes.byref(ptr), nbytes)  # memtrace-test: cudaMalloc
     if err != 0:
         raise MemoryError(f"cudaMalloc failed with error {err}")
-    _count("cudaMalloc", nbytes)
+    count("cudaMalloc", nbytes)
     return ptr.value, nbytes
 
 
@@ -43,7 +43,7 @@ def free(buffer):
     err = _runtime.cudaFree(ctypes.c_void_p(ptr))
     if err != 0:
         raise RuntimeError(f"cudaFree failed with error {err}")
-    _count("cudaFree", -nbytes)
+    count("cudaFree", -nbytes)
 
 
 def print_account():

@@ -19,7 +19,7 @@ struct Collected : RecordSink {
   void on_event(RawEvent& e, const uint64_t*, size_t, const uint64_t*, size_t, std::string_view) override { events.push_back(e); }
   void on_module(uint64_t, uint64_t, uint64_t, std::string) override {}
   void on_code(uint64_t, std::string, std::string) override {}
-  void on_device(int32_t, std::string, uint64_t) override {}
+  void on_device(int32_t, std::string, uint64_t, const uint8_t (&)[16]) override {}
   void on_started(uint32_t, uint16_t, uint64_t) override {}
 };
 

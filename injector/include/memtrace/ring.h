@@ -29,7 +29,7 @@
 namespace memtrace::ring {
 
 inline constexpr uint64_t kMagic = 0x31474e495254454dull;  // "METRING1"
-inline constexpr uint32_t kVersion = 1;
+inline constexpr uint32_t kVersion = 2;
 inline constexpr size_t kSlotBytes = 128;
 inline constexpr size_t kHeaderBytes = 4096;
 inline constexpr size_t kDefaultDataBytes = 8u << 20;
@@ -62,6 +62,9 @@ struct RingHeader {
   alignas(64) std::atomic<uint64_t> tail;  // slots consumed by the collector
   alignas(64) std::atomic<uint64_t> next_seq;
   alignas(64) std::atomic<uint64_t> dropped_events;
+  // The longest any thread of the process waited for room in the ring, in ns: what recording
+  // cost the program beyond its own work when the collector fell behind.
+  std::atomic<uint64_t> longest_wait_ns;
   // Sequence numbers (plus one; 0 is "not written yet") of dropped events, so the collector does
   // not wait for them. When the log is full the collector learns of the rest from dropped_events.
   std::atomic<uint64_t> dropped_log_count;
@@ -100,7 +103,7 @@ struct EventRecord {
   uint64_t aux;
   uint64_t caller;  // return address of the call into the CUDA API
   uint8_t stack_truncated;  // the native stack was deeper than the limit
-  uint8_t reserved1;
+  uint8_t flags;            // memtrace::EventFlags
   uint16_t name_bytes;
   uint8_t reserved3[4];
   uint64_t device_free;   // an allocation that failed for lack of memory: the device's free
@@ -160,6 +163,7 @@ struct DeviceEntry {
   int32_t ordinal;
   uint32_t name_bytes;
   uint64_t total_bytes;
+  uint8_t uuid[16];  // all zeros when the driver cannot say
 };
 
 // Slots needed for a record whose payload is PAYLOAD bytes.

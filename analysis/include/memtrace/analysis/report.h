@@ -38,6 +38,7 @@ struct DeviceReport {
   int32_t device = -1;
   std::string name;          // as the driver names it, when the trace says
   uint64_t total_bytes = 0;  // the device's memory, when the trace says
+  std::string uuid;          // "GPU-...", when the driver said: tells apart ranks' "device 0"s
   uint64_t peak_bytes = 0;
   uint64_t peak_time_ns = 0;
   uint64_t live_at_exit_bytes = 0;
@@ -69,6 +70,8 @@ struct ProcessReport {
   std::string problem;   // why the trace was read only in part
   uint64_t events = 0;
   uint64_t dropped_events = 0;
+  uint64_t longest_wait_ns = 0;  // the longest the program waited for memtrace (room in its ring)
+  uint64_t captured_events = 0;  // stream-ordered calls made while capturing a CUDA graph
   uint64_t incomplete_records = 0;
   uint64_t unmatched_frees = 0;
   uint64_t pinned_host_peak_bytes = 0;
@@ -144,6 +147,7 @@ class ReportBuilder {
   uint64_t pinned_host_live_ = 0;
   uint64_t pinned_host_peak_ = 0;
   uint64_t unmatched_frees_ = 0;
+  uint64_t captured_events_ = 0;
   uint64_t events_ = 0;
   bool new_peak_ = false;
 };

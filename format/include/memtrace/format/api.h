@@ -76,6 +76,13 @@ enum class Layer : uint8_t { kUnknown = 0, kDevice = 1, kReserved = 2, kAllocate
 // kMark: an NVTX mark or range edge; it changes no memory. Its name is the string id in aux.
 enum class Op : uint8_t { kAlloc = 0, kFree = 1, kMark = 2 };
 
+// What else is known of one event (a bit set, stored in traces).
+enum EventFlags : uint32_t {
+  // A stream-ordered call made while its stream was being captured into a CUDA graph: it added a
+  // node to the graph, and the memory is the graph's (obtained at each launch), not the stream's.
+  kEventCaptured = 1,
+};
+
 // The result of an allocation that failed for lack of memory: cudaErrorMemoryAllocation and
 // CUDA_ERROR_OUT_OF_MEMORY are both 2.
 inline constexpr int32_t kOutOfMemoryResult = 2;

@@ -26,10 +26,12 @@ struct Event {
   // An allocation that failed for lack of memory: the device's free and total bytes then.
   uint64_t device_free = 0;
   uint64_t device_total = 0;
+  uint32_t flags = 0;  // EventFlags
 
   bool ok() const { return result == 0; }
   bool interrupted() const { return result == kInterruptedCall; }
   Op op() const { return api_info(api).op; }
+  bool captured() const { return flags & kEventCaptured; }
 };
 
 }  // namespace memtrace

@@ -1,0 +1,64 @@
+// Records copied out of a traced process's ring by the collector's main thread, for the process's
+// worker to handle. Copying frees the ring's slots at once, whatever the worker is busy with
+// (symbolizing a frame in a large library can take seconds), so a program never waits on it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "ring_consumer.h"
+
+namespace memtrace {
+
+class RecordBatch final : public RecordSink {
+ public:
+  void on_event(RawEvent& event, const uint64_t* native, size_t native_count, const uint64_t* python,
+                size_t python_count, std::string_view name) override;
+  void on_module(uint64_t bias, uint64_t start, uint64_t end, std::string path) override;
+  void on_code(uint64_t code, std::string name, std::string file) override;
+  void on_device(int32_t ordinal, std::string name, uint64_t total_bytes, const uint8_t (&uuid)[16]) override;
+  void on_started(uint32_t tid, uint16_t api, uint64_t t_ns) override;
+
+  // Hands every record to SINK, in the order they were copied.
+  void replay(RecordSink& sink);
+  bool empty() const { return entries_.empty() && dropped.empty(); }
+  // Memory the batch holds, roughly: what bounds a backlog.
+  size_t bytes() const;
+
+  // Sequence numbers of events the producer could not deliver, known when the batch was copied.
+  std::vector<uint64_t> dropped;
+
+ private:
+  struct Event {
+    RawEvent event;
+    size_t words_at;  // native frames, then (code, line) pairs, in words_
+    uint32_t native_count, python_count;
+    size_t name_at, name_bytes;  // in text_
+  };
+  struct Module {
+    uint64_t bias, start, end;
+    std::string path;
+  };
+  struct Code {
+    uint64_t code;
+    std::string name, file;
+  };
+  struct Device {
+    int32_t ordinal;
+    uint64_t total_bytes;
+    std::string name;
+    uint8_t uuid[16];
+  };
+  struct Started {
+    uint32_t tid;
+    uint16_t api;
+    uint64_t t_ns;
+  };
+  std::vector<std::variant<Event, Module, Code, Device, Started>> entries_;
+  std::vector<uint64_t> words_;
+  std::string text_;
+};
+
+}  // namespace memtrace

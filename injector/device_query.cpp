@@ -1,0 +1,95 @@
+// What memtrace asks CUDA while recording a call: the current device, the device a pointer lies
+// on, whether a stream is being captured, what a device had left after an allocation failed,
+// and the devices' names, sizes and UUIDs. Each question goes to the CUDA library of the module
+// that made the call (real_function.h), and only to entry points that leave the program's state
+// alone: the driver's queries set no sticky "last error", and none of them synchronizes, so they
+// are allowed during stream capture.
+#include <cuda.h>
+
+#include <cstring>
+#include <string>
+
+#include "interpose.h"
+#include "memtrace/ring.h"
+
+namespace memtrace::inject {
+
+int runtime_device(uint64_t caller) {
+  static RealFunction<int (*)(int*)> get_device("cudaGetDevice", Library::kRuntime);
+  int device = -1;
+  auto fn = get_device.get(caller);
+  if (!fn || fn(&device) != 0) return -1;
+  return device;
+}
+
+int driver_device(uint64_t caller) {
+  static RealFunction<int (*)(int*)> get_device("cuCtxGetDevice", Library::kDriver);
+  int device = -1;
+  auto fn = get_device.get(caller);
+  if (!fn || fn(&device) != 0) return -1;
+  return device;
+}
+
+int pointer_device(uint64_t caller, uint64_t addr, int fallback) {
+  static RealFunction<decltype(&cuPointerGetAttribute)> get_attribute("cuPointerGetAttribute", Library::kDriver);
+  int device = -1;
+  auto fn = get_attribute.get(caller);
+  if (!fn || fn(&device, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, addr) != CUDA_SUCCESS || device < 0) return fallback;
+  return device;
+}
+
+bool stream_capturing(uint64_t caller, const void* stream, bool per_thread) {
+  // The legacy stream cannot be captured, and asking about it while another stream captures
+  // is an error (cudaErrorStreamCaptureImplicit): it is never asked about.
+  if (stream == CU_STREAM_LEGACY || (!stream && !per_thread)) return false;
+  static RealFunction<CUresult (*)(CUstream, CUstreamCaptureStatus*)> is_capturing("cuStreamIsCapturing",
+                                                                                     Library::kDriver);
+  auto fn = is_capturing.get(caller);
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  auto handle = stream ? static_cast<CUstream>(const_cast<void*>(stream)) : CU_STREAM_PER_THREAD;
+  return fn && fn(handle, &status) == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+bool query_device_memory(uint64_t caller, uint64_t& free_bytes, uint64_t& total_bytes) {
+  static RealFunction<int (*)(size_t*, size_t*)> get_info("cuMemGetInfo_v2", Library::kDriver);
+  auto fn = get_info.get(caller);
+  size_t f = 0, t = 0;
+  if (!fn || fn(&f, &t) != 0) return false;
+  free_bytes = f;
+  total_bytes = t;
+  return true;
+}
+
+bool query_devices(uint64_t caller, std::string& payload, uint32_t& count) {
+  static RealFunction<int (*)(int*)> get_count("cuDeviceGetCount", Library::kDriver);
+  static RealFunction<int (*)(int*, int)> get("cuDeviceGet", Library::kDriver);
+  static RealFunction<int (*)(char*, int, int)> get_name("cuDeviceGetName", Library::kDriver);
+  static RealFunction<int (*)(size_t*, int)> total_mem("cuDeviceTotalMem_v2", Library::kDriver);
+  static RealFunction<int (*)(CUuuid*, int)> get_uuid("cuDeviceGetUuid_v2", Library::kDriver);
+  auto count_fn = get_count.get(caller);
+  auto get_fn = get.get(caller);
+  auto name_fn = get_name.get(caller);
+  auto total_fn = total_mem.get(caller);
+  auto uuid_fn = get_uuid.get(caller);  // optional: drivers older than 11.4 lack it
+  int devices = 0;
+  if (!count_fn || !get_fn || !name_fn || !total_fn || count_fn(&devices) != 0 || devices <= 0) return false;
+  if (devices > 64) devices = 64;
+  count = 0;
+  payload.clear();
+  for (int i = 0; i < devices; ++i) {
+    int device = 0;
+    char name[256] = {};
+    size_t total = 0;
+    if (get_fn(&device, i) != 0) continue;
+    name_fn(name, sizeof name - 1, device);
+    total_fn(&total, device);
+    ring::DeviceEntry entry{i, static_cast<uint32_t>(std::strlen(name)), total, {}};
+    CUuuid uuid{};
+    if (uuid_fn && uuid_fn(&uuid, device) == 0) std::memcpy(entry.uuid, uuid.bytes, sizeof entry.uuid);
+    payload.append(reinterpret_cast<const char*>(&entry), sizeof entry).append(name, entry.name_bytes);
+    ++count;
+  }
+  return count > 0;
+}
+
+}  // namespace memtrace::inject

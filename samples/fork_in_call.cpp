@@ -1,0 +1,92 @@
+// fork while other threads are inside recorded calls: one thread keeps allocating (deep native
+// stacks, so the unwinder is mid-walk much of the time) and marking, another keeps registering
+// NVTX strings (memtrace keeps them under a lock), while the main thread forks --forks N children. Each child allocates, registers a string and
+// exits. A child that has not finished within 20 s is hung (a lock a vanished thread held): it
+// is killed and reported, and the program fails.
+//   fork_in_call [--forks N]
+#include <cuda_runtime_api.h>
+#include <nvtx3/nvToolsExt.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <thread>
+#include <vector>
+
+#include "sample_account.h"
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+nvtxDomainHandle_t g_domain;
+
+__attribute__((noinline)) void allocate_deep(int depth) {
+  if (depth > 0) {
+    allocate_deep(depth - 1);
+    asm volatile("" ::: "memory");  // a real frame per level, not a tail call
+    return;
+  }
+  void* p = nullptr;
+  if (cudaMalloc(&p, 4096) == cudaSuccess) cudaFree(p);
+}
+
+void allocate_forever() {
+  while (!g_stop.load(std::memory_order_relaxed)) {
+    allocate_deep(20);
+    nvtxMarkA("hammer");
+  }
+}
+
+void register_forever() {
+  char name[32];
+  for (long i = 0; !g_stop.load(std::memory_order_relaxed); ++i) {
+    std::snprintf(name, sizeof name, "string %ld", i % 1024);
+    nvtxDomainRegisterStringA(g_domain, name);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const long forks = sample::arg_value(argc, argv, "--forks", 40);
+  g_domain = nvtxDomainCreateA("fork_in_call");
+  allocate_deep(0);  // CUDA and memtrace ready before the threads start
+  std::vector<std::thread> threads;
+  threads.emplace_back(allocate_forever);
+  threads.emplace_back(register_forever);
+
+  int hung = 0, failed = 0;
+  for (long i = 0; i < forks; ++i) {
+    pid_t child = ::fork();
+    if (child < 0) {
+      std::perror("fork");
+      return 2;
+    }
+    if (child == 0) {
+      allocate_deep(5);
+      nvtxDomainRegisterStringA(g_domain, "child");
+      ::_exit(0);
+    }
+    int status = 0;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (::waitpid(child, &status, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        std::fprintf(stderr, "fork_in_call: child %d (fork %ld) hung\n", child, i);
+        ::kill(child, SIGKILL);
+        ::waitpid(child, &status, 0);
+        ++hung;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failed;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));  // let the threads get back into their calls
+  }
+  g_stop = true;
+  for (auto& t : threads) t.join();
+  std::printf("forks %ld hung %d failed %d\n", forks, hung, failed);
+  return hung || failed ? 1 : 0;
+}

@@ -1,0 +1,35 @@
+// Preloaded after memtrace's injector by a test: counts the scans of every loaded module
+// (dl_iterate_phdr) the injector makes, and writes the count at exit to $SCAN_COUNT_DIR/<pid>.
+#include <dlfcn.h>
+#include <link.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace {
+std::atomic<long> g_scans{0};
+
+__attribute__((destructor)) void write_count() {
+  const char* dir = std::getenv("SCAN_COUNT_DIR");
+  if (!dir) return;
+  std::string path = std::string(dir) + "/" + std::to_string(::getpid());
+  if (std::FILE* f = std::fopen(path.c_str(), "w")) {
+    std::fprintf(f, "%ld\n", g_scans.load());
+    std::fclose(f);
+  }
+}
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) int dl_iterate_phdr(int (*callback)(dl_phdr_info*, size_t, void*),
+                                                                       void* data) {
+  using Real = int (*)(int (*)(dl_phdr_info*, size_t, void*), void*);
+  static Real real = reinterpret_cast<Real>(::dlsym(RTLD_NEXT, "dl_iterate_phdr"));
+  Dl_info info{};
+  if (::dladdr(__builtin_return_address(0), &info) && info.dli_fname && std::strstr(info.dli_fname, "libmemtrace_inject"))
+    g_scans.fetch_add(1, std::memory_order_relaxed);
+  return real(callback, data);
+}
