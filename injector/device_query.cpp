@@ -14,20 +14,23 @@
 
 namespace memtrace::inject {
 
-int runtime_device(uint64_t caller) {
-  static RealFunction<int (*)(int*)> get_device("cudaGetDevice", Library::kRuntime);
+namespace {
+using GetDevice = RealFunction<int (*)(int*)>;
+int current_device(GetDevice& get_device, uint64_t caller) {
   int device = -1;
   auto fn = get_device.get(caller);
-  if (!fn || fn(&device) != 0) return -1;
-  return device;
+  return fn && fn(&device) == 0 ? device : -1;
+}
+}  // namespace
+
+int runtime_device(uint64_t caller) {
+  static GetDevice get_device("cudaGetDevice", Library::kRuntime);
+  return current_device(get_device, caller);
 }
 
 int driver_device(uint64_t caller) {
-  static RealFunction<int (*)(int*)> get_device("cuCtxGetDevice", Library::kDriver);
-  int device = -1;
-  auto fn = get_device.get(caller);
-  if (!fn || fn(&device) != 0) return -1;
-  return device;
+  static GetDevice get_device("cuCtxGetDevice", Library::kDriver);
+  return current_device(get_device, caller);
 }
 
 int pointer_device(uint64_t caller, uint64_t addr, int fallback) {

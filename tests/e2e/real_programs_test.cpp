@@ -140,10 +140,11 @@ TEST(RealPrograms, LibraryLoadedByRelativePathIsNotRescannedPerAllocation) {
   std::string dir = e2e::temp_dir("relative");
   fs::create_directories(dir + "/scans");
   const int repeat = 200;
-  std::string command = "cd " + std::string(MEMTRACE_SAMPLES_DIR) + " && exec ./plugins . --repeat " +
-                        std::to_string(repeat);
+  // The counter goes after what memtrace preloads (the injector, and a sanitizer's runtime first).
+  std::string command = "cd " + std::string(MEMTRACE_SAMPLES_DIR) + " && LD_PRELOAD=\"$LD_PRELOAD:" +
+                        e2e::sample_path("libscan_counter.so") + "\" exec ./plugins . --repeat " + std::to_string(repeat);
   e2e::Result r = e2e::run({e2e::kMemtrace, "run", "--sim", "-o", dir + "/traces", "--", "/bin/sh", "-c", command},
-                           {"LD_PRELOAD=" + e2e::sample_path("libscan_counter.so"), "SCAN_COUNT_DIR=" + dir + "/scans"});
+                           {"SCAN_COUNT_DIR=" + dir + "/scans"});
   ASSERT_EQ(r.status, 0) << r.err;
 
   json report = e2e::report_json(dir + "/traces");

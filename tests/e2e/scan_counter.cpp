@@ -1,6 +1,9 @@
 // Preloaded after memtrace's injector by a test: counts the scans of every loaded module
 // (dl_iterate_phdr) the injector makes, and writes the count at exit to $SCAN_COUNT_DIR/<pid>.
+// The injector is looked for in the caller's first frames, not only the immediate caller: a
+// sanitizer's runtime, preloaded first, intercepts dl_iterate_phdr in between.
 #include <dlfcn.h>
+#include <execinfo.h>
 #include <link.h>
 #include <unistd.h>
 
@@ -28,8 +31,19 @@ extern "C" __attribute__((visibility("default"))) int dl_iterate_phdr(int (*call
                                                                        void* data) {
   using Real = int (*)(int (*)(dl_phdr_info*, size_t, void*), void*);
   static Real real = reinterpret_cast<Real>(::dlsym(RTLD_NEXT, "dl_iterate_phdr"));
-  Dl_info info{};
-  if (::dladdr(__builtin_return_address(0), &info) && info.dli_fname && std::strstr(info.dli_fname, "libmemtrace_inject"))
-    g_scans.fetch_add(1, std::memory_order_relaxed);
+  static thread_local bool inside = false;  // backtrace may scan the modules itself
+  if (!inside) {
+    inside = true;
+    void* frames[4];
+    int n = ::backtrace(frames, 4);
+    for (int i = 1; i < n; ++i) {
+      Dl_info info{};
+      if (::dladdr(frames[i], &info) && info.dli_fname && std::strstr(info.dli_fname, "libmemtrace_inject")) {
+        g_scans.fetch_add(1, std::memory_order_relaxed);
+        break;
+      }
+    }
+    inside = false;
+  }
   return real(callback, data);
 }
