@@ -123,8 +123,9 @@ TEST(RealPrograms, CxxExceptionsInPythonKeepTheToolchainsUnwinder) {
         size_t to = line.find(" to ");
         std::string target = to == std::string::npos ? "" : line.substr(to);
         EXPECT_EQ(target.find("libunwind"), std::string::npos) << line;
-        if (line.find("libstdc++.so.6") < to && line.find("`_Unwind_RaiseException'") != std::string::npos &&
-            target.find("libgcc_s.so.1") != std::string::npos)
+        // libgcc_s, or in sanitizer runs the sanitizer's runtime, which intercepts it on purpose.
+        bool ours = target.find("libgcc_s.so.1") != std::string::npos || target.find("/libasan.so") != std::string::npos;
+        if (line.find("libstdc++.so.6") < to && line.find("`_Unwind_RaiseException'") != std::string::npos && ours)
           ++toolchain;
       }
     }
@@ -140,22 +141,29 @@ TEST(RealPrograms, LibraryLoadedByRelativePathIsNotRescannedPerAllocation) {
   std::string dir = e2e::temp_dir("relative");
   fs::create_directories(dir + "/scans");
   const int repeat = 200;
-  // The counter goes after what memtrace preloads (the injector, and a sanitizer's runtime first).
-  std::string command = "cd " + std::string(MEMTRACE_SAMPLES_DIR) + " && LD_PRELOAD=\"$LD_PRELOAD:" +
-                        e2e::sample_path("libscan_counter.so") + "\" exec ./plugins . --repeat " + std::to_string(repeat);
+  // The counter goes after what memtrace preloads. A sanitizer's runtime, preloaded first in
+  // sanitizer runs (scripts/sanitize), calls dl_iterate_phdr before anything can forward it:
+  // there the modules are not counted, only the frames checked.
+  const char* sanitizer = std::getenv("MEMTRACE_PRELOAD_FIRST");
+  const bool count = !sanitizer || !*sanitizer;
+  std::string preload = count ? "LD_PRELOAD=\"$LD_PRELOAD:" + e2e::sample_path("libscan_counter.so") + "\" " : "";
+  std::string command = "cd " + std::string(MEMTRACE_SAMPLES_DIR) + " && " + preload + "exec ./plugins . --repeat " +
+                        std::to_string(repeat);
   e2e::Result r = e2e::run({e2e::kMemtrace, "run", "--sim", "-o", dir + "/traces", "--", "/bin/sh", "-c", command},
                            {"SCAN_COUNT_DIR=" + dir + "/scans"});
   ASSERT_EQ(r.status, 0) << r.err;
 
   json report = e2e::report_json(dir + "/traces");
   ASSERT_EQ(report["processes"].size(), 1u);
-  std::string pid = std::to_string(report["processes"][0]["pid"].get<int>());
-  std::ifstream in(dir + "/scans/" + pid);
-  long scans = -1;
-  in >> scans;
-  ASSERT_GE(scans, 1) << "no count from the traced process";
-  EXPECT_LT(scans, repeat / 4) << "the injector scanned the modules " << scans << " times for " << 2 * repeat
-                               << " allocations";
+  if (count) {
+    std::string pid = std::to_string(report["processes"][0]["pid"].get<int>());
+    std::ifstream in(dir + "/scans/" + pid);
+    long scans = -1;
+    in >> scans;
+    ASSERT_GE(scans, 1) << "no count from the traced process";
+    EXPECT_LT(scans, repeat / 4) << "the injector scanned the modules " << scans << " times for " << 2 * repeat
+                                 << " allocations";
+  }
 
   std::vector<json> mallocs = events_of(dir, "cudaMalloc");
   ASSERT_EQ(mallocs.size(), 2u * repeat + 1);
