@@ -68,14 +68,14 @@ void append_event(std::string& out, int pid, const Event& e, const ReplayStep& s
   append_number(out, step.size);
   if (e.kind == MemKind::kVmmMapping && e.op() == Op::kAlloc) {
     out += ",\"handle\":";
-    append_number(out, e.aux);
+    append_number(out, e.handle);
   }
   if (e.op() == Op::kMark) {  // an NVTX mark or range edge: its name (ranges: their id in addr)
     out += ",\"name\":";
-    out += nlohmann::json(std::string(source.reader->string(e.aux))).dump();
+    out += nlohmann::json(std::string(source.reader->string(e.name))).dump();
   } else if (e.layer == Layer::kAllocated && e.kind != MemKind::kHeap && e.op() == Op::kAlloc) {
     out += ",\"heap\":";
-    append_number(out, e.aux);
+    append_number(out, e.heap);
   }
   out += ",\"result\":";
   append_number(out, e.result);

@@ -57,7 +57,7 @@ bool export_chrome(const std::vector<std::string>& traces, std::FILE* out, std::
       const double ts = static_cast<double>(e.t_ns) / 1000.0;  // microseconds
       const std::string api(api_name(e.api));
       if (e.op() == Op::kMark) {
-        std::string label(reader->string(e.aux));
+        std::string label(reader->string(e.name));
         switch (e.api) {
           case Api::kNvtxMark: emit({{"ph", "i"}, {"s", "t"}, {"name", label}, {"pid", pid}, {"tid", e.tid}, {"ts", ts}}); break;
           case Api::kNvtxRangePush: emit({{"ph", "B"}, {"name", label}, {"pid", pid}, {"tid", e.tid}, {"ts", ts}}); break;

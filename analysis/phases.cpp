@@ -19,12 +19,12 @@ bool PhaseTracker::is_step(uint64_t name_id) {
 void PhaseTracker::add_mark(const Event& e) {
   switch (e.api) {
     case Api::kNvtxMark:
-      if (is_step(e.aux)) step_starts_.push_back(e.t_ns);
+      if (is_step(e.name)) step_starts_.push_back(e.t_ns);
       break;
     case Api::kNvtxRangePush: {
-      if (is_step(e.aux)) step_starts_.push_back(e.t_ns);
+      if (is_step(e.name)) step_starts_.push_back(e.t_ns);
       auto& stack = pushed_[e.tid];
-      stack.push_back(PhaseRange{e.t_ns, 0, e.tid, static_cast<uint32_t>(stack.size()), std::string(reader_.string(e.aux))});
+      stack.push_back(PhaseRange{e.t_ns, 0, e.tid, static_cast<uint32_t>(stack.size()), std::string(reader_.string(e.name))});
       break;
     }
     case Api::kNvtxRangePop: {
@@ -35,8 +35,8 @@ void PhaseTracker::add_mark(const Event& e) {
       break;
     }
     case Api::kNvtxRangeStart:
-      if (is_step(e.aux)) step_starts_.push_back(e.t_ns);
-      started_[e.addr] = PhaseRange{e.t_ns, 0, e.tid, 0, std::string(reader_.string(e.aux))};
+      if (is_step(e.name)) step_starts_.push_back(e.t_ns);
+      started_[e.addr] = PhaseRange{e.t_ns, 0, e.tid, 0, std::string(reader_.string(e.name))};
       break;
     case Api::kNvtxRangeEnd: {
       auto it = started_.find(e.addr);

@@ -41,13 +41,13 @@ void Replay::count_allocated(const LiveAllocation& a, uint64_t addr, int64_t sig
   int64_t bytes = sign * static_cast<int64_t>(a.size);
   allocated_bytes_[a.device] += static_cast<uint64_t>(bytes);
   step_.device_changes.push_back(
-      MemoryChange{a.device, bytes, Site{a.api, a.stack_id}, Layer::kAllocated, addr, a.aux});
+      MemoryChange{a.device, bytes, Site{a.api, a.stack_id}, Layer::kAllocated, addr, a.heap});
 }
 
 void Replay::allocate_region(const Event& e) {
-  auto heap = heaps_.find(e.aux);
+  auto heap = heaps_.find(e.heap);
   int32_t device = heap != heaps_.end() ? heap->second.device : heap_device(e.addr);
-  LiveAllocation a{e.api, e.kind, device, e.size, e.stack_id, e.t_ns, e.tid, e.aux};
+  LiveAllocation a{e.api, e.kind, device, e.size, e.stack_id, e.t_ns, e.tid, e.heap};
   step_.device = device;
   auto [it, fresh] = regions_.try_emplace(e.addr, a);
   if (!fresh) {  // registered again without an unregister we saw
@@ -101,8 +101,8 @@ void Replay::allocate(const Event& e) {
       break;
     }
     case MemKind::kVmmMapping: {
-      mappings_[e.addr] = Mapping{e.size, e.aux};
-      auto h = handles_.find(e.aux);
+      mappings_[e.addr] = Mapping{e.size, e.handle};
+      auto h = handles_.find(e.handle);
       if (h != handles_.end()) {
         ++h->second.mappings;
         step_.device = h->second.allocation.device;

@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
     if (i % step_events == step_events - 1) {
       e.api = Api::kNvtxMark;
       e.layer = Layer::kUnknown;
-      e.aux = step_name;
+      e.name = step_name;
     } else if (i % step_events == step_events - 2) {
       e.api = Api::kCudaMalloc;
       e.kind = MemKind::kDevice;

@@ -6,7 +6,7 @@
 #include <optional>
 #include <string>
 
-#include "memtrace/ring.h"
+#include "memtrace/ring/protocol.h"
 
 namespace memtrace {
 

@@ -7,14 +7,14 @@
 #include <map>
 #include <set>
 
-#include "ring_consumer.h"
+#include "memtrace/ring/consumer.h"
 
 namespace memtrace {
 
 class EventSequencer {
  public:
   template <typename Emit>
-  void push(const RawEvent& event, Emit&& emit) {
+  void push(const RingEvent& event, Emit&& emit) {
     if (event.seq < next_) {  // an event we gave up waiting for: late, but not lost
       emit(event);
       return;
@@ -70,7 +70,7 @@ class EventSequencer {
   }
 
   uint64_t next_ = 0;
-  std::map<uint64_t, RawEvent> waiting_;
+  std::map<uint64_t, RingEvent> waiting_;
   std::set<uint64_t> skipped_;
 };
 

@@ -4,7 +4,7 @@
 
 namespace memtrace {
 
-void RecordBatch::on_event(RawEvent& event, const uint64_t* native, size_t native_count, const uint64_t* python,
+void RecordBatch::on_event(RingEvent& event, const uint64_t* native, size_t native_count, const uint64_t* python,
                            size_t python_count, std::string_view name) {
   Event e{event, words_.size(), static_cast<uint32_t>(native_count), static_cast<uint32_t>(python_count),
           text_.size(), name.size()};

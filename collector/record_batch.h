@@ -8,13 +8,13 @@
 #include <variant>
 #include <vector>
 
-#include "ring_consumer.h"
+#include "memtrace/ring/consumer.h"
 
 namespace memtrace {
 
 class RecordBatch final : public RecordSink {
  public:
-  void on_event(RawEvent& event, const uint64_t* native, size_t native_count, const uint64_t* python,
+  void on_event(RingEvent& event, const uint64_t* native, size_t native_count, const uint64_t* python,
                 size_t python_count, std::string_view name) override;
   void on_module(uint64_t bias, uint64_t start, uint64_t end, std::string path) override;
   void on_code(uint64_t code, std::string name, std::string file) override;
@@ -32,7 +32,7 @@ class RecordBatch final : public RecordSink {
 
  private:
   struct Event {
-    RawEvent event;
+    RingEvent event;
     size_t words_at;  // native frames, then (code, line) pairs, in words_
     uint32_t native_count, python_count;
     size_t name_at, name_bytes;  // in text_

@@ -22,6 +22,7 @@
 #include "launcher.h"
 #include "memtrace/analysis/report_render.h"
 #include "memtrace/analysis/units.h"
+#include "memtrace/ring/environment.h"
 #include "traced_process.h"
 
 extern char** environ;
@@ -81,7 +82,7 @@ std::string host_name() {
 
 // The program's install layout: bin/memtrace, lib/libmemtrace_inject.so, lib/sim/.
 fs::path library_dir() {
-  if (const char* dir = std::getenv("MEMTRACE_LIB_DIR")) return dir;
+  if (const char* dir = std::getenv(env::kLibDir)) return dir;
   std::error_code ec;
   fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   return exe.parent_path().parent_path() / "lib";
@@ -382,25 +383,25 @@ int run_command(const RunOptions& options) {
     return kExitMemtraceFailed;
   }
 
-  std::vector<std::string> env;
-  for (char** e = environ; *e; ++e) env.emplace_back(*e);
-  set_env(env, "LD_PRELOAD", injector.string(), true);
+  std::vector<std::string> environment;
+  for (char** e = environ; *e; ++e) environment.emplace_back(*e);
+  set_env(environment, "LD_PRELOAD", injector.string(), true);
   // An injector built with a sanitizer needs its runtime loaded before anything else.
-  if (const char* first = std::getenv("MEMTRACE_PRELOAD_FIRST"); first && *first)
-    set_env(env, "LD_PRELOAD", first, true);
-  set_env(env, "MEMTRACE_SOCKET", control->path());
+  if (const char* first = std::getenv(env::kPreloadFirst); first && *first)
+    set_env(environment, "LD_PRELOAD", first, true);
+  set_env(environment, env::kSocket, control->path());
   // NVTX marks, ranges and memory regions: the injector is also an NVTX tool. A tool the user
   // already attached (Nsight Systems) keeps its place: NVTX takes one.
-  if (!std::getenv("NVTX_INJECTION64_PATH")) set_env(env, "NVTX_INJECTION64_PATH", injector.string());
-  if (options.python_stacks) set_env(env, "PYTHONPATH", (libs / "python").string(), true);  // the shim
-  set_env(env, "MEMTRACE_STACK_DEPTH", std::to_string(options.stack_depth));
-  set_env(env, "MEMTRACE_MAX_STALL_MS", std::to_string(options.max_stall_ns / 1'000'000));
-  set_env(env, "MEMTRACE_NATIVE_STACKS", options.native_stacks ? "1" : "0");
-  set_env(env, "MEMTRACE_PYTHON_STACKS", options.python_stacks ? "1" : "0");
+  if (!std::getenv("NVTX_INJECTION64_PATH")) set_env(environment, "NVTX_INJECTION64_PATH", injector.string());
+  if (options.python_stacks) set_env(environment, "PYTHONPATH", (libs / "python").string(), true);  // the shim
+  set_env(environment, env::kStackDepth, std::to_string(options.stack_depth));
+  set_env(environment, env::kMaxStallMs, std::to_string(options.max_stall_ns / 1'000'000));
+  set_env(environment, env::kNativeStacks, options.native_stacks ? "1" : "0");
+  set_env(environment, env::kPythonStacks, options.python_stacks ? "1" : "0");
   if (options.sim) {
-    set_env(env, "LD_LIBRARY_PATH", sim.string(), true);
-    if (options.sim_capacity) set_env(env, "MEMTRACE_SIM_CAPACITY", std::to_string(*options.sim_capacity));
-    if (options.sim_devices) set_env(env, "MEMTRACE_SIM_DEVICES", std::to_string(*options.sim_devices));
+    set_env(environment, "LD_LIBRARY_PATH", sim.string(), true);
+    if (options.sim_capacity) set_env(environment, "MEMTRACE_SIM_CAPACITY", std::to_string(*options.sim_capacity));
+    if (options.sim_devices) set_env(environment, "MEMTRACE_SIM_DEVICES", std::to_string(*options.sim_devices));
   }
 
   struct sigaction action {};
@@ -421,7 +422,7 @@ int run_command(const RunOptions& options) {
   uint64_t origin_mono = clock_ns(CLOCK_MONOTONIC);
   uint64_t origin_unix = clock_ns(CLOCK_REALTIME);
   int exit_code = 0;
-  pid_t child = launch(options.command, env, error, exit_code);
+  pid_t child = launch(options.command, environment, error, exit_code);
   if (child < 0) {
     std::fprintf(stderr, "memtrace run: %s\n", error.c_str());
     if (created) ::rmdir(dir.c_str());

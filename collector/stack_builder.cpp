@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "memtrace.pb.h"
-#include "memtrace/ring.h"
+#include "memtrace/ring/protocol.h"
 
 namespace memtrace {
 

@@ -148,7 +148,7 @@ void TracedProcess::work_loop() {
 }
 
 void TracedProcess::handle(Work& work) {
-  auto emit = [this](const RawEvent& e) { record(e); };
+  auto emit = [this](const RingEvent& e) { record(e); };
   switch (work.kind) {
     case Work::Kind::kRecords:
       for (uint64_t seq : work.records.dropped) sequencer_.skip(seq, emit);
@@ -161,26 +161,17 @@ void TracedProcess::handle(Work& work) {
   }
 }
 
-void TracedProcess::record(const RawEvent& raw) {
-  Event e;
-  // Times are relative to the run's origin and never go backwards within a process: events that
-  // raced to the clock on two threads are ordered by their sequence numbers instead.
-  uint64_t t = raw.t_ns > origin_ns_ ? raw.t_ns - origin_ns_ : 0;
+// The one conversion of an event from the ring's form to the trace's: times relative to the
+// run's origin (never going backwards within a process: events that raced to the clock on two
+// threads are ordered by their sequence numbers instead), the layer its API belongs to, and
+// nothing taken on trust from the process's memory (an API or kind it does not know is unknown).
+void TracedProcess::record(const RingEvent& raw) {
+  Event e = raw.event;
+  uint64_t t = e.t_ns > origin_ns_ ? e.t_ns - origin_ns_ : 0;
   last_t_ = e.t_ns = t > last_t_ ? t : last_t_;
-  e.tid = raw.tid;
-  e.api = raw.api < static_cast<uint16_t>(Api::kCount) ? static_cast<Api>(raw.api) : Api::kUnknown;
-  e.kind = raw.kind < static_cast<uint8_t>(MemKind::kCount) ? static_cast<MemKind>(raw.kind) : MemKind::kUnknown;
+  if (static_cast<uint16_t>(e.api) >= static_cast<uint16_t>(Api::kCount)) e.api = Api::kUnknown;
+  if (static_cast<uint8_t>(e.kind) >= static_cast<uint8_t>(MemKind::kCount)) e.kind = MemKind::kUnknown;
   e.layer = api_info(e.api).layer;
-  e.device = raw.device;
-  e.stream = raw.stream;
-  e.addr = raw.addr;
-  e.size = raw.size;
-  e.aux = raw.aux;
-  e.result = raw.result;
-  e.stack_id = raw.stack_id;
-  e.device_free = raw.device_free;
-  e.device_total = raw.device_total;
-  e.flags = raw.flags;
   writer_->add(e);
   snapshots_.before_event(e, replay_);
   const ReplayStep& step = replay_.apply(e);
@@ -190,15 +181,14 @@ void TracedProcess::record(const RawEvent& raw) {
 
 // Stacks are resolved as records arrive, in ring order: the modules and code objects they name
 // were reported before them, and a library unloaded later cannot change what they meant.
-void TracedProcess::on_event(RawEvent& event, const uint64_t* native, size_t native_count, const uint64_t* python,
+void TracedProcess::on_event(RingEvent& event, const uint64_t* native, size_t native_count, const uint64_t* python,
                              size_t python_count, std::string_view name) {
-  in_flight_.erase(event.tid);
+  in_flight_.erase(event.event.tid);
   // A mark's name goes in the string table now; the event carries its id.
-  if (api_info(static_cast<Api>(event.api)).op == Op::kMark)
-    event.aux = writer_->intern_string(name);
-  event.stack_id =
+  event.event.name = event.event.op() == Op::kMark ? writer_->intern_string(name) : 0;
+  event.event.stack_id =
       stacks_.intern(native, native_count, python, python_count, event.python_state, event.stack_truncated);
-  sequencer_.push(event, [this](const RawEvent& e) { record(e); });
+  sequencer_.push(event, [this](const RingEvent& e) { record(e); });
 }
 
 void TracedProcess::on_started(uint32_t tid, uint16_t api, uint64_t t_ns) { in_flight_[tid] = {api, t_ns}; }
@@ -223,14 +213,14 @@ void TracedProcess::on_device(int32_t ordinal, std::string name, uint64_t total_
 // Calls the process was inside when it died: the device may have done them. They go in the
 // trace as interrupted, so nothing the device counted is missing from it.
 void TracedProcess::ended_in_worker() {
-  sequencer_.flush([this](const RawEvent& e) { record(e); });
+  sequencer_.flush([this](const RingEvent& e) { record(e); });
   for (const auto& [tid, call] : in_flight_) {
-    RawEvent e;
-    e.tid = tid;
-    e.api = call.first;
-    e.kind = static_cast<uint8_t>(api_info(static_cast<Api>(call.first < static_cast<uint16_t>(Api::kCount) ? call.first : 0)).kind);
-    e.t_ns = call.second;
-    e.result = kInterruptedCall;
+    RingEvent e;
+    e.event.tid = tid;
+    e.event.api = static_cast<Api>(call.first);
+    e.event.kind = api_info(e.event.api).kind;
+    e.event.t_ns = call.second;
+    e.event.result = kInterruptedCall;
     record(e);
   }
   in_flight_.clear();

@@ -24,7 +24,7 @@
 #include "memtrace/analysis/report.h"
 #include "memtrace/format/trace_writer.h"
 #include "record_batch.h"
-#include "ring_consumer.h"
+#include "memtrace/ring/consumer.h"
 #include "snapshot_keeper.h"
 #include "stack_builder.h"
 #include "symbolizer.h"
@@ -84,8 +84,8 @@ class TracedProcess : private RecordSink {
   void ended_in_worker();
   void finish_in_worker(const Work& work);
 
-  void record(const RawEvent& raw);
-  void on_event(RawEvent& event, const uint64_t* native, size_t native_count, const uint64_t* python,
+  void record(const RingEvent& raw);
+  void on_event(RingEvent& event, const uint64_t* native, size_t native_count, const uint64_t* python,
                 size_t python_count, std::string_view name) override;
   void on_module(uint64_t bias, uint64_t start, uint64_t end, std::string path) override;
   void on_code(uint64_t code, std::string name, std::string file) override;

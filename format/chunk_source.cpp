@@ -175,7 +175,7 @@ std::string decode_event_batch(const pb::EventBatch& b, uint64_t stack_count, st
   if (b.size_size())
     for (int i = 0; i < n; ++i) e[i].size = b.size(i);
   if (b.aux_size())
-    for (int i = 0; i < n; ++i) e[i].aux = b.aux(i);
+    for (int i = 0; i < n; ++i) set_aux_value(e[i], b.aux(i));  // into the field the event's API names
   if (b.result_size())
     for (int i = 0; i < n; ++i) e[i].result = b.result(i);
   if (b.stack_id_size()) {

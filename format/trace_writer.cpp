@@ -196,7 +196,7 @@ void TraceWriter::encode_events(const std::vector<Event>& events, pb::EventBatch
        any_memory = false, any_flags = false;
   for (const Event& e : events) {
     any_stream |= e.stream != 0;
-    any_aux |= e.aux != 0;
+    any_aux |= aux_value(e) != 0;
     any_stack |= e.stack_id != 0;
     any_result |= e.result != 0;
     any_layer |= e.layer != Layer::kReserved;  // an absent layer column means "reserved"
@@ -216,7 +216,7 @@ void TraceWriter::encode_events(const std::vector<Event>& events, pb::EventBatch
     batch.add_addr_delta(static_cast<int64_t>(e.addr - prev_addr));
     prev_addr = e.addr;
     batch.add_size(e.size);
-    if (any_aux) batch.add_aux(e.aux);
+    if (any_aux) batch.add_aux(aux_value(e));
     if (any_result) batch.add_result(e.result);
     if (any_stack) batch.add_stack_id(e.stack_id);
     if (any_memory) {

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "interpose.h"
-#include "memtrace/ring.h"
+#include "memtrace/ring/protocol.h"
 
 namespace memtrace::inject {
 

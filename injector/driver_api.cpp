@@ -37,7 +37,7 @@ CUresult alloc_from_pool(uint64_t caller, Real<decltype(&cuMemAllocFromPoolAsync
                          size_t bytesize, CUmemoryPool pool, CUstream stream, Ordering ordering) {
   Call call(Api::kCuMemAllocFromPoolAsync, caller);
   CUresult result = call_real<kMissing>(real, caller, dptr, bytesize, pool, stream);
-  if (call.active()) call.record.aux = reinterpret_cast<uint64_t>(pool);
+  if (call.active()) call.event.handle = reinterpret_cast<uint64_t>(pool);
   return record_after(call, result, address_of(result, dptr), bytesize, device_of_pointer(call, driver_device), stream,
                       ordering);
 }
@@ -67,7 +67,7 @@ Real<decltype(&cuMemAddressFree)> real_cuMemAddressFree("cuMemAddressFree", Libr
 
 MEMTRACE_EXPORT CUresult cuMemAlloc(CUdeviceptr* dptr, size_t bytesize) {
   Call call(Api::kCuMemAlloc, MEMTRACE_CALLER);
-  CUresult result = call_real<kMissing>(real_cuMemAlloc, call.record.caller, dptr, bytesize);
+  CUresult result = call_real<kMissing>(real_cuMemAlloc, call.caller, dptr, bytesize);
   return record_after(call, result, address_of(result, dptr), bytesize, current_driver_device(call));
 }
 
@@ -110,19 +110,19 @@ MEMTRACE_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t 
 
 MEMTRACE_EXPORT CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flags) {
   Call call(Api::kCuMemAllocManaged, MEMTRACE_CALLER);
-  CUresult result = call_real<kMissing>(real_cuMemAllocManaged, call.record.caller, dptr, bytesize, flags);
+  CUresult result = call_real<kMissing>(real_cuMemAllocManaged, call.caller, dptr, bytesize, flags);
   return record_after(call, result, address_of(result, dptr), bytesize, current_driver_device(call));
 }
 
 MEMTRACE_EXPORT CUresult cuMemHostAlloc(void** pp, size_t bytesize, unsigned int Flags) {
   Call call(Api::kCuMemHostAlloc, MEMTRACE_CALLER);
-  CUresult result = call_real<kMissing>(real_cuMemHostAlloc, call.record.caller, pp, bytesize, Flags);
+  CUresult result = call_real<kMissing>(real_cuMemHostAlloc, call.caller, pp, bytesize, Flags);
   return record_after(call, result, address_of(result, pp), bytesize, no_device);
 }
 
 MEMTRACE_EXPORT CUresult cuMemAllocHost(void** pp, size_t bytesize) {
   Call call(Api::kCuMemAllocHost, MEMTRACE_CALLER);
-  CUresult result = call_real<kMissing>(real_cuMemAllocHost, call.record.caller, pp, bytesize);
+  CUresult result = call_real<kMissing>(real_cuMemAllocHost, call.caller, pp, bytesize);
   return record_after(call, result, address_of(result, pp), bytesize, no_device);
 }
 
@@ -134,7 +134,7 @@ MEMTRACE_EXPORT CUresult cuMemFreeHost(void* p) {
 MEMTRACE_EXPORT CUresult cuMemAllocPitch(CUdeviceptr* dptr, size_t* pPitch, size_t WidthInBytes, size_t Height,
                                          unsigned int ElementSizeBytes) {
   Call call(Api::kCuMemAllocPitch, MEMTRACE_CALLER);
-  CUresult result = call_real<kMissing>(real_cuMemAllocPitch, call.record.caller, dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+  CUresult result = call_real<kMissing>(real_cuMemAllocPitch, call.caller, dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
   uint64_t bytes = result == CUDA_SUCCESS && pPitch ? uint64_t(*pPitch) * Height : uint64_t(WidthInBytes) * Height;
   return record_after(call, result, address_of(result, dptr), bytes, current_driver_device(call));
 }
@@ -144,7 +144,7 @@ MEMTRACE_EXPORT CUresult cuMemAllocPitch(CUdeviceptr* dptr, size_t* pPitch, size
 MEMTRACE_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const CUmemAllocationProp* prop,
                                      unsigned long long flags) {
   Call call(Api::kCuMemCreate, MEMTRACE_CALLER);
-  CUresult result = call_real<kMissing>(real_cuMemCreate, call.record.caller, handle, size, prop, flags);
+  CUresult result = call_real<kMissing>(real_cuMemCreate, call.caller, handle, size, prop, flags);
   int device = prop && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE ? prop->location.id : -1;
   uint64_t id = result == CUDA_SUCCESS && handle ? *handle : 0;
   return record_after(call, result, id, size, [device] { return device; });
@@ -158,8 +158,8 @@ MEMTRACE_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
 MEMTRACE_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
                                   unsigned long long flags) {
   Call call(Api::kCuMemMap, MEMTRACE_CALLER);
-  CUresult result = call_real<kMissing>(real_cuMemMap, call.record.caller, ptr, size, offset, handle, flags);
-  if (call.active()) call.record.aux = handle;
+  CUresult result = call_real<kMissing>(real_cuMemMap, call.caller, ptr, size, offset, handle, flags);
+  if (call.active()) call.event.handle = handle;
   return record_after(call, result, ptr, size, no_device);
 }
 
@@ -171,7 +171,7 @@ MEMTRACE_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
 MEMTRACE_EXPORT CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CUdeviceptr addr,
                                              unsigned long long flags) {
   Call call(Api::kCuMemAddressReserve, MEMTRACE_CALLER);
-  CUresult result = call_real<kMissing>(real_cuMemAddressReserve, call.record.caller, ptr, size, alignment, addr, flags);
+  CUresult result = call_real<kMissing>(real_cuMemAddressReserve, call.caller, ptr, size, alignment, addr, flags);
   return record_after(call, result, address_of(result, ptr), size, no_device);
 }
 

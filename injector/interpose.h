@@ -23,10 +23,9 @@ extern thread_local int t_depth __attribute__((tls_model("initial-exec")));
 // the outermost call on its thread and the session is active.
 class Call {
  public:
-  Call(Api api, uint64_t caller) : active_(t_depth++ == 0 && session_active()) {
-    record.api = api;
-    record.kind = api_info(api).kind;
-    record.caller = caller;
+  Call(Api api, uint64_t caller) : caller(caller), active_(t_depth++ == 0 && session_active()) {
+    event.api = api;
+    event.kind = api_info(api).kind;
     if (active_) publish_started(api, caller);
   }
   ~Call() { --t_depth; }
@@ -39,7 +38,7 @@ class Call {
   // may be handed the same address.
   void stamp_before() {
     if (active_) {
-      stamp(record);
+      seq_ = stamp(event);
       stamped_ = true;
     }
   }
@@ -49,27 +48,29 @@ class Call {
   void finish(int result) {
     if (!active_) return;
     int saved_errno = errno;
-    record.result = result;
-    if (api_info(record.api).op == Op::kAlloc) {
+    event.result = result;
+    if (event.op() == Op::kAlloc) {
       // Out of memory: what the device had left, for the snapshot. It may be gone a moment later.
-      if (result == kOutOfMemoryResult) query_device_memory(record.caller, record.device_free, record.device_total);
+      if (result == kOutOfMemoryResult) query_device_memory(caller, event.device_free, event.device_total);
       StackCapture stack;
-      capture_stack(stack_options(), record.caller, stack);
-      stamp(record);  // after the real call returned the address, and after the stack walk
-      publish(record, &stack);
+      capture_stack(stack_options(), caller, stack);
+      seq_ = stamp(event);  // after the real call returned the address, and after the stack walk
+      publish(event, seq_, &stack);
     } else {
-      if (!stamped_) stamp(record);
-      publish(record, nullptr);
+      if (!stamped_) seq_ = stamp(event);
+      publish(event, seq_, nullptr);
     }
-    if (result == 0) describe_devices_once(record.caller);
+    if (result == 0) describe_devices_once(caller);
     errno = saved_errno;
   }
 
-  CallRecord record;
+  Event event;            // what the call did, filled in around the real call
+  const uint64_t caller;  // the return address into the program
 
  private:
   bool active_;
   bool stamped_ = false;
+  uint64_t seq_ = 0;
 };
 
 // Calls the real function CALLER would have reached, or answers MISSING when there is none.
@@ -97,8 +98,8 @@ enum class Ordering { kImmediate, kStream, kPerThreadStream };
 // graph: the memory is the graph's, obtained at each launch. Such calls are tagged.
 inline void tag_if_captured(Call& call, Ordering ordering, bool ok, const void* stream) {
   if (ok && ordering != Ordering::kImmediate &&
-      stream_capturing(call.record.caller, stream, ordering == Ordering::kPerThreadStream))
-    call.record.flags |= kEventCaptured;
+      stream_capturing(call.caller, stream, ordering == Ordering::kPerThreadStream))
+    call.event.flags |= kEventCaptured;
 }
 
 // Records a call that created something, once the real call has returned it. DEVICE says which
@@ -108,11 +109,11 @@ Result record_after(Call& call, Result result, uint64_t addr, uint64_t size, Dev
                     const void* stream = nullptr, Ordering ordering = Ordering::kImmediate) {
   if (call.active()) {
     int saved_errno = errno;
-    call.record.addr = addr;
-    call.record.size = size;
-    call.record.stream = reinterpret_cast<uint64_t>(stream);
+    call.event.addr = addr;
+    call.event.size = size;
+    call.event.stream = reinterpret_cast<uint64_t>(stream);
     tag_if_captured(call, ordering, result == 0, stream);
-    call.record.device = device();
+    call.event.device = device();
     errno = saved_errno;
     call.finish(static_cast<int>(result));
   }
@@ -123,16 +124,15 @@ Result record_after(Call& call, Result result, uint64_t addr, uint64_t size, Dev
 // stream-ordered ones, the one the returned pointer lies on (the stream's or the pool's). A
 // captured allocation has no memory yet: its stream's current device stands for it.
 inline auto current_runtime_device(const Call& call) {
-  return [&call] { return runtime_device(call.record.caller); };
+  return [&call] { return runtime_device(call.caller); };
 }
 inline auto current_driver_device(const Call& call) {
-  return [&call] { return driver_device(call.record.caller); };
+  return [&call] { return driver_device(call.caller); };
 }
 inline auto device_of_pointer(const Call& call, int (*current)(uint64_t)) {
   return [&call, current] {
-    int device = current(call.record.caller);
-    if (call.record.addr && !(call.record.flags & kEventCaptured))
-      device = pointer_device(call.record.caller, call.record.addr, device);
+    int device = current(call.caller);
+    if (call.event.addr && !call.event.captured()) device = pointer_device(call.caller, call.event.addr, device);
     return device;
   };
 }
@@ -144,9 +144,9 @@ template <auto kMissing, typename Fn, typename... Args>
 auto free_call(Api api, uint64_t caller, RealFunction<Fn>& real, uint64_t addr, uint64_t size, const void* stream,
                Ordering ordering, Args... args) {
   Call call(api, caller);
-  call.record.addr = addr;
-  call.record.size = size;
-  call.record.stream = reinterpret_cast<uint64_t>(stream);
+  call.event.addr = addr;
+  call.event.size = size;
+  call.event.stream = reinterpret_cast<uint64_t>(stream);
   call.stamp_before();
   auto result = call_real<kMissing>(real, caller, args...);
   if (call.active()) {

@@ -26,17 +26,16 @@ thread_local int t_range_level = 0;
 std::atomic<uint64_t> g_next_range_id{1};
 
 // Records a mark or a range edge: no stack (they come every step), just its place in the order.
-void record_mark(Api api, uint64_t range_id, std::string_view name, uint64_t caller) {
+void record_mark(Api api, uint64_t range_id, std::string_view name) {
   if (t_depth != 0) return;
   ++t_depth;
   if (session_active()) {
-    CallRecord r;
-    r.api = api;
-    r.kind = MemKind::kUnknown;
-    r.addr = range_id;
-    r.caller = caller;
-    stamp(r);
-    publish(r, nullptr, name);
+    Event e;
+    e.api = api;
+    e.kind = MemKind::kUnknown;
+    e.addr = range_id;
+    uint64_t seq = stamp(e);
+    publish(e, seq, nullptr, name);
   }
   --t_depth;
 }
@@ -76,41 +75,41 @@ std::string message(const nvtxEventAttributes_t* a) {
 }
 
 // Core: the default domain.
-void NVTX_API mark_ex(const nvtxEventAttributes_t* a) { record_mark(Api::kNvtxMark, 0, message(a), MEMTRACE_CALLER); }
-void NVTX_API mark_a(const char* m) { record_mark(Api::kNvtxMark, 0, m ? m : "", MEMTRACE_CALLER); }
-void NVTX_API mark_w(const wchar_t* m) { record_mark(Api::kNvtxMark, 0, narrow(m), MEMTRACE_CALLER); }
+void NVTX_API mark_ex(const nvtxEventAttributes_t* a) { record_mark(Api::kNvtxMark, 0, message(a)); }
+void NVTX_API mark_a(const char* m) { record_mark(Api::kNvtxMark, 0, m ? m : ""); }
+void NVTX_API mark_w(const wchar_t* m) { record_mark(Api::kNvtxMark, 0, narrow(m)); }
 
-nvtxRangeId_t start_named(std::string_view name, uint64_t caller) {
+nvtxRangeId_t start_named(std::string_view name) {
   uint64_t id = g_next_range_id.fetch_add(1, std::memory_order_relaxed);
-  record_mark(Api::kNvtxRangeStart, id, name, caller);
+  record_mark(Api::kNvtxRangeStart, id, name);
   return id;
 }
-nvtxRangeId_t NVTX_API range_start_ex(const nvtxEventAttributes_t* a) { return start_named(message(a), MEMTRACE_CALLER); }
-nvtxRangeId_t NVTX_API range_start_a(const char* m) { return start_named(m ? m : "", MEMTRACE_CALLER); }
-nvtxRangeId_t NVTX_API range_start_w(const wchar_t* m) { return start_named(narrow(m), MEMTRACE_CALLER); }
-void NVTX_API range_end(nvtxRangeId_t id) { record_mark(Api::kNvtxRangeEnd, id, {}, MEMTRACE_CALLER); }
+nvtxRangeId_t NVTX_API range_start_ex(const nvtxEventAttributes_t* a) { return start_named(message(a)); }
+nvtxRangeId_t NVTX_API range_start_a(const char* m) { return start_named(m ? m : ""); }
+nvtxRangeId_t NVTX_API range_start_w(const wchar_t* m) { return start_named(narrow(m)); }
+void NVTX_API range_end(nvtxRangeId_t id) { record_mark(Api::kNvtxRangeEnd, id, {}); }
 
-int push_named(std::string_view name, uint64_t caller) {
-  record_mark(Api::kNvtxRangePush, 0, name, caller);
+int push_named(std::string_view name) {
+  record_mark(Api::kNvtxRangePush, 0, name);
   return t_range_level++;
 }
-int NVTX_API range_push_ex(const nvtxEventAttributes_t* a) { return push_named(message(a), MEMTRACE_CALLER); }
-int NVTX_API range_push_a(const char* m) { return push_named(m ? m : "", MEMTRACE_CALLER); }
-int NVTX_API range_push_w(const wchar_t* m) { return push_named(narrow(m), MEMTRACE_CALLER); }
+int NVTX_API range_push_ex(const nvtxEventAttributes_t* a) { return push_named(message(a)); }
+int NVTX_API range_push_a(const char* m) { return push_named(m ? m : ""); }
+int NVTX_API range_push_w(const wchar_t* m) { return push_named(narrow(m)); }
 int NVTX_API range_pop() {
   if (t_range_level == 0) return -1;  // as NVTX says of a pop without a push
-  record_mark(Api::kNvtxRangePop, 0, {}, MEMTRACE_CALLER);
+  record_mark(Api::kNvtxRangePop, 0, {});
   return --t_range_level;
 }
 
 // Core2: named domains. Their events are recorded as the default domain's.
 void NVTX_API domain_mark_ex(nvtxDomainHandle_t, const nvtxEventAttributes_t* a) { mark_ex(a); }
 nvtxRangeId_t NVTX_API domain_range_start_ex(nvtxDomainHandle_t, const nvtxEventAttributes_t* a) {
-  return start_named(message(a), MEMTRACE_CALLER);
+  return start_named(message(a));
 }
 void NVTX_API domain_range_end(nvtxDomainHandle_t, nvtxRangeId_t id) { range_end(id); }
 int NVTX_API domain_range_push_ex(nvtxDomainHandle_t, const nvtxEventAttributes_t* a) {
-  return push_named(message(a), MEMTRACE_CALLER);
+  return push_named(message(a));
 }
 int NVTX_API domain_range_pop(nvtxDomainHandle_t) { return range_pop(); }
 nvtxStringHandle_t NVTX_API domain_register_string_a(nvtxDomainHandle_t, const char* s) {
@@ -133,9 +132,9 @@ std::atomic<uint64_t> g_next_dummy_heap{1};
 void record_memory(Api api, uint64_t addr, uint64_t size, uint64_t heap, uint64_t caller) {
   Call call(api, caller);
   if (!call.active()) return;
-  call.record.addr = addr;
-  call.record.size = size;
-  call.record.aux = heap;
+  call.event.addr = addr;
+  call.event.size = size;
+  call.event.heap = heap;
   call.finish(0);
 }
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <unordered_set>
 
-#include "memtrace/ring.h"
+#include "memtrace/ring/protocol.h"
 #include "session.h"
 #include "stack_capture.h"
 

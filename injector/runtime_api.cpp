@@ -37,7 +37,7 @@ cudaError_t malloc_from_pool(uint64_t caller, Real<decltype(&cudaMallocFromPoolA
                              cudaMemPool_t pool, cudaStream_t stream, Ordering ordering) {
   Call call(Api::kCudaMallocFromPoolAsync, caller);
   cudaError_t result = call_real<kMissing>(real, caller, ptr, size, pool, stream);
-  if (call.active()) call.record.aux = reinterpret_cast<uint64_t>(pool);
+  if (call.active()) call.event.handle = reinterpret_cast<uint64_t>(pool);
   return record_after(call, result, address_of(result, ptr), size, device_of_pointer(call, runtime_device), stream,
                       ordering);
 }
@@ -62,7 +62,7 @@ Real<decltype(&cudaMalloc3D)> real_cudaMalloc3D("cudaMalloc3D", Library::kRuntim
 
 MEMTRACE_EXPORT cudaError_t cudaMalloc(void** devPtr, size_t size) {
   Call call(Api::kCudaMalloc, MEMTRACE_CALLER);
-  cudaError_t result = call_real<kMissing>(real_cudaMalloc, call.record.caller, devPtr, size);
+  cudaError_t result = call_real<kMissing>(real_cudaMalloc, call.caller, devPtr, size);
   return record_after(call, result, address_of(result, devPtr), size, current_runtime_device(call));
 }
 
@@ -103,19 +103,19 @@ MEMTRACE_EXPORT cudaError_t cudaMallocFromPoolAsync_ptsz(void** ptr, size_t size
 
 MEMTRACE_EXPORT cudaError_t cudaMallocManaged(void** devPtr, size_t size, unsigned int flags) {
   Call call(Api::kCudaMallocManaged, MEMTRACE_CALLER);
-  cudaError_t result = call_real<kMissing>(real_cudaMallocManaged, call.record.caller, devPtr, size, flags);
+  cudaError_t result = call_real<kMissing>(real_cudaMallocManaged, call.caller, devPtr, size, flags);
   return record_after(call, result, address_of(result, devPtr), size, current_runtime_device(call));
 }
 
 MEMTRACE_EXPORT cudaError_t cudaMallocHost(void** ptr, size_t size) {
   Call call(Api::kCudaMallocHost, MEMTRACE_CALLER);
-  cudaError_t result = call_real<kMissing>(real_cudaMallocHost, call.record.caller, ptr, size);
+  cudaError_t result = call_real<kMissing>(real_cudaMallocHost, call.caller, ptr, size);
   return record_after(call, result, address_of(result, ptr), size, no_device);
 }
 
 MEMTRACE_EXPORT cudaError_t cudaHostAlloc(void** pHost, size_t size, unsigned int flags) {
   Call call(Api::kCudaHostAlloc, MEMTRACE_CALLER);
-  cudaError_t result = call_real<kMissing>(real_cudaHostAlloc, call.record.caller, pHost, size, flags);
+  cudaError_t result = call_real<kMissing>(real_cudaHostAlloc, call.caller, pHost, size, flags);
   return record_after(call, result, address_of(result, pHost), size, no_device);
 }
 
@@ -126,14 +126,14 @@ MEMTRACE_EXPORT cudaError_t cudaFreeHost(void* ptr) {
 
 MEMTRACE_EXPORT cudaError_t cudaMallocPitch(void** devPtr, size_t* pitch, size_t width, size_t height) {
   Call call(Api::kCudaMallocPitch, MEMTRACE_CALLER);
-  cudaError_t result = call_real<kMissing>(real_cudaMallocPitch, call.record.caller, devPtr, pitch, width, height);
+  cudaError_t result = call_real<kMissing>(real_cudaMallocPitch, call.caller, devPtr, pitch, width, height);
   uint64_t bytes = result == cudaSuccess && pitch ? uint64_t(*pitch) * height : uint64_t(width) * height;
   return record_after(call, result, address_of(result, devPtr), bytes, current_runtime_device(call));
 }
 
 MEMTRACE_EXPORT cudaError_t cudaMalloc3D(cudaPitchedPtr* pitchedDevPtr, cudaExtent extent) {
   Call call(Api::kCudaMalloc3D, MEMTRACE_CALLER);
-  cudaError_t result = call_real<kMissing>(real_cudaMalloc3D, call.record.caller, pitchedDevPtr, extent);
+  cudaError_t result = call_real<kMissing>(real_cudaMalloc3D, call.caller, pitchedDevPtr, extent);
   bool ok = result == cudaSuccess && pitchedDevPtr;
   uint64_t pitch = ok ? pitchedDevPtr->pitch : extent.width;
   uint64_t addr = ok ? reinterpret_cast<uint64_t>(pitchedDevPtr->ptr) : 0;

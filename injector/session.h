@@ -6,42 +6,25 @@
 #include <string>
 #include <string_view>
 
-#include "memtrace/format/api.h"
+#include "memtrace/format/event.h"
 #include "stack_capture.h"
 
 namespace memtrace::inject {
 
-// What an interposer knows about one call, filled in around the real call.
-struct CallRecord {
-  Api api = Api::kUnknown;
-  MemKind kind = MemKind::kUnknown;
-  int32_t device = -1;
-  int32_t result = 0;
-  uint64_t addr = 0;
-  uint64_t size = 0;
-  uint64_t stream = 0;
-  uint64_t aux = 0;
-  uint32_t flags = 0;  // memtrace::EventFlags
-  uint64_t caller = 0;
-  uint64_t seq = 0;
-  uint64_t t_ns = 0;
-  uint64_t device_free = 0;  // out of memory: what the device had
-  uint64_t device_total = 0;
-};
-
 // True when this process records events (connecting to the collector on first use).
 bool session_active();
 
-// Takes the event's place in the causal order: its sequence number and timestamp.
-void stamp(CallRecord& record);
+// Takes EVENT's place in the causal order: its time (CLOCK_MONOTONIC) and thread; returns its
+// sequence number.
+uint64_t stamp(Event& event);
 
 // Says a recorded call of API is starting on this thread (see ring::StartedRecord).
 void publish_started(Api api, uint64_t caller);
 
-// Hands a stamped record, and its stack if it has one, and its name (NVTX marks) to the
-// collector. Waits a bounded time if the ring is full; counts the event as dropped if it cannot
-// be delivered.
-void publish(const CallRecord& record, const StackCapture* stack, std::string_view name = {});
+// Hands a stamped event (sequence number SEQ), its stack if it has one, and its name (NVTX marks)
+// to the collector. Waits a bounded time if the ring is full; counts the event as dropped if it
+// cannot be delivered.
+void publish(const Event& event, uint64_t seq, const StackCapture* stack, std::string_view name = {});
 
 // Describes a Python code object (python_stack.cpp) and the loaded modules (modules.cpp).
 void publish_code(uint64_t code, std::string_view name, std::string_view file);
@@ -68,6 +51,5 @@ void report_new_modules();
 void ensure_modules_reported(const uint64_t* addresses, int count);
 void forget_reported_modules();
 
-uint64_t monotonic_ns();
 
 }  // namespace memtrace::inject

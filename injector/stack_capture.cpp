@@ -7,7 +7,8 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "memtrace/ring.h"
+#include "memtrace/ring/environment.h"
+#include "memtrace/ring/protocol.h"
 #include "session.h"
 
 namespace memtrace::inject {
@@ -45,8 +46,8 @@ using Backtrace = int (*)(void**, int);
 Backtrace g_unw_backtrace = nullptr;
 
 __attribute__((constructor)) void load_unwinder() {
-  const char* socket = std::getenv("MEMTRACE_SOCKET");
-  const char* native = std::getenv("MEMTRACE_NATIVE_STACKS");
+  const char* socket = std::getenv(env::kSocket);
+  const char* native = std::getenv(env::kNativeStacks);
   if (!socket || !*socket || (native && std::strcmp(native, "0") == 0)) return;  // not traced, or no native stacks
   void* lib = ::dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
   if (!lib) return;  // the toolchain's unwinder serves instead

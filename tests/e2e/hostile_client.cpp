@@ -11,7 +11,7 @@
 #include <cstring>
 #include <random>
 
-#include "memtrace/ring.h"
+#include "memtrace/ring/protocol.h"
 
 namespace {
 

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <regex>
 #include <set>
+#include <sstream>
 
 #include "harness.h"
 
@@ -333,6 +334,27 @@ TEST(RealPrograms, EightProcessesStartingAtOnceNeverWaitForSymbolization) {
     ++programs;
   }
   EXPECT_EQ(programs, 8);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(RealPrograms, InjectorExportsOnlyWhatItInterposes) {
+  // Preloaded first, whatever the injector exports comes before the program's own definitions:
+  // a C++ template instantiated inside it must not stand in for the program's.
+  e2e::Result nm = e2e::run({"/usr/bin/nm", "-D", "--defined-only", MEMTRACE_INJECTOR});
+  ASSERT_EQ(nm.status, 0) << nm.err;
+  std::istringstream lines(nm.out);
+  int exported = 0;
+  for (std::string line; std::getline(lines, line);) {
+    std::string name = line.substr(line.rfind(' ') + 1);
+    bool expected = name.rfind("cu", 0) == 0 || name.rfind("nvtx", 0) == 0 ||
+                    name.rfind("InitializeInjection", 0) == 0 || name == "dlclose";
+    EXPECT_TRUE(expected) << "the injector exports " << name;
+    ++exported;
+  }
+  EXPECT_GT(exported, 30);
 }
 
 }  // namespace

@@ -45,11 +45,12 @@ class TraceBuilder {
     f.line = 10;
     return sites_[function] = writer_->intern_stack({writer_->intern_frame(f)});
   }
+  // AUX: the field the API names (a region's heap, a mapping's handle).
   void alloc(Api api, uint64_t addr, uint64_t size, const std::string& function, uint64_t aux = 0, int result = 0) {
     Event e = base(api);
     e.addr = addr;
     e.size = size;
-    e.aux = aux;
+    set_aux_value(e, aux);
     e.result = result;
     e.device = 0;
     e.stack_id = site(function);
@@ -62,7 +63,7 @@ class TraceBuilder {
   }
   void mark(Api api, const std::string& name, uint64_t id = 0) {
     Event e = base(api);
-    e.aux = writer_->intern_string(name);
+    e.name = writer_->intern_string(name);
     e.addr = id;
     writer_->add(e);
   }

@@ -35,7 +35,7 @@ std::vector<Event> sample_events(size_t n) {
     e.stream = (i % 7 == 0) ? rng() : 0;
     e.addr = 0x7f0000000000ull + (rng() % (1ull << 30));
     e.size = rng() % (1ull << 33);
-    e.aux = (i % 11 == 0) ? rng() % 1000 : 0;
+    set_aux_value(e, (i % 11 == 0) ? rng() % 1000 : 0);
     e.result = (i % 13 == 0) ? 2 : 0;
     events.push_back(e);
   }
@@ -100,7 +100,7 @@ TEST_P(FormatRoundTrip, EveryFieldComesBack) {
     EXPECT_EQ(e.stream, w.stream);
     EXPECT_EQ(e.addr, w.addr);
     EXPECT_EQ(e.size, w.size);
-    EXPECT_EQ(e.aux, w.aux);
+    EXPECT_EQ(aux_value(e), aux_value(w));
     EXPECT_EQ(e.result, w.result);
     const auto* stack = reader->stack(e.stack_id);
     ASSERT_TRUE(stack && stack->size() == 1);

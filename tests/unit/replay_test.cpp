@@ -94,7 +94,7 @@ TEST(Replay, DevicesAndHostMemoryAreKeptApart) {
 // Physical memory behind a VMM handle stays until it is both released and unmapped.
 TEST(Replay, VmmHandleLivesUntilReleasedAndUnmapped) {
   Event map = alloc(Api::kCuMemMap, 0x200000, 2 << 20, 3, 1, -1);
-  map.aux = 7;
+  map.handle = 7;
   Replay replay;
   ReportBuilder builder;
   std::vector<Event> events = {alloc(Api::kCuMemAddressReserve, 0x200000, 8 << 20, 1, 1, -1),

@@ -1,6 +1,7 @@
 // The ring protocol between threads of one process: every published record arrives once, and
 // slots a dead writer left unpublished are stepped over.
-#include "ring_consumer.h"
+#include "memtrace/ring/consumer.h"
+#include "memtrace/ring/producer.h"
 
 #include <gtest/gtest.h>
 #include <sys/mman.h>
@@ -15,39 +16,36 @@ namespace {
 using namespace memtrace;
 
 struct Collected : RecordSink {
-  std::vector<RawEvent> events;
-  void on_event(RawEvent& e, const uint64_t*, size_t, const uint64_t*, size_t, std::string_view) override { events.push_back(e); }
+  std::vector<RingEvent> events;
+  void on_event(RingEvent& e, const uint64_t*, size_t, const uint64_t*, size_t, std::string_view) override { events.push_back(e); }
   void on_module(uint64_t, uint64_t, uint64_t, std::string) override {}
   void on_code(uint64_t, std::string, std::string) override {}
   void on_device(int32_t, std::string, uint64_t, const uint8_t (&)[16]) override {}
   void on_started(uint32_t, uint16_t, uint64_t) override {}
 };
 
+// The injector's producer and the collector's consumer on one memfd, in one process.
 struct TestRing {
-  ring::Mapping producer;
+  ring::Producer producer;
   std::unique_ptr<RingConsumer> consumer;
   explicit TestRing(size_t data_bytes) {
-    int fd = static_cast<int>(::syscall(SYS_memfd_create, "test-ring", 0));
-    EXPECT_EQ(::ftruncate(fd, static_cast<off_t>(ring::kHeaderBytes + data_bytes)), 0);
-    producer = ring::map_ring(fd, data_bytes);
-    producer.header->slot_count = data_bytes / ring::kSlotBytes;
+    int fd = -1;
+    EXPECT_TRUE(producer.create(data_bytes, ::getpid(), fd));
+    producer.set_max_stall_ns(0);  // a full ring: report it at once, the writers retry
     consumer = std::make_unique<RingConsumer>(ring::map_ring(fd, data_bytes));
     ::close(fd);
   }
-  ~TestRing() { ring::unmap_ring(producer); }
+  ~TestRing() { producer.release(); }
 
-  // The injector's protocol, minus the bounded wait: reserve, fill, publish.
+  // Publishes event SEQ (size seq * 3); without COMMIT its slot is reserved but never published,
+  // as by a writer that died.
   bool publish(uint64_t seq, bool commit = true) {
-    ring::RingHeader* h = producer.header;
-    uint64_t head = h->head.load();
-    do {
-      if (head - h->tail.load(std::memory_order_acquire) >= h->slot_count) return false;
-    } while (!h->head.compare_exchange_weak(head, head + 1));
-    auto* rec = reinterpret_cast<ring::EventRecord*>(ring::slot_at(producer, head));
-    rec->seq = seq;
-    rec->size = seq * 3;
-    if (commit) rec->state.store(ring::make_state(ring::kSlotEvent, 1), std::memory_order_release);
-    return true;
+    ring::EventRecord rec{};
+    rec.seq = seq;
+    rec.event.size = seq * 3;
+    if (commit) return producer.publish(ring::kSlotEvent, &rec, nullptr, 0) == ring::Producer::Reserved::kYes;
+    uint64_t index;
+    return producer.reserve(1, index) == ring::Producer::Reserved::kYes;
   }
 };
 
@@ -70,10 +68,10 @@ TEST(RingConsumer, ManyWritersEveryRecordOnce) {
   while (received < kThreads * kPerThread) {
     out.events.clear();
     ring.consumer->drain(out, false);
-    for (const RawEvent& e : out.events) {
+    for (const RingEvent& e : out.events) {
       ASSERT_LT(e.seq, seen.size());
       ASSERT_FALSE(seen[e.seq]) << "record " << e.seq << " arrived twice";
-      ASSERT_EQ(e.size, e.seq * 3) << "record " << e.seq << " arrived torn";
+      ASSERT_EQ(e.event.size, e.seq * 3) << "record " << e.seq << " arrived torn";
       seen[e.seq] = true;
       ++received;
     }

@@ -5,10 +5,10 @@
 namespace {
 
 using memtrace::EventSequencer;
-using memtrace::RawEvent;
+using memtrace::RingEvent;
 
-RawEvent with_seq(uint64_t seq) {
-  RawEvent e{};
+RingEvent with_seq(uint64_t seq) {
+  RingEvent e{};
   e.seq = seq;
   return e;
 }
@@ -16,7 +16,7 @@ RawEvent with_seq(uint64_t seq) {
 TEST(EventSequencer, ReleasesInSequenceOrder) {
   EventSequencer s;
   std::vector<uint64_t> out;
-  auto emit = [&](const RawEvent& e) { out.push_back(e.seq); };
+  auto emit = [&](const RingEvent& e) { out.push_back(e.seq); };
   for (uint64_t seq : {1, 2, 0, 4, 3, 5}) s.push(with_seq(seq), emit);
   EXPECT_EQ(out, (std::vector<uint64_t>{0, 1, 2, 3, 4, 5}));
   EXPECT_EQ(s.held(), 0u);
@@ -25,7 +25,7 @@ TEST(EventSequencer, ReleasesInSequenceOrder) {
 TEST(EventSequencer, HoldsBackBehindAGapUntilFilledOrSkipped) {
   EventSequencer s;
   std::vector<uint64_t> out;
-  auto emit = [&](const RawEvent& e) { out.push_back(e.seq); };
+  auto emit = [&](const RingEvent& e) { out.push_back(e.seq); };
   s.push(with_seq(0), emit);
   s.push(with_seq(2), emit);
   s.push(with_seq(3), emit);

@@ -21,7 +21,7 @@ struct LiveAllocation {
   uint64_t stack_id = 0;
   uint64_t t_ns = 0;
   uint32_t tid = 0;
-  uint64_t aux = 0;  // a region: its heap
+  uint64_t heap = 0;  // a region: its heap
 };
 
 // Where device memory was allocated: the API and the call stack. Reports group by it.

@@ -39,7 +39,7 @@ enum class Api : uint16_t {
   kCuMemUnmap = 25,
   kCuMemAddressReserve = 26,
   kCuMemAddressFree = 27,
-  // NVTX, recorded as an injection library: phases and steps (no memory), ...
+  // NVTX, recorded as an injection library: phases and steps (no memory; name: the message), ...
   kNvtxMark = 28,
   kNvtxRangePush = 29,
   kNvtxRangePop = 30,
@@ -47,7 +47,7 @@ enum class Api : uint16_t {
   kNvtxRangeEnd = 32,
   // ... and the memory API (nvToolsExtMem.h), where allocators describe their sub-allocations:
   // heaps (a pool's range, addr+size) and the regions handed out of them (the allocated layer,
-  // aux: the heap's base address).
+  // heap: the heap's base address).
   kNvtxMemHeapRegister = 33,
   kNvtxMemHeapUnregister = 34,
   kNvtxMemHeapReset = 35,  // every region of the heap is gone; the heap stays
@@ -87,11 +87,16 @@ enum EventFlags : uint32_t {
 // CUDA_ERROR_OUT_OF_MEMORY are both 2.
 inline constexpr int32_t kOutOfMemoryResult = 2;
 
+// Which of Event's fields an API's events fill beside the common ones: a trace stores them in one
+// column (EventBatch.aux), read back into the field the API names.
+enum class AuxField : uint8_t { kNone, kHandle, kHeap, kName };
+
 struct ApiInfo {
   std::string_view name;
   Op op;
   MemKind kind;
   Layer layer = Layer::kReserved;
+  AuxField aux = AuxField::kNone;
 };
 
 inline constexpr ApiInfo kApiTable[] = {
@@ -100,7 +105,7 @@ inline constexpr ApiInfo kApiTable[] = {
     {"cudaFree", Op::kFree, MemKind::kDevice},
     {"cudaMallocAsync", Op::kAlloc, MemKind::kDevice},
     {"cudaFreeAsync", Op::kFree, MemKind::kDevice},
-    {"cudaMallocFromPoolAsync", Op::kAlloc, MemKind::kDevice},
+    {"cudaMallocFromPoolAsync", Op::kAlloc, MemKind::kDevice, Layer::kReserved, AuxField::kHandle},
     {"cudaMallocManaged", Op::kAlloc, MemKind::kManaged},
     {"cudaMallocHost", Op::kAlloc, MemKind::kPinnedHost},
     {"cudaHostAlloc", Op::kAlloc, MemKind::kPinnedHost},
@@ -111,7 +116,7 @@ inline constexpr ApiInfo kApiTable[] = {
     {"cuMemFree", Op::kFree, MemKind::kDevice},
     {"cuMemAllocAsync", Op::kAlloc, MemKind::kDevice},
     {"cuMemFreeAsync", Op::kFree, MemKind::kDevice},
-    {"cuMemAllocFromPoolAsync", Op::kAlloc, MemKind::kDevice},
+    {"cuMemAllocFromPoolAsync", Op::kAlloc, MemKind::kDevice, Layer::kReserved, AuxField::kHandle},
     {"cuMemAllocManaged", Op::kAlloc, MemKind::kManaged},
     {"cuMemHostAlloc", Op::kAlloc, MemKind::kPinnedHost},
     {"cuMemAllocHost", Op::kAlloc, MemKind::kPinnedHost},
@@ -119,19 +124,19 @@ inline constexpr ApiInfo kApiTable[] = {
     {"cuMemAllocPitch", Op::kAlloc, MemKind::kDevice},
     {"cuMemCreate", Op::kAlloc, MemKind::kVmmPhysical},
     {"cuMemRelease", Op::kFree, MemKind::kVmmPhysical},
-    {"cuMemMap", Op::kAlloc, MemKind::kVmmMapping},
+    {"cuMemMap", Op::kAlloc, MemKind::kVmmMapping, Layer::kReserved, AuxField::kHandle},
     {"cuMemUnmap", Op::kFree, MemKind::kVmmMapping},
     {"cuMemAddressReserve", Op::kAlloc, MemKind::kVaReservation},
     {"cuMemAddressFree", Op::kFree, MemKind::kVaReservation},
-    {"nvtxMark", Op::kMark, MemKind::kUnknown, Layer::kUnknown},
-    {"nvtxRangePush", Op::kMark, MemKind::kUnknown, Layer::kUnknown},
-    {"nvtxRangePop", Op::kMark, MemKind::kUnknown, Layer::kUnknown},
-    {"nvtxRangeStart", Op::kMark, MemKind::kUnknown, Layer::kUnknown},
-    {"nvtxRangeEnd", Op::kMark, MemKind::kUnknown, Layer::kUnknown},
+    {"nvtxMark", Op::kMark, MemKind::kUnknown, Layer::kUnknown, AuxField::kName},
+    {"nvtxRangePush", Op::kMark, MemKind::kUnknown, Layer::kUnknown, AuxField::kName},
+    {"nvtxRangePop", Op::kMark, MemKind::kUnknown, Layer::kUnknown, AuxField::kName},
+    {"nvtxRangeStart", Op::kMark, MemKind::kUnknown, Layer::kUnknown, AuxField::kName},
+    {"nvtxRangeEnd", Op::kMark, MemKind::kUnknown, Layer::kUnknown, AuxField::kName},
     {"nvtxMemHeapRegister", Op::kAlloc, MemKind::kHeap, Layer::kAllocated},
     {"nvtxMemHeapUnregister", Op::kFree, MemKind::kHeap, Layer::kAllocated},
     {"nvtxMemHeapReset", Op::kFree, MemKind::kHeap, Layer::kAllocated},
-    {"nvtxMemRegionsRegister", Op::kAlloc, MemKind::kDevice, Layer::kAllocated},
+    {"nvtxMemRegionsRegister", Op::kAlloc, MemKind::kDevice, Layer::kAllocated, AuxField::kHeap},
     {"nvtxMemRegionsUnregister", Op::kFree, MemKind::kDevice, Layer::kAllocated},
 };
 static_assert(std::size(kApiTable) == static_cast<size_t>(Api::kCount));

@@ -6,30 +6,17 @@
 #include <string_view>
 #include <vector>
 
-#include "memtrace/ring.h"
+#include "memtrace/ring/protocol.h"
 
 namespace memtrace {
 
-// An event copied out of shared memory, so the producer can reuse its slots.
-struct RawEvent {
-  uint16_t api = 0;
-  uint8_t kind = 0;
-  uint8_t python_state = 0;
-  bool stack_truncated = false;
-  int32_t device = -1;
-  int32_t result = 0;
-  uint32_t tid = 0;
+// An event copied out of shared memory, so the producer can reuse its slots: the event as the
+// injector recorded it, its place in the order, and what its stack's frames are.
+struct RingEvent {
   uint64_t seq = 0;
-  uint64_t t_ns = 0;
-  uint64_t addr = 0;
-  uint64_t size = 0;
-  uint64_t stream = 0;
-  uint64_t aux = 0;
-  uint64_t caller = 0;
-  uint64_t stack_id = 0;  // filled in by the collector once the stack is interned
-  uint64_t device_free = 0;
-  uint64_t device_total = 0;
-  uint32_t flags = 0;
+  uint8_t python_state = 0;  // ring::PythonState
+  bool stack_truncated = false;
+  Event event;
 };
 
 // What a drained ring hands over, record by record, in ring order.
@@ -38,7 +25,7 @@ class RecordSink {
   virtual ~RecordSink() = default;
   // NATIVE: return addresses, innermost first; PYTHON: (code object, line) pairs; NAME: an NVTX
   // mark's or range's message (empty for allocations), valid during the call.
-  virtual void on_event(RawEvent& event, const uint64_t* native, size_t native_count, const uint64_t* python,
+  virtual void on_event(RingEvent& event, const uint64_t* native, size_t native_count, const uint64_t* python,
                         size_t python_count, std::string_view name) = 0;
   virtual void on_module(uint64_t bias, uint64_t start, uint64_t end, std::string path) = 0;
   virtual void on_code(uint64_t code, std::string name, std::string file) = 0;

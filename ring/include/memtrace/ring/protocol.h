@@ -26,10 +26,12 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "memtrace/format/event.h"
+
 namespace memtrace::ring {
 
 inline constexpr uint64_t kMagic = 0x31474e495254454dull;  // "METRING1"
-inline constexpr uint32_t kVersion = 2;
+inline constexpr uint32_t kVersion = 3;
 inline constexpr size_t kSlotBytes = 128;
 inline constexpr size_t kHeaderBytes = 4096;
 inline constexpr size_t kDefaultDataBytes = 8u << 20;
@@ -81,34 +83,21 @@ enum PythonState : uint8_t {
   kPythonNoGil = 2,     // Python runs, but this thread did not hold the GIL: frames unknown
 };
 
-// One event. Its payload: native_frames return addresses (innermost first), then python_frames
-// pairs of (code object, line number), innermost first, then name_bytes of a name (NVTX marks
-// and ranges: the message; not NUL-terminated).
+// One event: the Event as the injector recorded it (t_ns on CLOCK_MONOTONIC; its stack and its
+// name's string id are the collector's to fill), its place in the order, and what its payload
+// holds: native_frames return addresses (innermost first), then python_frames pairs of (code
+// object, line number), innermost first, then name_bytes of a name (NVTX marks and ranges: the
+// message; not NUL-terminated).
 inline constexpr size_t kMaxNameBytes = 1024;
 struct EventRecord {
   std::atomic<uint32_t> state;
-  uint16_t api;   // memtrace::Api
-  uint8_t kind;   // memtrace::MemKind
-  uint8_t python_state;
-  int32_t device;
-  int32_t result;
-  uint32_t tid;
+  uint8_t python_state;     // PythonState
+  uint8_t stack_truncated;  // the native stack was deeper than the limit
   uint16_t native_frames;
   uint16_t python_frames;
-  uint64_t seq;
-  uint64_t t_ns;  // CLOCK_MONOTONIC
-  uint64_t addr;
-  uint64_t size;
-  uint64_t stream;
-  uint64_t aux;
-  uint64_t caller;  // return address of the call into the CUDA API
-  uint8_t stack_truncated;  // the native stack was deeper than the limit
-  uint8_t flags;            // memtrace::EventFlags
   uint16_t name_bytes;
-  uint8_t reserved3[4];
-  uint64_t device_free;   // an allocation that failed for lack of memory: the device's free
-  uint64_t device_total;  // and total bytes right after it
-  uint8_t reserved2[24];
+  uint64_t seq;
+  Event event;
 };
 static_assert(sizeof(EventRecord) == kSlotBytes);
 

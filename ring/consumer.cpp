@@ -1,4 +1,4 @@
-#include "ring_consumer.h"
+#include "memtrace/ring/consumer.h"
 
 #include <cstring>
 
@@ -19,24 +19,11 @@ bool RingConsumer::deliver(const unsigned char* first, uint32_t slots, uint64_t 
       size_t natives = rec->native_frames, pythons = rec->python_frames, name_bytes = rec->name_bytes;
       size_t words_bytes = (natives + 2 * pythons) * sizeof(uint64_t);
       if (words_bytes + name_bytes > available || name_bytes > ring::kMaxNameBytes) return false;
-      RawEvent e;
-      e.api = rec->api;
-      e.kind = rec->kind;
+      RingEvent e;
+      e.seq = rec->seq;
       e.python_state = rec->python_state;
       e.stack_truncated = rec->stack_truncated != 0;
-      e.device = rec->device;
-      e.result = rec->result;
-      e.tid = rec->tid;
-      e.seq = rec->seq;
-      e.t_ns = rec->t_ns;
-      e.addr = rec->addr;
-      e.size = rec->size;
-      e.stream = rec->stream;
-      e.aux = rec->aux;
-      e.caller = rec->caller;
-      e.device_free = rec->device_free;
-      e.device_total = rec->device_total;
-      e.flags = rec->flags;
+      e.event = rec->event;
       std::string_view name(reinterpret_cast<const char*>(words) + words_bytes, name_bytes);
       sink.on_event(e, words, natives, words + natives, pythons, name);
       return true;
