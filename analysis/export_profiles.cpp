@@ -73,7 +73,7 @@ bool export_chrome(const std::vector<std::string>& traces, std::FILE* out, std::
         continue;
       }
       const ReplayStep& step = replay.apply(e);
-      for (const MemoryChange& c : step.device_changes) {
+      for (const MemoryChange& c : step.memory_changes) {
         emit({{"ph", "C"},
               {"name", "device " + std::to_string(c.device) + " " + std::string(layer_name(c.layer))},
               {"pid", pid},

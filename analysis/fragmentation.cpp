@@ -62,7 +62,7 @@ void FragmentationTracker::region_removed(uint64_t base, HeapState& heap, uint64
 
 void FragmentationTracker::add(const Event& e, const ReplayStep& step, const Replay& replay) {
   if (e.layer != Layer::kAllocated || !e.ok()) return;
-  for (const MemoryChange& c : step.device_changes) {
+  for (const MemoryChange& c : step.memory_changes) {
     if (c.layer != Layer::kAllocated) continue;
     auto heap = heap_of(c.heap, c.addr);
     if (heap == heaps_.end()) continue;

@@ -29,16 +29,6 @@ std::vector<std::string> snapshots_of(const std::string& trace, int32_t pid) {
   return out;
 }
 
-template <typename SiteLike>
-void resolve(SiteLike& s, uint64_t stack_id, const StackView& stacks, SiteGrouping grouping) {
-  s.stack = stacks.frames(stack_id);
-  std::optional<FrameView> named = stacks.site_frame(stack_id, grouping);
-  if (!named && !s.stack.empty()) named = s.stack.front();
-  s.location = grouping == SiteGrouping::kApi ? "every " + std::string(api_name(s.site.api)) + " call"
-               : named                         ? frame_label(*named)
-                                               : "(no stack)";
-}
-
 void resolve_devices(std::vector<DeviceReport>& devices, const TraceReader& reader, const StackView& stacks,
                      const PhaseTracker& phases, SiteGrouping grouping) {
   for (DeviceReport& d : devices) {
@@ -50,7 +40,7 @@ void resolve_devices(std::vector<DeviceReport>& devices, const TraceReader& read
     }
     for (auto* sites : {&d.peak_sites, &d.exit_sites})
       for (SiteTotal& s : *sites) {
-        resolve(s, s.site.stack_id, stacks, grouping);
+        resolve_site(s, s.site.stack_id, stacks, grouping);
         s.stack_flags = stacks.flags(s.site.stack_id);
       }
     d.peak_step = phases.step_at(d.peak_time_ns);
@@ -128,7 +118,7 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
       }
     }
     if (options.timeline)
-      for (const MemoryChange& c : step.device_changes)
+      for (const MemoryChange& c : step.memory_changes)
         timeline.record(c.device, c.layer, event.t_ns, replay.live_bytes(c.layer, c.device));
   }
   reserved.finish(report);
@@ -157,7 +147,7 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
   out.ranges_dropped = phases.ranges_dropped();
   out.step_boundaries = growth.boundaries();
   out.growth = growth.growing();
-  for (SiteGrowth& g : out.growth) resolve(g, g.site.stack_id, stacks, options.grouping);
+  for (SiteGrowth& g : out.growth) resolve_site(g, g.site.stack_id, stacks, options.grouping);
   out.has_heaps = heaps.any_heaps();
   for (auto& [device, p] : at_peak) out.fragmentation.insert(out.fragmentation.begin(), p);
   std::stable_sort(out.fragmentation.begin(), out.fragmentation.end(),

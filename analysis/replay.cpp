@@ -8,7 +8,7 @@ const ReplayStep& Replay::apply(const Event& e) {
   step_.device = e.device;
   step_.size = e.size;
   step_.matched = true;
-  step_.device_changes.clear();
+  step_.memory_changes.clear();
   step_.pinned_host_bytes = 0;
   if (!e.ok() || e.op() == Op::kMark) return step_;  // a failed call changes nothing, nor does a mark
   if (e.layer == Layer::kAllocated) {
@@ -40,7 +40,7 @@ int32_t Replay::heap_device(uint64_t base) const {
 void Replay::count_allocated(const LiveAllocation& a, uint64_t addr, int64_t sign) {
   int64_t bytes = sign * static_cast<int64_t>(a.size);
   allocated_bytes_[a.device] += static_cast<uint64_t>(bytes);
-  step_.device_changes.push_back(
+  step_.memory_changes.push_back(
       MemoryChange{a.device, bytes, Site{a.api, a.stack_id}, Layer::kAllocated, addr, a.heap});
 }
 
@@ -83,7 +83,8 @@ void Replay::count(const LiveAllocation& a, int64_t sign) {
   int64_t bytes = sign * static_cast<int64_t>(a.size);
   if (counts_as_device_memory(a.kind)) {
     device_bytes_[a.device] += static_cast<uint64_t>(bytes);
-    step_.device_changes.push_back(MemoryChange{a.device, bytes, Site{a.api, a.stack_id}});
+    reserved_bytes_ += static_cast<uint64_t>(bytes);
+    step_.memory_changes.push_back(MemoryChange{a.device, bytes, Site{a.api, a.stack_id}});
   } else if (a.kind == MemKind::kPinnedHost) {
     pinned_host_bytes_ += static_cast<uint64_t>(bytes);
     step_.pinned_host_bytes += bytes;

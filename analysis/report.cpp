@@ -51,7 +51,7 @@ void ReportBuilder::add(const ReplayStep& step) {
   if (e.captured()) ++captured_events_;
   if (e.op() == Op::kAlloc && e.result == kOutOfMemoryResult)
     oom_events_.push_back(OomEvent{e.t_ns, e.api, e.size, e.device, e.device_free, e.device_total});
-  for (const MemoryChange& change : step.device_changes) {
+  for (const MemoryChange& change : step.memory_changes) {
     if (change.layer != layer_) continue;
     DeviceState& d = device_state(change.device);
     if (change.bytes < 0 && d.peak_unsaved) {
@@ -103,6 +103,23 @@ std::vector<SiteTotal> ReportBuilder::largest(const SiteMap& sites) const {
   });
   if (out.size() > top_sites_) out.resize(top_sites_);
   return out;
+}
+
+std::vector<SiteTotal> ReportBuilder::live_sites(std::optional<int32_t> device) const {
+  if (device) {
+    auto it = devices_.find(*device);
+    return it == devices_.end() ? std::vector<SiteTotal>() : largest(it->second.sites);
+  }
+  SiteMap all;
+  for (const auto& [ordinal, d] : devices_) {
+    if (all.size() < d.sites.size()) all.resize(d.sites.size());
+    for (size_t slot = 0; slot < d.sites.size(); ++slot) {
+      if (all[slot].count == 0) all[slot].stack_id = d.sites[slot].stack_id;
+      all[slot].bytes += d.sites[slot].bytes;
+      all[slot].count += d.sites[slot].count;
+    }
+  }
+  return largest(all);
 }
 
 void ReportBuilder::finish(ProcessReport& report) {

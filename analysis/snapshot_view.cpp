@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <unordered_map>
 
 #include "memtrace.pb.h"
 #include "memtrace/analysis/report_render.h"
@@ -85,23 +84,13 @@ bool read_snapshot(const std::string& path, const ReportOptions& options, Snapsh
   out.pid = reader->header().pid();
   StackView stacks(*reader, options.keep_cuda_frames);
 
-  // The live allocations, grouped by site on the snapshot's device (all devices otherwise).
-  std::unordered_map<Site, SiteTotal, SiteHash> groups;
+  // The live allocations, grouped by site as every report groups them, on the snapshot's device
+  // (all devices together otherwise). A snapshot's events are the allocations live then.
+  ReportBuilder sites(options.top_sites,
+                      [&](uint64_t stack_id) { return stacks.site_key(stack_id, options.grouping); });
+  Replay replay;
   Event e;
-  bool first = true;
-  int32_t device = -1;
-  while (reader->next(e)) {
-    if (first) {
-      first = false;
-      if (reader->snapshot()) device = reader->snapshot()->device();
-    }
-    if (!counts_as_device_memory(e.kind) || (device >= 0 && e.device != device)) continue;
-    Site key{e.api, stacks.site_key(e.stack_id, options.grouping)};
-    SiteTotal& g = groups[key];
-    if (g.count == 0) g.site = Site{e.api, e.stack_id};
-    g.bytes += e.size;
-    ++g.count;
-  }
+  while (reader->next(e)) sites.add(replay.apply(e));
   const std::optional<pb::Snapshot>& info = reader->snapshot();
   if (!info) {
     error = path + " is a trace, not a snapshot (use memtrace report)";
@@ -125,17 +114,10 @@ bool read_snapshot(const std::string& path, const ReportOptions& options, Snapsh
     auto named = stacks.site_frame(out.request->stack_id, SiteGrouping::kUser);
     out.request_location = named ? frame_label(*named) : "";
   }
-  for (auto& [key, g] : groups) out.sites.push_back(g);
-  std::sort(out.sites.begin(), out.sites.end(), [](const SiteTotal& a, const SiteTotal& b) {
-    return a.bytes != b.bytes ? a.bytes > b.bytes : a.site.stack_id < b.site.stack_id;
-  });
-  if (out.sites.size() > options.top_sites) out.sites.resize(options.top_sites);
+  out.sites = sites.live_sites(out.device >= 0 ? std::optional<int32_t>(out.device) : std::nullopt);
   for (SiteTotal& s : out.sites) {
-    s.stack = stacks.frames(s.site.stack_id);
+    resolve_site(s, s.site.stack_id, stacks, options.grouping);
     s.stack_flags = stacks.flags(s.site.stack_id);
-    auto named = stacks.site_frame(s.site.stack_id, options.grouping);
-    if (!named && !s.stack.empty()) named = s.stack.front();
-    s.location = named ? frame_label(*named) : "(no stack)";
   }
   out.diagnosis = diagnose(out);
   return true;

@@ -1,14 +1,6 @@
 #include "snapshot_keeper.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <iterator>
 
 namespace memtrace {
 
@@ -32,17 +24,16 @@ void SnapshotKeeper::before_event(const Event& event, const Replay& replay) {
   }
 }
 
-void SnapshotKeeper::on_event(const Event& event, const ReplayStep& step, const Replay& replay) {
+void SnapshotKeeper::on_event(const Event& event, const Replay& replay) {
   recent_.push_back(event);
   if (recent_.size() > kRecentEvents) recent_.pop_front();
 
-  for (const MemoryChange& change : step.device_changes) {
-    live_bytes_ += static_cast<uint64_t>(change.bytes);
-    if (live_bytes_ > peak_bytes_) {
-      peak_bytes_ = live_bytes_;
-      peak_time_ = event.t_ns;
-      peak_unsaved_ = true;
-    }
+  // The process's peak of reserved memory, all devices together (the allocated layer lies
+  // inside it and is no part of it).
+  if (replay.reserved_bytes() > peak_bytes_) {
+    peak_bytes_ = replay.reserved_bytes();
+    peak_time_ = event.t_ns;
+    peak_unsaved_ = true;
   }
 
   if (event.op() != Op::kAlloc) return;
@@ -108,14 +99,7 @@ std::optional<SnapshotKeeper::Pending> SnapshotKeeper::write(const std::string& 
   std::vector<Event> events;
   uint64_t bytes = 0, count = 0;
   for (const auto& [addr, a] : live) {
-    Event e;
-    e.t_ns = a.t_ns;
-    e.tid = a.tid;
-    e.api = a.api;
-    e.kind = a.kind;
-    e.device = a.device;
-    e.addr = addr;
-    e.size = a.size;
+    Event e = a.as_event(addr);
     e.stack_id = writer->import_stack(trace_, a.stack_id);
     events.push_back(e);
     if (counts_as_device_memory(a.kind) && (info.device() < 0 || a.device == info.device())) {
@@ -140,29 +124,18 @@ std::optional<SnapshotKeeper::Pending> SnapshotKeeper::write(const std::string& 
   return Pending{path, info, writer->snapshot_offset(), writer->snapshot_size()};
 }
 
-// Rewrites each pending OOM snapshot with its outcome: the file is copied with its Snapshot
-// chunk replaced, then renamed over the old one, so it is whole at every moment.
+// Rewrites each pending OOM snapshot's Snapshot chunk with its outcome.
 void SnapshotKeeper::settle(bool last_fatal) {
   for (size_t i = 0; i < pending_.size(); ++i) {
     Pending& p = pending_[i];
     p.info.set_outcome_known(true);
     p.info.set_fatal(last_fatal && i + 1 == pending_.size());
     p.info.set_recovered(!last_fatal);
-    std::ifstream in(p.path, std::ios::binary);
-    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (p.offset + p.size > bytes.size()) continue;
     pb::Chunk chunk;
     *chunk.mutable_snapshot() = p.info;
-    std::string updated =
-        bytes.substr(0, p.offset) + TraceWriter::framed(chunk, options_.compression) + bytes.substr(p.offset + p.size);
-    std::string temp = p.path + ".tmp";
-    int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    bool ok = fd >= 0 && ::fchmod(fd, options_.file_mode) == 0 &&
-              ::write(fd, updated.data(), updated.size()) == static_cast<ssize_t>(updated.size());
-    if (fd >= 0) ::close(fd);
-    if (ok && ::rename(temp.c_str(), p.path.c_str()) == 0) continue;
-    ::unlink(temp.c_str());
-    errors_.push_back("cannot update " + p.path + ": " + std::strerror(errno));
+    std::string error;
+    if (!TraceWriter::replace_chunk(p.path, p.offset, p.size, chunk, options_.compression, options_.file_mode, error))
+      errors_.push_back(error);
   }
   pending_.clear();
 }

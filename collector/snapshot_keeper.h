@@ -34,7 +34,7 @@ class SnapshotKeeper {
 
   // Every event of the process, before and after the replay applies it.
   void before_event(const Event& event, const Replay& replay);
-  void on_event(const Event& event, const ReplayStep& step, const Replay& replay);
+  void on_event(const Event& event, const Replay& replay);
   // A snapshot of the process as it is now (on demand, periodic).
   void take(pb::Snapshot::Reason reason, uint64_t now_ns, const Replay& replay);
   // The process ended: OOM snapshots learn whether it died of them; the peak snapshot is written.
@@ -64,8 +64,8 @@ class SnapshotKeeper {
   std::vector<Pending> pending_;  // OOM snapshots whose outcome is not known yet
   std::vector<std::string> paths_, errors_;
   uint32_t oom_count_ = 0, demand_count_ = 0, periodic_count_ = 0;
-  // The peak of all devices' reserved memory, and what was live then.
-  uint64_t live_bytes_ = 0, peak_bytes_ = 0, peak_time_ = 0;
+  // The peak of all devices' reserved memory (the replay's), and what was live then.
+  uint64_t peak_bytes_ = 0, peak_time_ = 0;
   bool peak_unsaved_ = false;
   Live at_peak_;
 };

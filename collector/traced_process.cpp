@@ -176,7 +176,7 @@ void TracedProcess::record(const RingEvent& raw) {
   snapshots_.before_event(e, replay_);
   const ReplayStep& step = replay_.apply(e);
   summary_.add(step);
-  snapshots_.on_event(e, step, replay_);
+  snapshots_.on_event(e, replay_);
 }
 
 // Stacks are resolved as records arrive, in ring order: the modules and code objects they name

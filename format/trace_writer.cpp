@@ -6,6 +6,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 
 #include "memtrace/format/framing.h"
 
@@ -88,6 +90,51 @@ std::string frame_chunk(const pb::Chunk& chunk, int level, ZSTD_CCtx* ctx, std::
 }
 
 }  // namespace
+
+namespace {
+// Writes all of DATA to FD, whatever the kernel takes at a time.
+bool write_all(int fd, const std::string& data) {
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (n == 0) errno = ENOSPC;
+      return false;
+    }
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+}  // namespace
+
+bool TraceWriter::replace_chunk(const std::string& path, uint64_t offset, uint64_t size, const pb::Chunk& chunk,
+                                int compression, unsigned file_mode, std::string& error) {
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.eof() && in.fail()) {
+    error = "cannot read " + path;
+    return false;
+  }
+  if (offset + size > bytes.size() || size < framing::kChunkHeaderBytes) {
+    error = "cannot update " + path + ": it has no chunk at byte " + std::to_string(offset);
+    return false;
+  }
+  std::string updated = bytes.substr(0, offset) + framed(chunk, compression) + bytes.substr(offset + size);
+  std::string temp = path + ".tmp";
+  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  bool ok = fd >= 0 && ::fchmod(fd, file_mode) == 0 && write_all(fd, updated);
+  int saved = errno;
+  if (fd >= 0 && ::close(fd) != 0 && ok) {
+    ok = false;
+    saved = errno;
+  }
+  if (ok && ::rename(temp.c_str(), path.c_str()) == 0) return true;
+  if (ok) saved = errno;
+  if (fd >= 0) ::unlink(temp.c_str());
+  error = "cannot update " + path + ": " + std::strerror(saved);
+  return false;
+}
 
 std::string TraceWriter::framed(const pb::Chunk& chunk, int compression) {
   std::string scratch, compressed;

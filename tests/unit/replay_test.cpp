@@ -123,8 +123,8 @@ TEST(Replay, FreeLearnsWhatItFreed) {
   EXPECT_EQ(step.kind, MemKind::kManaged);
   EXPECT_EQ(step.device, 2);
   EXPECT_EQ(step.size, 4096u);
-  ASSERT_EQ(step.device_changes.size(), 1u);
-  EXPECT_EQ(step.device_changes[0].bytes, -4096);
+  ASSERT_EQ(step.memory_changes.size(), 1u);
+  EXPECT_EQ(step.memory_changes[0].bytes, -4096);
 }
 
 }  // namespace

@@ -22,6 +22,21 @@ struct LiveAllocation {
   uint64_t t_ns = 0;
   uint32_t tid = 0;
   uint64_t heap = 0;  // a region: its heap
+
+  // The event that made it, at ADDR.
+  Event as_event(uint64_t addr) const {
+    Event e;
+    e.t_ns = t_ns;
+    e.tid = tid;
+    e.api = api;
+    e.kind = kind;
+    e.device = device;
+    e.addr = addr;
+    e.size = size;
+    e.heap = heap;
+    e.stack_id = stack_id;
+    return e;
+  }
 };
 
 // Where device memory was allocated: the API and the call stack. Reports group by it.
@@ -62,7 +77,7 @@ struct ReplayStep {
   int32_t device = -1;
   uint64_t size = 0;
   bool matched = true;  // false: a successful free of something the trace never saw allocated
-  std::vector<MemoryChange> device_changes;
+  std::vector<MemoryChange> memory_changes;  // device memory, in the reserved and allocated layers
   int64_t pinned_host_bytes = 0;
 };
 
@@ -80,6 +95,8 @@ class Replay {
     auto it = bytes.find(device);
     return it == bytes.end() ? 0 : it->second;
   }
+  // The reserved layer on every device together: what a process's own peak is a peak of.
+  uint64_t reserved_bytes() const { return reserved_bytes_; }
   uint64_t pinned_host_bytes() const { return pinned_host_bytes_; }
   size_t live_count() const { return addresses_.size() + handles_.size() + mappings_.size() + reservations_.size(); }
   uint64_t unmatched_frees() const { return unmatched_frees_; }
@@ -127,6 +144,7 @@ class Replay {
   std::map<uint64_t, LiveAllocation> regions_;              // the allocated layer, by address
   std::map<int32_t, uint64_t> device_bytes_;
   std::map<int32_t, uint64_t> allocated_bytes_;
+  uint64_t reserved_bytes_ = 0;
   uint64_t pinned_host_bytes_ = 0;
   uint64_t unmatched_frees_ = 0;
 };

@@ -103,6 +103,9 @@ class ReportBuilder {
   }
   // Whether the last add() made a new peak on some device.
   bool new_peak() const { return new_peak_; }
+  // What is live now by site, largest first (top_sites at most): on DEVICE, or on all devices
+  // together.
+  std::vector<SiteTotal> live_sites(std::optional<int32_t> device = std::nullopt) const;
 
  private:
   struct SiteLive {

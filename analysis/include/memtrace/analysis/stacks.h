@@ -54,4 +54,17 @@ class StackView {
 // "train.py:88 in forward", "forward(int) at model.cpp:42", "libfoo.so+0x1a2b".
 std::string frame_label(const FrameView& frame);
 
+// Fills in a site's stack as shown and the label that names it under GROUPING: its frame, else
+// its innermost one, else "(no stack)"; "every cudaMalloc call" when sites are APIs alone. SITE
+// is a SiteTotal or a SiteGrowth: what has `site.api`, `stack` and `location`.
+template <typename SiteLike>
+void resolve_site(SiteLike& s, uint64_t stack_id, const StackView& stacks, SiteGrouping grouping) {
+  s.stack = stacks.frames(stack_id);
+  std::optional<FrameView> named = stacks.site_frame(stack_id, grouping);
+  if (!named && !s.stack.empty()) named = s.stack.front();
+  s.location = grouping == SiteGrouping::kApi ? "every " + std::string(api_name(s.site.api)) + " call"
+               : named                         ? frame_label(*named)
+                                               : "(no stack)";
+}
+
 }  // namespace memtrace

@@ -57,8 +57,11 @@ class TraceWriter {
   uint64_t import_stack(const TraceWriter& source, uint64_t stack_id);
   // Events in columns, as they are stored.
   static void encode_events(const std::vector<Event>& events, pb::EventBatch& batch);
-  // A chunk framed as it is stored in a file, compressed at level COMPRESSION (0: not).
-  static std::string framed(const pb::Chunk& chunk, int compression);
+  // Replaces the chunk stored at OFFSET (SIZE bytes, frame included) of the trace at PATH with
+  // CHUNK, compressed at level COMPRESSION: a copy is written beside it (permissions FILE_MODE)
+  // and renamed over it, so the file is whole at every moment. False with ERROR set otherwise.
+  static bool replace_chunk(const std::string& path, uint64_t offset, uint64_t size, const pb::Chunk& chunk,
+                            int compression, unsigned file_mode, std::string& error);
 
   uint64_t events_written() const { return events_written_; }
   bool failed() const { return !error_.empty(); }
@@ -69,6 +72,8 @@ class TraceWriter {
 
  private:
   TraceWriter(int fd, std::string path, int compression);
+  // A chunk framed as it is stored in a file, compressed at level COMPRESSION (0: not).
+  static std::string framed(const pb::Chunk& chunk, int compression);
   void write_chunk(const pb::Chunk& chunk);
   void write_bytes(const void* data, size_t size);
   void flush_tables();

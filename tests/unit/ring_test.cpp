@@ -1,10 +1,13 @@
-// The ring protocol between threads of one process: every published record arrives once, and
-// slots a dead writer left unpublished are stepped over.
+// The ring protocol between threads of one process, through the injector's producer and the
+// collector's consumer: every published record arrives once, slots a dead writer left
+// unpublished are stepped over, a full ring holds a producer up only so long, and a consumer
+// that went away is noticed.
 #include "memtrace/ring/consumer.h"
 #include "memtrace/ring/producer.h"
 
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -92,6 +95,41 @@ TEST(RingConsumer, StepsOverWhatADeadWriterLeft) {
   ASSERT_EQ(out.events.size(), 2u);
   EXPECT_EQ(out.events[1].seq, 2u);
   EXPECT_EQ(ring.consumer->incomplete_records(), 1u);
+}
+
+TEST(RingProducer, AFullRingHoldsTheProducerUpToTheBoundThenItsEventsAreDropped) {
+  TestRing ring(64 << 10);
+  ring.producer.set_max_stall_ns(50'000'000);
+  uint64_t published = 0;
+  while (ring.publish(published)) ++published;  // nobody drains: the ring fills, then one stall
+  EXPECT_EQ(published, (64u << 10) / ring::kSlotBytes);
+  EXPECT_GE(ring.consumer->longest_wait_ns(), 50'000'000u) << "gave up before the bound";
+  ring.producer.count_dropped(published);
+  // Once stalled, the next record gives up at once instead of waiting again.
+  EXPECT_FALSE(ring.publish(published + 1));
+  ring.producer.count_dropped(published + 1);
+
+  std::vector<uint64_t> dropped;
+  ring.consumer->take_dropped(dropped);
+  EXPECT_EQ(dropped, (std::vector<uint64_t>{published, published + 1}));
+  EXPECT_EQ(ring.consumer->dropped_events(), 2u);
+  Collected out;
+  ring.consumer->drain(out, false);
+  EXPECT_EQ(out.events.size(), published);
+  EXPECT_TRUE(ring.publish(published + 2)) << "room again: no longer stalled";
+}
+
+TEST(RingProducer, AConsumerThatHungUpIsNoticedInsteadOfWaitedFor) {
+  TestRing ring(64 << 10);
+  int sockets[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sockets), 0);
+  ring.producer.set_consumer_socket(sockets[0]);
+  ring.producer.set_max_stall_ns(60'000'000'000ull);  // a minute: the test would time out waiting
+  ::close(sockets[1]);
+  uint64_t index;
+  for (uint64_t seq = 0; seq < (64u << 10) / ring::kSlotBytes; ++seq) ASSERT_TRUE(ring.publish(seq));
+  EXPECT_EQ(ring.producer.reserve(1, index), ring::Producer::Reserved::kConsumerGone);
+  ::close(sockets[0]);
 }
 
 }  // namespace
