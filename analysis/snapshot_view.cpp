@@ -76,7 +76,7 @@ std::vector<std::string> find_snapshots(const std::string& path, std::string& er
   return found;
 }
 
-bool read_snapshot(const std::string& path, const ReportOptions& options, SnapshotReport& out, std::string& error) {
+bool read_snapshot(const std::string& path, const AnalysisOptions& options, SnapshotReport& out, std::string& error) {
   auto reader = TraceReader::open(path, error);
   if (!reader) return false;
   out = SnapshotReport();

@@ -43,15 +43,4 @@ bool analyze_path(const std::string& path, const AnalysisOptions& options, std::
   return true;
 }
 
-bool analyze_trace(const std::string& path, const ReportOptions& options, ProcessReport& report, std::string& error) {
-  AnalysisOptions analysis;
-  analysis.top_sites = options.top_sites;
-  analysis.grouping = options.grouping;
-  analysis.keep_cuda_frames = options.keep_cuda_frames;
-  ProcessAnalysis out;
-  if (!analyze_process(path, analysis, out, error)) return false;
-  report = std::move(out.report);
-  return true;
-}
-
 }  // namespace memtrace

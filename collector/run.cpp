@@ -33,7 +33,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kVersion = "0.1.0";
 
 std::atomic<int> g_signal{0};            // a signal to pass on to the program
 std::atomic<bool> g_interrupted{false};  // any stop signal reached us
@@ -204,7 +203,7 @@ void Collector::welcome() {
       continue;
     }
     pb::TraceHeader header;
-    header.set_memtrace_version(kVersion);
+    header.set_memtrace_version(MEMTRACE_VERSION);
     header.set_pid(intro->pid);
     header.set_ppid(read_ppid(intro->pid));
     header.set_host(host_name());

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "memtrace/analysis/report.h"
+#include "memtrace/analysis/process_analysis.h"
 #include "memtrace/analysis/trace_set.h"
 
 namespace memtrace {
@@ -33,7 +34,9 @@ struct SnapshotReport {
 
 // The snapshot files PATH names: one .memsnap file, or those in a folder.
 std::vector<std::string> find_snapshots(const std::string& path, std::string& error);
-bool read_snapshot(const std::string& path, const ReportOptions& options, SnapshotReport& out, std::string& error);
+// Reads the snapshot at PATH: its sites grouped as OPTIONS say (top_sites, grouping,
+// keep_cuda_frames).
+bool read_snapshot(const std::string& path, const AnalysisOptions& options, SnapshotReport& out, std::string& error);
 
 nlohmann::json snapshot_json(const SnapshotReport& snapshot);
 std::string snapshot_text(const SnapshotReport& snapshot);

@@ -13,22 +13,11 @@ namespace memtrace {
 // The trace files PATH names, in a stable order; empty with ERROR set when there are none.
 std::vector<std::string> find_traces(const std::string& path, std::string& error);
 
-struct ReportOptions {
-  size_t top_sites = 10;
-  SiteGrouping grouping = SiteGrouping::kUser;
-  bool keep_cuda_frames = false;
-};
-
 struct AnalysisOptions;
 struct ProcessAnalysis;
 // Analyzes every trace PATH names (a folder: all its processes). False with ERROR set when there
 // is none, or one is not a readable trace; a cut trace adds a line to WARNINGS.
 bool analyze_path(const std::string& path, const AnalysisOptions& options, std::vector<ProcessAnalysis>& out,
                   std::vector<std::string>& warnings, std::string& error);
-
-// Reads one trace through the replay into its report. Returns false with ERROR set when the
-// file is not a readable trace at all; a cut or damaged trace gives a report of what was read,
-// with `complete` false and `problem` saying why.
-bool analyze_trace(const std::string& path, const ReportOptions& options, ProcessReport& report, std::string& error);
 
 }  // namespace memtrace

@@ -1,0 +1,82 @@
+// memtrace check PATH: for CI, 0 when the run is within every limit, 1 when one is broken, 2 for
+// bad use or an unreadable trace.
+#include <cstdio>
+#include <memory>
+#include <tuple>
+
+#include "command.h"
+#include "memtrace/analysis/units.h"
+#include "memtrace/analysis/views.h"
+#include "options.h"
+
+namespace memtrace::cli {
+
+namespace {
+
+struct CheckCli {
+  AnalysisCli analysis;
+  std::string max_peak, max_leaked, max_growth, baseline, junit;
+  double max_regression = 0;
+  CLI::Option* regression_option = nullptr;
+};
+
+int check_run(CheckCli& c) {
+  CheckLimits limits;
+  for (auto [text, target, flag] : {std::tuple{&c.max_peak, &limits.max_peak, "--max-peak"},
+                                    {&c.max_leaked, &limits.max_leaked, "--max-leaked"},
+                                    {&c.max_growth, &limits.max_growth_per_step, "--max-growth-per-step"}}) {
+    if (text->empty()) continue;
+    auto bytes = parse_size(*text);
+    if (!bytes) {
+      std::fprintf(stderr, "memtrace check: %s: '%s' is not a size (try 4GiB)\n", flag, text->c_str());
+      return kExitUsage;
+    }
+    *target = bytes;
+  }
+  const bool regression = c.regression_option->count() > 0;
+  if (regression && c.baseline.empty()) {
+    std::fprintf(stderr, "memtrace check: --max-regression needs --baseline\n");
+    return kExitUsage;
+  }
+  if (!c.baseline.empty() && !regression) {
+    std::fprintf(stderr, "memtrace check: --baseline needs --max-regression PERCENT\n");
+    return kExitUsage;
+  }
+  if (regression) limits.max_regression_percent = c.max_regression;
+  if (!limits.max_peak && !limits.max_leaked && !limits.max_growth_per_step && !limits.max_regression_percent) {
+    std::fprintf(stderr, "memtrace check: give at least one limit (--max-peak, --max-leaked, "
+                         "--max-growth-per-step, --baseline with --max-regression)\n");
+    return kExitUsage;
+  }
+  std::vector<ProcessAnalysis> processes, baseline;
+  if (!load_analyses("check", c.analysis, processes)) return kExitUsage;
+  if (!c.baseline.empty()) {
+    AnalysisCli b = c.analysis;
+    b.path = c.baseline;
+    if (!load_analyses("check", b, baseline)) return kExitUsage;
+  }
+  CheckResult result = check(processes, limits, c.baseline.empty() ? nullptr : &baseline);
+  if (!c.junit.empty() && !write_new_file("check", c.junit, check_junit(result))) return kExitUsage;
+  print(c.analysis.json, result.json, check_text(result));
+  return result.passed ? 0 : 1;
+}
+
+}  // namespace
+
+Command add_check_command(CLI::App& app) {
+  auto c = std::make_shared<CheckCli>();
+  CLI::App* cmd = app.add_subcommand(
+      "check", "For CI: exit 0 when the run is within every limit, 1 when one is broken, 2 for bad use");
+  add_analysis_options(cmd, c->analysis, false);
+  cmd->add_option("--max-peak", c->max_peak, "Largest peak of reserved memory on any device, e.g. 70GiB");
+  cmd->add_option("--max-leaked", c->max_leaked, "Device memory still live at the end, all processes");
+  cmd->add_option("--max-growth-per-step", c->max_growth, "Growth per step of any one site");
+  cmd->add_option("--baseline", c->baseline, "A run to compare with (folder or .memtrace)");
+  c->regression_option =
+      cmd->add_option("--max-regression", c->max_regression, "Peak growth over --baseline allowed, in percent")
+          ->check(CLI::Range(-100.0, 1e9));
+  cmd->add_option("--junit", c->junit, "Also write a JUnit XML report to this new file");
+  return {cmd, [c] { return check_run(*c); }};
+}
+
+}  // namespace memtrace::cli

@@ -1,0 +1,28 @@
+// One memtrace subcommand: its CLI11 sub-app (options bound to its own state) and what running it
+// does. Each command lives in a file of its own (cli/*_command.cpp).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace memtrace::cli {
+
+struct Command {
+  CLI::App* app = nullptr;
+  std::function<int()> run;
+};
+
+Command add_run_command(CLI::App& app);
+Command add_report_command(CLI::App& app);
+Command add_snapshot_command(CLI::App& app);
+Command add_export_command(CLI::App& app);
+Command add_peak_command(CLI::App& app);
+Command add_leaks_command(CLI::App& app);
+Command add_frag_command(CLI::App& app);
+Command add_timeline_command(CLI::App& app);
+Command add_diff_command(CLI::App& app);
+Command add_check_command(CLI::App& app);
+Command add_estimate_command(CLI::App& app);
+Command add_explain_command(CLI::App& app);
+
+}  // namespace memtrace::cli

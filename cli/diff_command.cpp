@@ -1,0 +1,39 @@
+// memtrace diff BASE NEW: two runs compared, peaks, leaks and sites, what grew.
+#include <memory>
+
+#include "command.h"
+#include "memtrace/analysis/views.h"
+#include "options.h"
+
+namespace memtrace::cli {
+
+namespace {
+
+struct DiffCli {
+  AnalysisCli base, next;
+};
+
+int diff(DiffCli& c) {
+  c.base.by = c.next.by;
+  c.base.step = c.next.step;
+  std::vector<ProcessAnalysis> base, next;
+  if (!load_analyses("diff", c.base, base) || !load_analyses("diff", c.next, next)) return 1;
+  nlohmann::json doc = diff_json(base, next, c.next.options.grouping);
+  print(c.next.json, doc, diff_text(doc));
+  return 0;
+}
+
+}  // namespace
+
+Command add_diff_command(CLI::App& app) {
+  auto c = std::make_shared<DiffCli>();
+  CLI::App* cmd = app.add_subcommand("diff", "Compare two runs: peaks, leaks and sites, what grew");
+  cmd->add_option("base", c->base.path, "The baseline: an output folder or a .memtrace file")->required();
+  cmd->add_option("new", c->next.path, "The run to compare with it")->required();
+  cmd->add_flag("--json", c->next.json, "Print JSON instead of text");
+  add_by_option(cmd, c->next.by);
+  cmd->add_option("--step", c->next.step, "Regular expression naming the step range or mark");
+  return {cmd, [c] { return diff(*c); }};
+}
+
+}  // namespace memtrace::cli

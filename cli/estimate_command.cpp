@@ -1,0 +1,36 @@
+// memtrace estimate: how much GPU memory a model needs to train or serve, from the standard formulas.
+#include <cstdio>
+#include <memory>
+
+#include "command.h"
+#include "estimate_options.h"
+#include "options.h"
+
+namespace memtrace::cli {
+
+namespace {
+
+int estimate_run(EstimateCli& e) {
+  ModelShape model;
+  if (!resolve_estimate("estimate", e, model)) return kExitUsage;
+  Estimate result;
+  std::string error;
+  if (!estimate(model, e.options, result, error)) {
+    std::fprintf(stderr, "memtrace estimate: %s\n", error.c_str());
+    return kExitUsage;
+  }
+  print(e.json, e.json ? estimate_json(result) : nlohmann::json(), e.json ? "" : estimate_text(result));
+  return 0;
+}
+
+}  // namespace
+
+Command add_estimate_command(CLI::App& app) {
+  auto e = std::make_shared<EstimateCli>();
+  CLI::App* cmd =
+      app.add_subcommand("estimate", "How much GPU memory a model needs to train or serve, from the standard formulas");
+  add_estimate_options(cmd, *e);
+  return {cmd, [e] { return estimate_run(*e); }};
+}
+
+}  // namespace memtrace::cli

@@ -1,0 +1,50 @@
+// memtrace explain PATH: what a trace measured, held against the estimate.
+#include <cstdio>
+#include <memory>
+
+#include "command.h"
+#include "estimate_options.h"
+#include "memtrace/analysis/explain.h"
+#include "options.h"
+
+namespace memtrace::cli {
+
+namespace {
+
+struct ExplainCli {
+  std::string path;
+  EstimateCli estimate;
+};
+
+int explain_run(ExplainCli& c) {
+  ModelShape model;
+  if (!resolve_estimate("explain", c.estimate, model)) return kExitUsage;
+  Estimate result;
+  std::string error;
+  if (!estimate(model, c.estimate.options, result, error)) {
+    std::fprintf(stderr, "memtrace explain: %s\n", error.c_str());
+    return kExitUsage;
+  }
+  AnalysisCli traces;
+  traces.path = c.path;
+  std::vector<ProcessAnalysis> analyses;
+  if (!load_analyses("explain", traces, analyses)) return 1;
+  std::vector<ProcessReport> processes;
+  for (ProcessAnalysis& p : analyses) processes.push_back(std::move(p.report));
+  Explanation x = explain(result, processes);
+  print(c.estimate.json, c.estimate.json ? explanation_json(x) : nlohmann::json(),
+        c.estimate.json ? "" : explanation_text(x));
+  return 0;
+}
+
+}  // namespace
+
+Command add_explain_command(CLI::App& app) {
+  auto c = std::make_shared<ExplainCli>();
+  CLI::App* cmd = app.add_subcommand("explain", "Hold what a trace measured against the estimate");
+  cmd->add_option("path", c->path, "An output folder or one .memtrace file")->required();
+  add_estimate_options(cmd, c->estimate);
+  return {cmd, [c] { return explain_run(*c); }};
+}
+
+}  // namespace memtrace::cli

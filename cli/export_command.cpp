@@ -1,0 +1,85 @@
+// memtrace export --format jsonl|folded|chrome PATH: every event, or stacks, or a Chrome/Perfetto
+// trace, for other tools.
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+#include "command.h"
+#include "memtrace/analysis/export_jsonl.h"
+#include "memtrace/analysis/export_profiles.h"
+#include "memtrace/analysis/trace_set.h"
+#include "options.h"
+
+namespace memtrace::cli {
+
+namespace {
+
+struct ExportCli {
+  std::string path, format = "jsonl", output, at = "peak";
+  bool keep_cuda = false;
+};
+
+int export_folded(const ExportCli& c) {
+  AnalysisCli a;
+  a.path = c.path;
+  a.by = "stack";
+  a.options.keep_cuda_frames = c.keep_cuda;
+  a.options.top_sites = SIZE_MAX;
+  std::vector<ProcessAnalysis> processes;
+  if (!load_analyses("export", a, processes)) return 1;
+  std::string text = memtrace::export_folded(processes, c.at == "peak");
+  if (c.output.empty() || c.output == "-") {
+    std::fputs(text.c_str(), stdout);
+    return 0;
+  }
+  return write_new_file("export", c.output, text) ? 0 : 1;
+}
+
+int export_events(const ExportCli& c) {
+  if (c.format != "jsonl" && c.format != "folded" && c.format != "chrome") {
+    std::fprintf(stderr, "memtrace export: unknown format '%s' (known: jsonl, folded, chrome)\n", c.format.c_str());
+    return kExitUsage;
+  }
+  if (c.format == "folded") return export_folded(c);
+  std::string error;
+  std::vector<std::string> traces = find_traces(c.path, error);
+  if (traces.empty()) {
+    std::fprintf(stderr, "memtrace export: %s\n", error.c_str());
+    return 1;
+  }
+  std::FILE* out = stdout;
+  if (!c.output.empty() && c.output != "-") {
+    out = std::fopen(c.output.c_str(), "wxe");  // never over an existing file
+    if (!out) {
+      std::fprintf(stderr, "memtrace export: cannot create %s: %s\n", c.output.c_str(), std::strerror(errno));
+      return 1;
+    }
+  }
+  std::vector<std::string> warnings;
+  bool ok = c.format == "chrome" ? export_chrome(traces, out, warnings, error)
+                                 : export_jsonl(traces, out, c.keep_cuda, warnings, error);
+  if (out != stdout) std::fclose(out);
+  for (const auto& w : warnings) std::fprintf(stderr, "memtrace export: %s\n", w.c_str());
+  if (!ok) std::fprintf(stderr, "memtrace export: %s\n", error.c_str());
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+
+Command add_export_command(CLI::App& app) {
+  auto c = std::make_shared<ExportCli>();
+  CLI::App* cmd = app.add_subcommand("export", "Write every event in a format other tools read");
+  cmd->add_option("path", c->path, "An output folder or one .memtrace file")->required();
+  cmd->add_option("--format", c->format,
+                  "jsonl: one JSON object per event; folded: stacks for flame graphs (flamegraph.pl, "
+                  "speedscope); chrome: a Chrome/Perfetto trace")
+      ->required();
+  cmd->add_option("--at", c->at, "folded: what was live at the peak (default) or at the end")
+      ->check(CLI::IsMember({"peak", "end"}));
+  cmd->add_option("-o,--output", c->output, "Output file (default: standard output)");
+  cmd->add_flag("--keep-cuda-frames", c->keep_cuda, "Keep frames inside the CUDA libraries in stacks");
+  return {cmd, [c] { return export_events(*c); }};
+}
+
+}  // namespace memtrace::cli

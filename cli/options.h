@@ -1,0 +1,38 @@
+// What the commands that read traces share: the path, --json, how sites group (--by, one list
+// for every command), steps (--step), and the way they load, print and write.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "memtrace/analysis/process_analysis.h"
+#include "memtrace/analysis/trace_set.h"
+
+namespace memtrace::cli {
+
+inline constexpr int kExitUsage = 2;
+
+struct AnalysisCli {
+  std::string path, by = "user", step;
+  bool json = false;
+  AnalysisOptions options;
+};
+
+// --by: user (default), python, native, stack, api.
+void add_by_option(CLI::App* cmd, std::string& by);
+// The path, --json and --step; with SITES also --top, --by and --keep-cuda-frames.
+void add_analysis_options(CLI::App* cmd, AnalysisCli& a, bool sites = true);
+SiteGrouping grouping_named(const std::string& name);
+
+// Analyzes what A names (its --by and --step applied to its options); prints why and returns
+// false when it cannot.
+bool load_analyses(const char* command, AnalysisCli& a, std::vector<ProcessAnalysis>& out);
+
+// Prints DOC (--json) or TEXT.
+void print(bool json, const nlohmann::json& doc, const std::string& text);
+// Writes TEXT to PATH, never over an existing file; false after saying why.
+bool write_new_file(const char* command, const std::string& path, const std::string& text);
+
+}  // namespace memtrace::cli

@@ -1,0 +1,49 @@
+// memtrace peak PATH: when each device peaked, and what was live then, by site.
+#include <cstdio>
+#include <memory>
+
+#include "command.h"
+#include "memtrace/analysis/views.h"
+#include "options.h"
+
+namespace memtrace::cli {
+
+namespace {
+
+struct PeakCli {
+  AnalysisCli analysis;
+  std::string layer = "reserved";
+  int device = -1;
+  CLI::Option* device_option = nullptr;
+};
+
+int peak(PeakCli& c) {
+  if (c.layer == "device") {
+    std::fprintf(stderr, "memtrace peak: the device layer is sampled only at out-of-memory moments; use --layer "
+                         "reserved or allocated\n");
+    return kExitUsage;
+  }
+  std::vector<ProcessAnalysis> processes;
+  if (!load_analyses("peak", c.analysis, processes)) return 1;
+  PeakOptions options;
+  options.layer = c.layer == "allocated" ? Layer::kAllocated : Layer::kReserved;
+  if (*c.device_option) options.device = c.device;
+  nlohmann::json doc = peak_json(processes, options);
+  print(c.analysis.json, doc, peak_text(doc));
+  return 0;
+}
+
+}  // namespace
+
+Command add_peak_command(CLI::App& app) {
+  auto c = std::make_shared<PeakCli>();
+  CLI::App* cmd = app.add_subcommand("peak", "When each device peaked, and what was live then, by site");
+  add_analysis_options(cmd, c->analysis);
+  cmd->add_option("--layer", c->layer,
+                  "reserved (what the allocation APIs hold; default) or allocated (what allocators handed out)")
+      ->check(CLI::IsMember({"reserved", "allocated", "device"}));
+  c->device_option = cmd->add_option("--device", c->device, "Only this device")->check(CLI::Range(0, 1024));
+  return {cmd, [c] { return peak(*c); }};
+}
+
+}  // namespace memtrace::cli

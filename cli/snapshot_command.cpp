@@ -1,0 +1,51 @@
+// memtrace snapshot PATH: what a snapshot (.memsnap) shows, diagnosis first.
+#include <cstdio>
+#include <memory>
+
+#include "command.h"
+#include "memtrace/analysis/snapshot_view.h"
+#include "options.h"
+
+namespace memtrace::cli {
+
+namespace {
+
+int show(AnalysisCli& a) {
+  a.options.grouping = grouping_named(a.by);
+  std::string error;
+  std::vector<std::string> files = find_snapshots(a.path, error);
+  if (files.empty()) {
+    std::fprintf(stderr, "memtrace snapshot: %s\n", error.c_str());
+    return 1;
+  }
+  nlohmann::json all = nlohmann::json::array();
+  std::string text;
+  for (const auto& file : files) {
+    SnapshotReport s;
+    if (!read_snapshot(file, a.options, s, error)) {
+      std::fprintf(stderr, "memtrace snapshot: %s\n", error.c_str());
+      return 1;
+    }
+    all.push_back(snapshot_json(s));
+    text += (text.empty() ? "" : "\n") + snapshot_text(s);
+  }
+  print(a.json, files.size() == 1 ? all[0] : nlohmann::json{{"snapshots", all}}, text);
+  return 0;
+}
+
+}  // namespace
+
+Command add_snapshot_command(CLI::App& app) {
+  auto a = std::make_shared<AnalysisCli>();
+  CLI::App* cmd =
+      app.add_subcommand("snapshot", "What a snapshot (.memsnap) shows: the diagnosis, then the largest sites");
+  cmd->add_option("path", a->path, "A .memsnap file, or a folder of them")->required();
+  cmd->add_flag("--json", a->json, "Print JSON instead of text");
+  cmd->add_option("--top", a->options.top_sites, "How many sites to show (default 10)")->check(CLI::Range(1, 100000));
+  add_by_option(cmd, a->by);
+  cmd->add_flag("--keep-cuda-frames", a->options.keep_cuda_frames,
+                "Show frames inside the CUDA libraries at the top of stacks");
+  return {cmd, [a] { return show(*a); }};
+}
+
+}  // namespace memtrace::cli
