@@ -9,10 +9,10 @@ namespace memtrace {
 
 namespace {
 
-nlohmann::json top_sites(const std::vector<SiteTotal>& sites) {
-  nlohmann::json out = nlohmann::json::array();
+std::vector<CheckResult::Site> top_sites(const std::vector<SiteTotal>& sites) {
+  std::vector<CheckResult::Site> out;
   for (size_t i = 0; i < sites.size() && i < 5; ++i)
-    out.push_back({{"bytes", sites[i].bytes}, {"api", std::string(api_name(sites[i].site.api))}, {"location", sites[i].location}});
+    out.push_back({sites[i].bytes, std::string(api_name(sites[i].site.api)), sites[i].location});
   return out;
 }
 
@@ -27,19 +27,26 @@ uint64_t largest_peak(const std::vector<ProcessAnalysis>& processes, const Devic
   return most;
 }
 
-std::string limit_line(const nlohmann::json& l) {
-  const std::string name = l["name"];
-  auto value = [&](const nlohmann::json& v) {
-    return name == "max-regression" ? [&] {
-      char b[32];
-      std::snprintf(b, sizeof b, "%.1f%%", v.get<double>());
-      return std::string(b);
-    }()
-                                    : format_bytes(v.get<uint64_t>());
+std::string limit_line(const CheckResult::Limit& l) {
+  auto value = [&](uint64_t bytes, double percent) {
+    if (!l.in_percent()) return format_bytes(bytes);
+    char text[32];
+    std::snprintf(text, sizeof text, "%.1f%%", percent);
+    return std::string(text);
   };
-  return std::string(l["passed"].get<bool>() ? "ok    " : "FAILED") + "  " + name + ": " + value(l["actual"]) +
-         (l["passed"].get<bool>() ? " within " : " exceeds ") + value(l["limit"]) +
-         (l.contains("detail") ? "  (" + l["detail"].get<std::string>() + ")" : "");
+  return std::string(l.passed ? "ok    " : "FAILED") + "  " + l.name + ": " + value(l.actual_bytes, l.actual_percent) +
+         (l.passed ? " within " : " exceeds ") + value(l.limit_bytes, l.limit_percent) +
+         (l.detail.empty() ? "" : "  (" + l.detail + ")");
+}
+
+CheckResult::Limit bytes_limit(const char* name, uint64_t limit, uint64_t actual, std::vector<CheckResult::Site> sites) {
+  CheckResult::Limit l;
+  l.name = name;
+  l.limit_bytes = limit;
+  l.actual_bytes = actual;
+  l.passed = actual <= limit;
+  l.sites = std::move(sites);
+  return l;
 }
 
 }  // namespace
@@ -47,16 +54,14 @@ std::string limit_line(const nlohmann::json& l) {
 CheckResult check(const std::vector<ProcessAnalysis>& processes, const CheckLimits& limits,
                   const std::vector<ProcessAnalysis>* baseline) {
   CheckResult r;
-  nlohmann::json list = nlohmann::json::array();
-  auto add = [&](nlohmann::json l) {
-    r.passed &= l["passed"].get<bool>();
-    list.push_back(std::move(l));
+  auto add = [&](CheckResult::Limit l) {
+    r.passed &= l.passed;
+    r.limits.push_back(std::move(l));
   };
   if (limits.max_peak) {
     const DeviceReport* at = nullptr;
     uint64_t peak = largest_peak(processes, &at);
-    add({{"name", "max-peak"}, {"limit", *limits.max_peak}, {"actual", peak}, {"passed", peak <= *limits.max_peak},
-         {"sites", at ? top_sites(at->peak_sites) : nlohmann::json::array()}});
+    add(bytes_limit("max-peak", *limits.max_peak, peak, at ? top_sites(at->peak_sites) : std::vector<CheckResult::Site>()));
   }
   if (limits.max_leaked) {
     uint64_t leaked = 0;
@@ -67,63 +72,73 @@ CheckResult check(const std::vector<ProcessAnalysis>& processes, const CheckLimi
         sites.insert(sites.end(), d.exit_sites.begin(), d.exit_sites.end());
       }
     std::sort(sites.begin(), sites.end(), [](const SiteTotal& a, const SiteTotal& b) { return a.bytes > b.bytes; });
-    add({{"name", "max-leaked"}, {"limit", *limits.max_leaked}, {"actual", leaked}, {"passed", leaked <= *limits.max_leaked},
-         {"sites", top_sites(sites)}});
+    add(bytes_limit("max-leaked", *limits.max_leaked, leaked, top_sites(sites)));
   }
   if (limits.max_growth_per_step) {
     uint64_t growth = 0;
-    nlohmann::json sites = nlohmann::json::array();
+    std::vector<CheckResult::Site> sites;
     for (const ProcessAnalysis& p : processes)
       for (const SiteGrowth& g : p.growth) {
         growth = std::max(growth, g.bytes_per_step);
-        if (sites.size() < 5)
-          sites.push_back({{"bytes", g.bytes_per_step}, {"api", std::string(api_name(g.site.api))}, {"location", g.location}});
+        if (sites.size() < 5) sites.push_back({g.bytes_per_step, std::string(api_name(g.site.api)), g.location});
       }
-    add({{"name", "max-growth-per-step"}, {"limit", *limits.max_growth_per_step}, {"actual", growth},
-         {"passed", growth <= *limits.max_growth_per_step}, {"sites", sites}});
+    add(bytes_limit("max-growth-per-step", *limits.max_growth_per_step, growth, std::move(sites)));
   }
   if (limits.max_regression_percent && baseline) {
     const DeviceReport* at = nullptr;
     uint64_t peak = largest_peak(processes, &at), base = largest_peak(*baseline);
-    double percent = base ? 100.0 * (static_cast<double>(peak) - static_cast<double>(base)) / static_cast<double>(base)
-                          : (peak ? 100.0 : 0.0);
-    add({{"name", "max-regression"}, {"limit", *limits.max_regression_percent}, {"actual", percent},
-         {"passed", percent <= *limits.max_regression_percent},
-         {"detail", "peak " + format_bytes(peak) + " against the baseline's " + format_bytes(base)},
-         {"sites", at ? top_sites(at->peak_sites) : nlohmann::json::array()}});
+    CheckResult::Limit l;
+    l.name = "max-regression";
+    l.limit_percent = *limits.max_regression_percent;
+    l.actual_percent = base ? 100.0 * (static_cast<double>(peak) - static_cast<double>(base)) / static_cast<double>(base)
+                            : (peak ? 100.0 : 0.0);
+    l.passed = l.actual_percent <= l.limit_percent;
+    l.detail = "peak " + format_bytes(peak) + " against the baseline's " + format_bytes(base);
+    if (at) l.sites = top_sites(at->peak_sites);
+    add(std::move(l));
   }
-  r.json = {{"passed", r.passed}, {"limits", list}};
   return r;
 }
 
-std::string check_text(const CheckResult& result) {
+nlohmann::json to_json(const CheckResult& result) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const CheckResult::Limit& l : result.limits) {
+    nlohmann::json sites = nlohmann::json::array();
+    for (const CheckResult::Site& s : l.sites) sites.push_back({{"bytes", s.bytes}, {"api", s.api}, {"location", s.location}});
+    nlohmann::json limit = {{"name", l.name}, {"passed", l.passed}, {"sites", sites}};
+    limit["limit"] = l.in_percent() ? nlohmann::json(l.limit_percent) : nlohmann::json(l.limit_bytes);
+    limit["actual"] = l.in_percent() ? nlohmann::json(l.actual_percent) : nlohmann::json(l.actual_bytes);
+    if (!l.detail.empty()) limit["detail"] = l.detail;
+    list.push_back(std::move(limit));
+  }
+  return {{"passed", result.passed}, {"limits", list}};
+}
+
+std::string to_text(const CheckResult& result) {
   std::string out;
-  for (const auto& l : result.json["limits"]) {
+  for (const CheckResult::Limit& l : result.limits) {
     out += limit_line(l) + "\n";
-    if (l["passed"].get<bool>()) continue;
-    for (const auto& s : l["sites"])
-      out += "          " + pad(format_bytes(s["bytes"]), 11, true) + "  " + s["api"].get<std::string>() + "  " +
-             s["location"].get<std::string>() + "\n";
+    if (l.passed) continue;
+    for (const CheckResult::Site& s : l.sites)
+      out += "          " + pad(format_bytes(s.bytes), 11, true) + "  " + s.api + "  " + s.location + "\n";
   }
   out += result.passed ? "memtrace check: every limit holds\n" : "memtrace check: a limit is broken\n";
   return out;
 }
 
 std::string check_junit(const CheckResult& result) {
-  const auto& limits = result.json["limits"];
   size_t failures = 0;
-  for (const auto& l : limits) failures += l["passed"].get<bool>() ? 0 : 1;
+  for (const CheckResult::Limit& l : result.limits) failures += l.passed ? 0 : 1;
   std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n  <testsuite name=\"memtrace check\" tests=\"" +
-                    std::to_string(limits.size()) + "\" failures=\"" + std::to_string(failures) + "\" errors=\"0\">\n";
-  for (const auto& l : limits) {
-    out += "    <testcase classname=\"memtrace\" name=\"" + escape_xml(l["name"]) + "\"";
-    if (l["passed"].get<bool>()) {
+                    std::to_string(result.limits.size()) + "\" failures=\"" + std::to_string(failures) + "\" errors=\"0\">\n";
+  for (const CheckResult::Limit& l : result.limits) {
+    out += "    <testcase classname=\"memtrace\" name=\"" + escape_xml(l.name) + "\"";
+    if (l.passed) {
       out += "/>\n";
       continue;
     }
     std::string detail;
-    for (const auto& s : l["sites"])
-      detail += format_bytes(s["bytes"]) + "  " + s["api"].get<std::string>() + "  " + s["location"].get<std::string>() + "\n";
+    for (const CheckResult::Site& s : l.sites) detail += format_bytes(s.bytes) + "  " + s.api + "  " + s.location + "\n";
     out += ">\n      <failure message=\"" + escape_xml(limit_line(l)) + "\">" + escape_xml(detail) + "</failure>\n    </testcase>\n";
   }
   return out + "  </testsuite>\n</testsuites>\n";

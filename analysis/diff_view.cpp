@@ -41,74 +41,85 @@ Totals totals(const std::vector<ProcessAnalysis>& processes, SiteGrouping groupi
   return t;
 }
 
-nlohmann::json change(uint64_t base, uint64_t next) {
-  return {{"base", base},
-          {"new", next},
-          {"change", static_cast<int64_t>(next) - static_cast<int64_t>(base)},
-          {"percent", base ? 100.0 * (static_cast<double>(next) - static_cast<double>(base)) / static_cast<double>(base)
-                           : (next ? 100.0 : 0.0)}};
+nlohmann::json change_json(const DiffView::Change& c) {
+  return {{"base", c.base}, {"new", c.next}, {"change", c.change()}, {"percent", c.percent()}};
 }
 
 std::string signed_bytes(int64_t v) { return (v < 0 ? "-" : "+") + format_bytes(static_cast<uint64_t>(v < 0 ? -v : v)); }
 
 }  // namespace
 
-nlohmann::json diff_json(const std::vector<ProcessAnalysis>& base, const std::vector<ProcessAnalysis>& next,
-                         SiteGrouping grouping) {
+double DiffView::Change::percent() const {
+  return base ? 100.0 * (static_cast<double>(next) - static_cast<double>(base)) / static_cast<double>(base)
+              : (next ? 100.0 : 0.0);
+}
+
+DiffView diff_view(const std::vector<ProcessAnalysis>& base, const std::vector<ProcessAnalysis>& next,
+                   SiteGrouping grouping) {
   Totals b = totals(base, grouping), n = totals(next, grouping);
-  nlohmann::json devices = nlohmann::json::array();
+  DiffView view;
   std::map<int32_t, bool> ordinals;
   for (auto& [d, v] : b.peak) ordinals[d] = true;
   for (auto& [d, v] : n.peak) ordinals[d] = true;
-  for (auto& [d, unused] : ordinals) {
-    nlohmann::json c = change(b.peak[d], n.peak[d]);
-    c["device"] = d;
-    devices.push_back(c);
-  }
+  for (auto& [d, unused] : ordinals) view.peaks.push_back({d, {b.peak[d], n.peak[d]}});
+  view.live_at_exit = {b.leaked, n.leaked};
+  view.growth_per_step = {b.growth_per_step, n.growth_per_step};
   std::map<std::pair<std::string, std::string>, bool> keys;
   for (auto& [k, v] : b.site_bytes) keys[k] = true;
   for (auto& [k, v] : n.site_bytes) keys[k] = true;
-  nlohmann::json sites = nlohmann::json::array();
   for (auto& [k, unused] : keys) {
     uint64_t before = b.site_bytes[k], after = n.site_bytes[k];
     if (before == after) continue;
-    nlohmann::json c = change(before, after);
-    c["api"] = k.first;
     const SiteTotal* shown = n.sites.count(k) ? n.sites[k] : b.sites[k];
-    c["location"] = shown->location;
-    c["stack"] = stack_json(shown->stack);
+    view.sites.push_back({{before, after}, k.first, shown->location, shown->stack});
+  }
+  std::stable_sort(view.sites.begin(), view.sites.end(), [](const DiffView::SiteChange& x, const DiffView::SiteChange& y) {
+    return x.bytes.change() > y.bytes.change();
+  });
+  return view;
+}
+
+nlohmann::json to_json(const DiffView& view) {
+  nlohmann::json devices = nlohmann::json::array();
+  for (const DiffView::DevicePeak& d : view.peaks) {
+    nlohmann::json c = change_json(d.peak);
+    c["device"] = d.device;
+    devices.push_back(c);
+  }
+  nlohmann::json sites = nlohmann::json::array();
+  for (const DiffView::SiteChange& s : view.sites) {
+    nlohmann::json c = change_json(s.bytes);
+    c["api"] = s.api;
+    c["location"] = s.location;
+    c["stack"] = stack_json(s.stack);
     sites.push_back(std::move(c));
   }
-  std::sort(sites.begin(), sites.end(), [](const nlohmann::json& x, const nlohmann::json& y) {
-    return x["change"].get<int64_t>() > y["change"].get<int64_t>();
-  });
   return {{"peak", devices},
-          {"live_at_exit", change(b.leaked, n.leaked)},
-          {"growth_per_step", change(b.growth_per_step, n.growth_per_step)},
+          {"live_at_exit", change_json(view.live_at_exit)},
+          {"growth_per_step", change_json(view.growth_per_step)},
           {"sites_at_peak", sites}};
 }
 
-std::string diff_text(const nlohmann::json& diff) {
-  auto line = [](const std::string& what, const nlohmann::json& c) {
+std::string to_text(const DiffView& view) {
+  auto line = [](const std::string& what, const DiffView::Change& c) {
     char pct[32];
-    std::snprintf(pct, sizeof pct, "%+.1f%%", c["percent"].get<double>());
-    return "  " + pad(what, 28) + pad(format_bytes(c["base"]), 11, true) + " -> " + pad(format_bytes(c["new"]), 11, true) +
-           "  " + pad(signed_bytes(c["change"]), 12, true) + "  " + pct + "\n";
+    std::snprintf(pct, sizeof pct, "%+.1f%%", c.percent());
+    return "  " + pad(what, 28) + pad(format_bytes(c.base), 11, true) + " -> " + pad(format_bytes(c.next), 11, true) +
+           "  " + pad(signed_bytes(c.change()), 12, true) + "  " + pct + "\n";
   };
   std::string out = "memory, base -> new:\n";
-  for (const auto& d : diff["peak"]) out += line("peak reserved, device " + std::to_string(d["device"].get<int>()), d);
-  out += line("live at exit", diff["live_at_exit"]);
-  out += line("growth per step", diff["growth_per_step"]);
-  if (diff["sites_at_peak"].empty()) return out + "\nthe sites at the peak hold the same bytes\n";
+  for (const DiffView::DevicePeak& d : view.peaks) out += line("peak reserved, device " + std::to_string(d.device), d.peak);
+  out += line("live at exit", view.live_at_exit);
+  out += line("growth per step", view.growth_per_step);
+  if (view.sites.empty()) return out + "\nthe sites at the peak hold the same bytes\n";
   out += "\nsites at the peak that changed (largest growth first):\n";
-  for (const auto& s : diff["sites_at_peak"]) {
-    out += "  " + pad(signed_bytes(s["change"]), 12, true) + "  " + pad(format_bytes(s["base"]), 10, true) + " -> " +
-           pad(format_bytes(s["new"]), 10, true) + "  " + s["api"].get<std::string>() + "  " +
-           s["location"].get<std::string>() + "\n";
+  for (const DiffView::SiteChange& s : view.sites) {
+    out += "  " + pad(signed_bytes(s.bytes.change()), 12, true) + "  " + pad(format_bytes(s.bytes.base), 10, true) +
+           " -> " + pad(format_bytes(s.bytes.next), 10, true) + "  " + s.api + "  " + s.location + "\n";
     int shown = 0;
-    for (const auto& f : s["stack"]) {
+    for (const FrameView& f : s.stack) {
       if (++shown > 4) break;
-      out += std::string(16, ' ') + f["function"].get<std::string>() + "\n";
+      out += std::string(16, ' ') + f.function + "\n";
     }
   }
   return out;

@@ -27,11 +27,37 @@ std::string advice(const FragmentationPoint& p) {
 
 }  // namespace
 
-nlohmann::json frag_json(const std::vector<ProcessAnalysis>& processes) {
-  nlohmann::json out = {{"processes", nlohmann::json::array()}};
+FragView frag_view(const std::vector<ProcessAnalysis>& processes) {
+  FragView view;
   for (const ProcessAnalysis& p : processes) {
+    FragView::Process process;
+    process.id = process_id(p.report);
+    process.layers_known = p.has_heaps;
+    for (const FragmentationPoint& f : p.fragmentation) process.points.push_back({f, advice(f)});
+    // Reserved minus allocated over time, per device, from the timeline.
+    for (const TimelineSeries& reserved : p.timeline) {
+      if (reserved.layer != Layer::kReserved) continue;
+      for (const TimelineSeries& allocated : p.timeline) {
+        if (allocated.layer != Layer::kAllocated || allocated.device != reserved.device) continue;
+        FragView::Unused unused{reserved.device, {}};
+        for (size_t i = 0; i < reserved.points.size() && i < allocated.points.size(); ++i) {
+          uint64_t r = reserved.points[i].last_bytes, a = allocated.points[i].last_bytes;
+          unused.points.push_back({reserved.points[i].t_ns, r, a, r > a ? r - a : 0});
+        }
+        process.reserved_minus_allocated.push_back(std::move(unused));
+      }
+    }
+    view.processes.push_back(std::move(process));
+  }
+  return view;
+}
+
+nlohmann::json to_json(const FragView& view) {
+  nlohmann::json out = {{"processes", nlohmann::json::array()}};
+  for (const FragView::Process& p : view.processes) {
     nlohmann::json points = nlohmann::json::array();
-    for (const FragmentationPoint& f : p.fragmentation)
+    for (const FragView::Point& point : p.points) {
+      const FragmentationPoint& f = point.point;
       points.push_back({{"when", f.when},
                         {"t_ns", f.t_ns},
                         {"device", f.device},
@@ -42,63 +68,52 @@ nlohmann::json frag_json(const std::vector<ProcessAnalysis>& processes) {
                         {"largest_free_bytes", f.space.largest_free},
                         {"fragmentation_index", f.space.index()},
                         {"request_bytes", f.request_bytes},
-                        {"advice", advice(f)}});
-    // Reserved minus allocated over time, per device, from the timeline.
-    nlohmann::json cache = nlohmann::json::array();
-    for (const TimelineSeries& reserved : p.timeline) {
-      if (reserved.layer != Layer::kReserved) continue;
-      for (const TimelineSeries& allocated : p.timeline) {
-        if (allocated.layer != Layer::kAllocated || allocated.device != reserved.device) continue;
-        nlohmann::json series = nlohmann::json::array();
-        for (size_t i = 0; i < reserved.points.size() && i < allocated.points.size(); ++i) {
-          uint64_t r = reserved.points[i].last_bytes, a = allocated.points[i].last_bytes;
-          series.push_back({reserved.points[i].t_ns, r, a, r > a ? r - a : 0});
-        }
-        cache.push_back({{"device", reserved.device}, {"columns", {"t_ns", "reserved", "allocated", "unused"}},
-                         {"points", series}});
-      }
+                        {"advice", point.advice}});
     }
-    out["processes"].push_back({{"pid", p.report.pid},
-                                {"command", p.report.command},
-                                {"layers_known", p.has_heaps},
+    nlohmann::json cache = nlohmann::json::array();
+    for (const FragView::Unused& u : p.reserved_minus_allocated)
+      cache.push_back({{"device", u.device}, {"columns", {"t_ns", "reserved", "allocated", "unused"}}, {"points", u.points}});
+    out["processes"].push_back({{"pid", p.id.pid},
+                                {"command", p.id.command},
+                                {"layers_known", p.layers_known},
                                 {"points", points},
                                 {"reserved_minus_allocated", cache}});
   }
   return out;
 }
 
-std::string frag_text(const nlohmann::json& frag) {
+std::string to_text(const FragView& view) {
   std::string out;
-  for (const auto& p : frag["processes"]) {
+  for (const FragView::Process& p : view.processes) {
     if (!out.empty()) out += "\n";
-    out += process_heading(p);
-    if (!p["layers_known"].get<bool>()) {
+    out += process_heading(p.id);
+    if (!p.layers_known) {
       out += "  fragmentation is unknown: no allocator described its segments and blocks (NVTX memory API heaps and\n"
              "  regions, or PyTorch's allocator history); memtrace sees only what the allocation APIs reserved\n";
       continue;
     }
-    out += "  " + pad("when", 6) + pad("device", 7) + pad("time", 11, true) + pad("reserved", 11, true) + pad("allocated", 11, true) +
-           pad("free", 11, true) + pad("largest", 11, true) + pad("index", 7, true) + "\n";
-    for (const auto& f : p["points"]) {
+    out += "  " + pad("when", 6) + pad("device", 7) + pad("time", 11, true) + pad("reserved", 11, true) +
+           pad("allocated", 11, true) + pad("free", 11, true) + pad("largest", 11, true) + pad("index", 7, true) + "\n";
+    for (const FragView::Point& point : p.points) {
+      const FragmentationPoint& f = point.point;
       char index[16];
-      std::snprintf(index, sizeof index, "%.2f", f["fragmentation_index"].get<double>());
-      out += "  " + pad(f["when"].get<std::string>(), 6) + pad(std::to_string(f["device"].get<int>()), 7) +
-             pad(format_duration_ns(f["t_ns"]), 11, true) + pad(format_bytes(f["reserved_bytes"]), 11, true) +
-             pad(format_bytes(f["allocated_bytes"]), 11, true) + pad(format_bytes(f["free_bytes"]), 11, true) +
-             pad(format_bytes(f["largest_free_bytes"]), 11, true) + pad(index, 7, true) + "\n";
-      if (f["when"] == "oom")
-        out += "         out of memory asking for " + format_bytes(f["request_bytes"]) + "\n";
-      if (!f["advice"].get<std::string>().empty()) out += "    " + f["advice"].get<std::string>() + "\n";
+      std::snprintf(index, sizeof index, "%.2f", f.space.index());
+      out += "  " + pad(f.when, 6) + pad(std::to_string(f.device), 7) + pad(format_duration_ns(f.t_ns), 11, true) +
+             pad(format_bytes(f.reserved_bytes), 11, true) + pad(format_bytes(f.allocated_bytes), 11, true) +
+             pad(format_bytes(f.space.free_bytes), 11, true) + pad(format_bytes(f.space.largest_free), 11, true) +
+             pad(index, 7, true) + "\n";
+      if (f.when == "oom") out += "         out of memory asking for " + format_bytes(f.request_bytes) + "\n";
+      if (!point.advice.empty()) out += "    " + point.advice + "\n";
     }
-    for (const auto& series : p["reserved_minus_allocated"]) {  // the allocator's cache over time
+    for (const FragView::Unused& u : p.reserved_minus_allocated) {  // the allocator's cache over time
       uint64_t most = 0, at = 0;
-      for (const auto& point : series["points"])
-        if (point[3].get<uint64_t>() > most) {
+      for (const auto& point : u.points)
+        if (point[3] > most) {
           most = point[3];
           at = point[0];
         }
-      out += "  device " + std::to_string(series["device"].get<int>()) + ": reserved but not allocated peaked at " +
-             format_bytes(most) + " around " + format_duration_ns(at) + " (memtrace timeline shows both layers)\n";
+      out += "  device " + std::to_string(u.device) + ": reserved but not allocated peaked at " + format_bytes(most) +
+             " around " + format_duration_ns(at) + " (memtrace timeline shows both layers)\n";
     }
   }
   return out;

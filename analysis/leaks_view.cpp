@@ -23,80 +23,92 @@ nlohmann::json growth_json(const SiteGrowth& g) {
 
 }  // namespace
 
-nlohmann::json leaks_json(const std::vector<ProcessAnalysis>& processes) {
-  nlohmann::json out = {{"processes", nlohmann::json::array()}};
-  uint64_t leaked = 0;
+LeaksView leaks_view(const std::vector<ProcessAnalysis>& processes) {
+  LeaksView view;
   for (const ProcessAnalysis& p : processes) {
-    nlohmann::json growth = nlohmann::json::array();
-    std::set<std::pair<std::string, std::string>> growing;  // (api, location)
-    for (const SiteGrowth& g : p.growth) {
-      growth.push_back(growth_json(g));
-      growing.emplace(std::string(api_name(g.site.api)), g.location);
-    }
-    nlohmann::json devices = nlohmann::json::array();
+    LeaksView::Process process;
+    process.id = process_id(p.report);
+    process.complete = p.report.complete;
+    process.steps = p.step_starts.size();
+    process.step_pattern = p.step_pattern;
+    process.growth = p.growth;
+    std::set<std::pair<Api, std::string>> growing;  // (api, location)
+    for (const SiteGrowth& g : p.growth) growing.emplace(g.site.api, g.location);
     for (const DeviceReport& d : p.report.devices) {
+      LeaksView::Device device{d.device, d.live_at_exit_bytes, d.live_at_exit_count, {}};
+      for (const SiteTotal& s : d.exit_sites) device.sites.push_back({s, growing.count({s.site.api, s.location}) > 0});
+      view.live_at_exit_bytes += d.live_at_exit_bytes;
+      process.devices.push_back(std::move(device));
+    }
+    view.processes.push_back(std::move(process));
+  }
+  return view;
+}
+
+nlohmann::json to_json(const LeaksView& view) {
+  nlohmann::json out = {{"processes", nlohmann::json::array()}};
+  for (const LeaksView::Process& p : view.processes) {
+    nlohmann::json growth = nlohmann::json::array();
+    for (const SiteGrowth& g : p.growth) growth.push_back(growth_json(g));
+    nlohmann::json devices = nlohmann::json::array();
+    for (const LeaksView::Device& d : p.devices) {
       nlohmann::json sites = nlohmann::json::array();
-      for (const SiteTotal& s : d.exit_sites) {
-        nlohmann::json site = site_json(s);
-        site["kind"] = growing.count({std::string(api_name(s.site.api)), s.location}) ? "growing" : "kept";
+      for (const LeaksView::Site& s : d.sites) {
+        nlohmann::json site = site_json(s.site);
+        site["kind"] = s.growing ? "growing" : "kept";
         sites.push_back(std::move(site));
       }
-      leaked += d.live_at_exit_bytes;
       devices.push_back({{"device", d.device},
-                         {"live_at_exit_bytes", d.live_at_exit_bytes},
-                         {"live_at_exit_count", d.live_at_exit_count},
+                         {"live_at_exit_bytes", d.live_bytes},
+                         {"live_at_exit_count", d.live_count},
                          {"sites", sites}});
     }
-    out["processes"].push_back({{"pid", p.report.pid},
-                                {"command", p.report.command},
-                                {"trace", p.report.trace_path},
-                                {"complete", p.report.complete},
-                                {"steps", p.step_starts.size()},
+    out["processes"].push_back({{"pid", p.id.pid},
+                                {"command", p.id.command},
+                                {"trace", p.id.trace},
+                                {"complete", p.complete},
+                                {"steps", p.steps},
                                 {"step_pattern", p.step_pattern},
                                 {"devices", devices},
                                 {"growth", growth}});
   }
-  out["live_at_exit_bytes"] = leaked;
+  out["live_at_exit_bytes"] = view.live_at_exit_bytes;
   return out;
 }
 
-std::string leaks_text(const nlohmann::json& leaks) {
+std::string to_text(const LeaksView& view) {
   std::string out;
-  for (const auto& p : leaks["processes"]) {
+  for (const LeaksView::Process& p : view.processes) {
     if (!out.empty()) out += "\n";
-    out += process_heading(p);
-    if (!p["complete"].get<bool>()) out += "  (the trace was cut short: live at its end, not at the process's end)\n";
-    for (const auto& d : p["devices"]) {
-      out += "  device " + std::to_string(d["device"].get<int>()) + ": " + format_bytes(d["live_at_exit_bytes"]) +
-             " live at exit in " + std::to_string(d["live_at_exit_count"].get<uint64_t>()) + " allocations\n";
-      for (const auto& s : d["sites"])
-        out += "    " + pad(format_bytes(s["bytes"]), 11, true) + pad(std::to_string(s["count"].get<uint64_t>()), 8, true) +
-               "  " + pad(s["kind"].get<std::string>() == "growing" ? "GROWING" : "kept", 9) + pad(s["api"], 24) +
-               s["location"].get<std::string>() + "\n";
+    out += process_heading(p.id);
+    if (!p.complete) out += "  (the trace was cut short: live at its end, not at the process's end)\n";
+    for (const LeaksView::Device& d : p.devices) {
+      out += "  device " + std::to_string(d.device) + ": " + format_bytes(d.live_bytes) + " live at exit in " +
+             std::to_string(d.live_count) + " allocations\n";
+      for (const LeaksView::Site& s : d.sites)
+        out += "    " + pad(format_bytes(s.site.bytes), 11, true) + pad(std::to_string(s.site.count), 8, true) + "  " +
+               pad(s.growing ? "GROWING" : "kept", 9) + pad(std::string(api_name(s.site.site.api)), 24) +
+               s.site.location + "\n";
     }
-    const size_t steps = p["steps"];
-    if (steps < 3) {
-      out += "  growth per step: needs 3 steps or more (found " + std::to_string(steps) + " matching /" +
-             p["step_pattern"].get<std::string>() + "/; name them with --step REGEX)\n";
+    if (p.steps < 3) {
+      out += "  growth per step: needs 3 steps or more (found " + std::to_string(p.steps) + " matching /" +
+             p.step_pattern + "/; name them with --step REGEX)\n";
       continue;
     }
-    if (p["growth"].empty()) {
-      out += "  growth per step: none over " + std::to_string(steps) + " steps\n";
+    if (p.growth.empty()) {
+      out += "  growth per step: none over " + std::to_string(p.steps) + " steps\n";
       continue;
     }
-    out += "  growing step by step (over " + std::to_string(steps) + " steps):\n";
-    for (const auto& g : p["growth"]) {
-      out += "    " + pad(format_bytes(g["bytes_per_step"]) + "/step", 16, true) + "  since step " +
-             pad(std::to_string(g["first_step"].get<uint64_t>()), 5) + " rising " +
-             std::to_string(g["steps_rising"].get<uint64_t>()) + "/" + std::to_string(g["intervals"].get<uint64_t>()) +
-             "  " + g["layer"].get<std::string>() + "  " + g["api"].get<std::string>() + "  " +
-             g["location"].get<std::string>() + "\n";
+    out += "  growing step by step (over " + std::to_string(p.steps) + " steps):\n";
+    for (const SiteGrowth& g : p.growth) {
+      out += "    " + pad(format_bytes(g.bytes_per_step) + "/step", 16, true) + "  since step " +
+             pad(std::to_string(g.first_step), 5) + " rising " + std::to_string(g.steps_rising) + "/" +
+             std::to_string(g.intervals) + "  " + std::string(layer_name(g.layer)) + "  " +
+             std::string(api_name(g.site.api)) + "  " + g.location + "\n";
       int shown = 0;
-      for (const auto& f : g["stack"]) {
+      for (const FrameView& f : g.stack) {
         if (++shown > 6) break;
-        out += std::string(10, ' ') + f["function"].get<std::string>() +
-               (f["file"].get<std::string>().empty() ? "" : "  " + f["file"].get<std::string>() + ":" +
-                                                                std::to_string(f["line"].get<uint32_t>())) +
+        out += std::string(10, ' ') + f.function + (f.file.empty() ? "" : "  " + f.file + ":" + std::to_string(f.line)) +
                "\n";
       }
     }

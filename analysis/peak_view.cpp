@@ -6,16 +6,41 @@
 
 namespace memtrace {
 
-nlohmann::json peak_json(const std::vector<ProcessAnalysis>& processes, const PeakOptions& options) {
-  nlohmann::json out = {{"layer", std::string(layer_name(options.layer))}, {"processes", nlohmann::json::array()}};
+PeakView peak_view(const std::vector<ProcessAnalysis>& processes, const PeakOptions& options) {
+  PeakView view;
+  view.layer = options.layer;
   uint64_t sum = 0, max = 0;
   size_t with_peak = 0;
   for (const ProcessAnalysis& p : processes) {
     const ProcessReport& r = options.layer == Layer::kAllocated ? p.allocated : p.report;
-    nlohmann::json devices = nlohmann::json::array();
+    PeakView::Process process;
+    process.id = process_id(p.report);
+    process.steps = p.step_starts.size();
+    process.layer_recorded = options.layer != Layer::kAllocated || p.has_allocated;
     uint64_t process_peak = 0;
     for (const DeviceReport& d : r.devices) {
       if (options.device && d.device != *options.device) continue;
+      process.devices.push_back({d, p.step_starts.empty() ? std::nullopt : std::optional<uint64_t>(d.peak_step)});
+      process_peak += d.peak_bytes;
+    }
+    if (!process.devices.empty()) ++with_peak;
+    sum += process_peak;
+    max = std::max(max, process_peak);
+    view.processes.push_back(std::move(process));
+  }
+  if (processes.size() > 1) {
+    double mean = with_peak ? static_cast<double>(sum) / static_cast<double>(with_peak) : 0.0;
+    view.all = PeakView::AllProcesses{sum, max, mean, mean > 0 ? static_cast<double>(max) / mean : 1.0};
+  }
+  return view;
+}
+
+nlohmann::json to_json(const PeakView& view) {
+  nlohmann::json out = {{"layer", std::string(layer_name(view.layer))}, {"processes", nlohmann::json::array()}};
+  for (const PeakView::Process& p : view.processes) {
+    nlohmann::json devices = nlohmann::json::array();
+    for (const PeakView::Device& device : p.devices) {
+      const DeviceReport& d = device.report;
       nlohmann::json sites = nlohmann::json::array();
       for (const SiteTotal& s : d.peak_sites) {
         nlohmann::json site = site_json(s);
@@ -28,65 +53,57 @@ nlohmann::json peak_json(const std::vector<ProcessAnalysis>& processes, const Pe
                          {"total_bytes", d.total_bytes},
                          {"peak_bytes", d.peak_bytes},
                          {"peak_time_ns", d.peak_time_ns},
-                         {"peak_step", p.step_starts.empty() ? nlohmann::json(nullptr) : nlohmann::json(d.peak_step)},
+                         {"peak_step", device.step ? nlohmann::json(*device.step) : nlohmann::json(nullptr)},
                          {"peak_phase", d.peak_phase},
                          {"sites", sites}});
-      process_peak += d.peak_bytes;
     }
-    if (!devices.empty()) ++with_peak;
-    sum += process_peak;
-    max = std::max(max, process_peak);
-    out["processes"].push_back({{"pid", p.report.pid},
-                                {"command", p.report.command},
-                                {"trace", p.report.trace_path},
-                                {"steps", p.step_starts.size()},
-                                {"layer_recorded", options.layer != Layer::kAllocated || p.has_allocated},
+    out["processes"].push_back({{"pid", p.id.pid},
+                                {"command", p.id.command},
+                                {"trace", p.id.trace},
+                                {"steps", p.steps},
+                                {"layer_recorded", p.layer_recorded},
                                 {"devices", devices}});
   }
-  if (processes.size() > 1) {
-    double mean = with_peak ? static_cast<double>(sum) / static_cast<double>(with_peak) : 0.0;
-    out["all_processes"] = {{"sum_of_peaks_bytes", sum},
-                            {"largest_peak_bytes", max},
-                            {"mean_peak_bytes", mean},
-                            {"imbalance", mean > 0 ? static_cast<double>(max) / mean : 1.0}};
-  }
+  if (view.all)
+    out["all_processes"] = {{"sum_of_peaks_bytes", view.all->sum_of_peaks},
+                            {"largest_peak_bytes", view.all->largest_peak},
+                            {"mean_peak_bytes", view.all->mean_peak},
+                            {"imbalance", view.all->imbalance}};
   return out;
 }
 
-std::string peak_text(const nlohmann::json& peak) {
-  std::string out, layer = peak["layer"].get<std::string>();
-  for (const auto& p : peak["processes"]) {
+std::string to_text(const PeakView& view) {
+  std::string out, layer(layer_name(view.layer));
+  for (const PeakView::Process& p : view.processes) {
     if (!out.empty()) out += "\n";
-    out += process_heading(p);
-    if (!p["layer_recorded"].get<bool>()) {
+    out += process_heading(p.id);
+    if (!p.layer_recorded) {
       out += "  the allocated layer was not recorded (no allocator described its regions through NVTX)\n";
       continue;
     }
-    if (p["devices"].empty()) out += "  no device memory in the " + layer + " layer\n";
-    for (const auto& d : p["devices"]) {
-      const uint64_t peak_bytes = d["peak_bytes"];
-      out += "  device " + std::to_string(d["device"].get<int>()) + ": peak " + layer + " " + format_bytes(peak_bytes) +
-             " at " + format_duration_ns(d["peak_time_ns"]);
-      if (!d["peak_step"].is_null()) out += ", step " + std::to_string(d["peak_step"].get<uint64_t>());
-      if (!d["peak_phase"].get<std::string>().empty()) out += ", in " + d["peak_phase"].get<std::string>();
+    if (p.devices.empty()) out += "  no device memory in the " + layer + " layer\n";
+    for (const PeakView::Device& device : p.devices) {
+      const DeviceReport& d = device.report;
+      out += "  device " + std::to_string(d.device) + ": peak " + layer + " " + format_bytes(d.peak_bytes) + " at " +
+             format_duration_ns(d.peak_time_ns);
+      if (device.step) out += ", step " + std::to_string(*device.step);
+      if (!d.peak_phase.empty()) out += ", in " + d.peak_phase;
       out += "\n";
-      if (d["sites"].empty()) continue;
+      if (d.peak_sites.empty()) continue;
       out += "    " + pad("bytes", 11, true) + pad("share", 8, true) + pad("count", 8, true) + "  " + pad("api", 24) +
              "allocated at\n";
-      for (const auto& s : d["sites"])
-        out += "    " + pad(format_bytes(s["bytes"]), 11, true) + pad(percent(s["bytes"], peak_bytes), 8, true) +
-               pad(std::to_string(s["count"].get<uint64_t>()), 8, true) + "  " + pad(s["api"], 24) +
-               s["location"].get<std::string>() + "\n";
+      for (const SiteTotal& s : d.peak_sites)
+        out += "    " + pad(format_bytes(s.bytes), 11, true) + pad(percent(s.bytes, d.peak_bytes), 8, true) +
+               pad(std::to_string(s.count), 8, true) + "  " + pad(std::string(api_name(s.site.api)), 24) + s.location +
+               "\n";
     }
   }
-  if (peak.contains("all_processes")) {
-    const auto& a = peak["all_processes"];
+  if (view.all) {
     char imbalance[32];
-    std::snprintf(imbalance, sizeof imbalance, "%.2f", a["imbalance"].get<double>());
-    out += "\nall processes: peaks add up to " + format_bytes(a["sum_of_peaks_bytes"]) + "; largest " +
-           format_bytes(a["largest_peak_bytes"]) + ", mean " +
-           format_bytes(static_cast<uint64_t>(a["mean_peak_bytes"].get<double>())) + ", imbalance " + imbalance +
-           " (largest / mean)\n";
+    std::snprintf(imbalance, sizeof imbalance, "%.2f", view.all->imbalance);
+    out += "\nall processes: peaks add up to " + format_bytes(view.all->sum_of_peaks) + "; largest " +
+           format_bytes(view.all->largest_peak) + ", mean " +
+           format_bytes(static_cast<uint64_t>(view.all->mean_peak)) + ", imbalance " + imbalance + " (largest / mean)\n";
   }
   return out;
 }

@@ -20,9 +20,10 @@ std::string escape_xml(const std::string& s) {
   return out;
 }
 
-std::string process_heading(const nlohmann::json& process) {
-  return "process " + std::to_string(process["pid"].get<int>()) + ": " +
-         command_line(process["command"].get<std::vector<std::string>>()) + "\n";
+ProcessId process_id(const ProcessReport& report) { return ProcessId{report.pid, report.command, report.trace_path}; }
+
+std::string process_heading(const ProcessId& process) {
+  return "process " + std::to_string(process.pid) + ": " + command_line(process.command) + "\n";
 }
 
 std::string percent(uint64_t part, uint64_t whole) {

@@ -18,8 +18,8 @@ int diff(DiffCli& c) {
   c.base.step = c.next.step;
   std::vector<ProcessAnalysis> base, next;
   if (!load_analyses("diff", c.base, base) || !load_analyses("diff", c.next, next)) return 1;
-  nlohmann::json doc = diff_json(base, next, c.next.options.grouping);
-  print(c.next.json, doc, diff_text(doc));
+  DiffView view = diff_view(base, next, c.next.options.grouping);
+  print(c.next.json, to_json(view), to_text(view));
   return 0;
 }
 

@@ -16,8 +16,8 @@ Command add_frag_command(CLI::App& app) {
             a->options.timeline = true;  // reserved minus allocated over time
             std::vector<ProcessAnalysis> processes;
             if (!load_analyses("frag", *a, processes)) return 1;
-            nlohmann::json doc = frag_json(processes);
-            print(a->json, doc, frag_text(doc));
+            FragView view = frag_view(processes);
+            print(a->json, to_json(view), to_text(view));
             return 0;
           }};
 }

@@ -14,8 +14,8 @@ Command add_leaks_command(CLI::App& app) {
   return {cmd, [a] {
             std::vector<ProcessAnalysis> processes;
             if (!load_analyses("leaks", *a, processes)) return 1;
-            nlohmann::json doc = leaks_json(processes);
-            print(a->json, doc, leaks_text(doc));
+            LeaksView view = leaks_view(processes);
+            print(a->json, to_json(view), to_text(view));
             return 0;
           }};
 }

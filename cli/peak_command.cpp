@@ -28,8 +28,8 @@ int peak(PeakCli& c) {
   PeakOptions options;
   options.layer = c.layer == "allocated" ? Layer::kAllocated : Layer::kReserved;
   if (*c.device_option) options.device = c.device;
-  nlohmann::json doc = peak_json(processes, options);
-  print(c.analysis.json, doc, peak_text(doc));
+  PeakView view = peak_view(processes, options);
+  print(c.analysis.json, to_json(view), to_text(view));
   return 0;
 }
 

@@ -119,7 +119,7 @@ TEST(Steps, GrowthPerStepIsSeparatedFromMemoryKept) {
   // Live at the end: the weights (kept) and the losses (growing).
   ASSERT_EQ(a.report.devices.size(), 1u);
   EXPECT_EQ(a.report.devices[0].live_at_exit_bytes, 64 * kMiB + 8 * 4096);
-  nlohmann::json leaks = leaks_json({a});
+  nlohmann::json leaks = to_json(leaks_view({a}));
   nlohmann::json sites = leaks["processes"][0]["devices"][0]["sites"];
   ASSERT_EQ(sites.size(), 2u);
   EXPECT_EQ(sites[0]["location"], "load_weights at app.cpp:10");
@@ -211,7 +211,7 @@ TEST(Fragmentation, HeapResetFreesEveryRegionAndNamesTheAdvice) {
   t.free(Api::kNvtxMemHeapReset, seg);
   t.alloc(Api::kCudaMalloc, 0, 16 * kMiB, "segment", 0, kOutOfMemoryResult);
   ProcessAnalysis a = t.analyze();
-  nlohmann::json frag = frag_json({a});
+  nlohmann::json frag = to_json(frag_view({a}));
   std::vector<nlohmann::json> ooms;
   for (const auto& p : frag["processes"][0]["points"])
     if (p["when"] == "oom") ooms.push_back(p);
@@ -253,8 +253,9 @@ TEST(Check, LimitsAndJUnit) {
   broken.max_peak = 4 * kMiB - 1;
   CheckResult r = check({a}, broken, nullptr);
   EXPECT_FALSE(r.passed);
-  EXPECT_EQ(r.json["limits"][0]["actual"], 4 * kMiB);
-  EXPECT_EQ(r.json["limits"][0]["sites"][0]["location"], "model at app.cpp:10");
+  nlohmann::json report = to_json(r);
+  EXPECT_EQ(report["limits"][0]["actual"], 4 * kMiB);
+  EXPECT_EQ(report["limits"][0]["sites"][0]["location"], "model at app.cpp:10");
   std::string junit = check_junit(r);
   EXPECT_NE(junit.find("<testsuite name=\"memtrace check\" tests=\"1\" failures=\"1\""), std::string::npos);
   EXPECT_NE(junit.find("<failure message=\"FAILED  max-peak: 4.00 MiB exceeds 4.00 MiB"), std::string::npos);
@@ -269,7 +270,7 @@ TEST(Diff, NamesTheSiteThatGrew) {
   TraceBuilder b("diff-base"), n("diff-new");
   for (TraceBuilder* t : {&b, &n}) t->alloc(Api::kCudaMalloc, 0x1000, 8 * kMiB, "model");
   n.alloc(Api::kCudaMalloc, 0x9000, 2 * kMiB, "new_buffer");
-  nlohmann::json d = diff_json({b.analyze()}, {n.analyze()}, SiteGrouping::kUser);
+  nlohmann::json d = to_json(diff_view({b.analyze()}, {n.analyze()}, SiteGrouping::kUser));
   EXPECT_EQ(d["peak"][0]["change"], 2 * kMiB);
   ASSERT_EQ(d["sites_at_peak"].size(), 1u);
   EXPECT_EQ(d["sites_at_peak"][0]["location"], "new_buffer at app.cpp:10");

@@ -22,7 +22,13 @@ std::string percent(uint64_t part, uint64_t whole);
 std::string pad(std::string s, size_t width, bool right = false);
 // Text made safe inside XML and SVG, attributes included.
 std::string escape_xml(const std::string& s);
-// "process PID: COMMAND" for a process of a command's JSON document ({"pid","command",...}).
-std::string process_heading(const nlohmann::json& process);
+// Which process a part of a view is about, and its heading: "process PID: COMMAND".
+struct ProcessId {
+  int32_t pid = 0;
+  std::vector<std::string> command;
+  std::string trace;
+};
+ProcessId process_id(const ProcessReport& report);
+std::string process_heading(const ProcessId& process);
 
 }  // namespace memtrace

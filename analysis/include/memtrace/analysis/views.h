@@ -1,52 +1,156 @@
-// What `memtrace peak`, `leaks`, `frag`, `timeline`, `diff` and `check` print: each a JSON
-// document (the contract of --json; fields are added, never removed) and a text for the terminal,
-// both made from the analyses of one or more processes.
+// What `memtrace peak`, `leaks`, `frag`, `diff` and `check` show: for each, one struct made
+// from the analyses of one or more processes, and both its JSON document (the contract of
+// --json: fields are added, never removed) and its text for the terminal made from that struct.
+// `timeline` draws straight from the analyses.
 #pragma once
 
+#include <array>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "memtrace/analysis/process_analysis.h"
+#include "memtrace/analysis/report_render.h"
 
 namespace memtrace {
 
+// memtrace peak: per process and device, the peak of one layer and what was live then.
 struct PeakOptions {
   Layer layer = Layer::kReserved;  // or kAllocated
   std::optional<int32_t> device;   // all devices when unset
 };
-nlohmann::json peak_json(const std::vector<ProcessAnalysis>& processes, const PeakOptions& options);
-std::string peak_text(const nlohmann::json& peak);
+struct PeakView {
+  struct Device {
+    DeviceReport report;              // its peak, when, and the sites then
+    std::optional<uint64_t> step;     // the step it fell in, when the run had steps
+  };
+  struct Process {
+    ProcessId id;
+    size_t steps = 0;
+    bool layer_recorded = true;  // false: the allocated layer was asked for and never described
+    std::vector<Device> devices;
+  };
+  struct AllProcesses {  // with several processes (ranks of one job)
+    uint64_t sum_of_peaks = 0, largest_peak = 0;
+    double mean_peak = 0, imbalance = 1;
+  };
+  Layer layer = Layer::kReserved;
+  std::vector<Process> processes;
+  std::optional<AllProcesses> all;
+};
+PeakView peak_view(const std::vector<ProcessAnalysis>& processes, const PeakOptions& options);
+nlohmann::json to_json(const PeakView& view);
+std::string to_text(const PeakView& view);
 
-nlohmann::json leaks_json(const std::vector<ProcessAnalysis>& processes);
-std::string leaks_text(const nlohmann::json& leaks);
+// memtrace leaks: what was live at the end by site, kept or growing, and the growth per step.
+struct LeaksView {
+  struct Site {
+    SiteTotal site;
+    bool growing = false;
+  };
+  struct Device {
+    int32_t device = -1;
+    uint64_t live_bytes = 0, live_count = 0;
+    std::vector<Site> sites;
+  };
+  struct Process {
+    ProcessId id;
+    bool complete = true;
+    size_t steps = 0;
+    std::string step_pattern;
+    std::vector<Device> devices;
+    std::vector<SiteGrowth> growth;
+  };
+  std::vector<Process> processes;
+  uint64_t live_at_exit_bytes = 0;
+};
+LeaksView leaks_view(const std::vector<ProcessAnalysis>& processes);
+nlohmann::json to_json(const LeaksView& view);
+std::string to_text(const LeaksView& view);
 
-nlohmann::json frag_json(const std::vector<ProcessAnalysis>& processes);
-std::string frag_text(const nlohmann::json& frag);
+// memtrace frag: free space inside the allocator's heaps at the peaks and out-of-memories, and
+// reserved minus allocated over time.
+struct FragView {
+  struct Point {
+    FragmentationPoint point;
+    std::string advice;  // what would help, when fragmentation is the problem
+  };
+  struct Unused {  // per device: (t_ns, reserved, allocated, reserved - allocated)
+    int32_t device = -1;
+    std::vector<std::array<uint64_t, 4>> points;
+  };
+  struct Process {
+    ProcessId id;
+    bool layers_known = false;
+    std::vector<Point> points;
+    std::vector<Unused> reserved_minus_allocated;
+  };
+  std::vector<Process> processes;
+};
+FragView frag_view(const std::vector<ProcessAnalysis>& processes);
+nlohmann::json to_json(const FragView& view);
+std::string to_text(const FragView& view);
+
+// memtrace diff: two runs compared. Sites are matched by API and location, or by their whole
+// stack when grouped by stack.
+struct DiffView {
+  struct Change {
+    uint64_t base = 0, next = 0;
+    int64_t change() const { return static_cast<int64_t>(next) - static_cast<int64_t>(base); }
+    double percent() const;
+  };
+  struct DevicePeak {
+    int32_t device = -1;
+    Change peak;
+  };
+  struct SiteChange {
+    Change bytes;
+    std::string api, location;
+    std::vector<FrameView> stack;
+  };
+  std::vector<DevicePeak> peaks;
+  Change live_at_exit, growth_per_step;
+  std::vector<SiteChange> sites;  // at the peak, largest growth first
+};
+DiffView diff_view(const std::vector<ProcessAnalysis>& base, const std::vector<ProcessAnalysis>& next,
+                   SiteGrouping grouping);
+nlohmann::json to_json(const DiffView& view);
+std::string to_text(const DiffView& view);
+
+// memtrace check: each limit given, held against the run.
+struct CheckLimits {
+  std::optional<uint64_t> max_peak, max_leaked, max_growth_per_step;
+  std::optional<double> max_regression_percent;  // with a baseline
+};
+struct CheckResult {
+  struct Site {
+    uint64_t bytes = 0;
+    std::string api, location;
+  };
+  struct Limit {
+    std::string name;  // max-peak, max-leaked, max-growth-per-step, max-regression
+    // Bytes, except max-regression's, which are percents.
+    uint64_t limit_bytes = 0, actual_bytes = 0;
+    double limit_percent = 0, actual_percent = 0;
+    bool in_percent() const { return name == "max-regression"; }
+    bool passed = true;
+    std::string detail;      // what the figures compare, when there is more to say
+    std::vector<Site> sites;  // the largest, to look at when it is broken
+  };
+  std::vector<Limit> limits;
+  bool passed = true;
+};
+CheckResult check(const std::vector<ProcessAnalysis>& processes, const CheckLimits& limits,
+                  const std::vector<ProcessAnalysis>* baseline);
+nlohmann::json to_json(const CheckResult& result);
+std::string to_text(const CheckResult& result);
+std::string check_junit(const CheckResult& result);
 
 // The timeline: a terminal chart WIDTH columns wide, a CSV, a standalone SVG with phases shaded.
 std::string timeline_text(const std::vector<ProcessAnalysis>& processes, size_t width);
 nlohmann::json timeline_json(const std::vector<ProcessAnalysis>& processes);
 std::string timeline_csv(const std::vector<ProcessAnalysis>& processes);
 std::string timeline_svg(const std::vector<ProcessAnalysis>& processes);
-
-// Sites are matched by API and location, or by their whole stack when grouped by stack.
-nlohmann::json diff_json(const std::vector<ProcessAnalysis>& base, const std::vector<ProcessAnalysis>& next,
-                         SiteGrouping grouping);
-std::string diff_text(const nlohmann::json& diff);
-
-struct CheckLimits {
-  std::optional<uint64_t> max_peak, max_leaked, max_growth_per_step;
-  std::optional<double> max_regression_percent;  // with a baseline
-};
-struct CheckResult {
-  nlohmann::json json;  // {"passed": bool, "limits": [{"name","limit","actual","passed","sites"}]}
-  bool passed = true;
-};
-CheckResult check(const std::vector<ProcessAnalysis>& processes, const CheckLimits& limits,
-                  const std::vector<ProcessAnalysis>* baseline);
-std::string check_text(const CheckResult& result);
-std::string check_junit(const CheckResult& result);
 
 }  // namespace memtrace
