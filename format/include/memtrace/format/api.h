@@ -70,7 +70,9 @@ enum class MemKind : uint8_t {
   kCount = 8,
 };
 
-// Which of the three depths of DESIGN.md an event describes.
+// Which depth of a process's GPU memory an event describes: the device (what nvidia-smi shows),
+// the reserved layer (what the allocation APIs hold), or the allocated layer (what an allocator
+// hands out of what it reserved).
 enum class Layer : uint8_t { kUnknown = 0, kDevice = 1, kReserved = 2, kAllocated = 3 };
 
 // kMark: an NVTX mark or range edge; it changes no memory. Its name is the string id in aux.

@@ -1,5 +1,5 @@
 // The byte layout around the protobuf chunks: the file magic and each chunk's frame.
-//   file   := magic(8) version(u32 LE) reserved(u32 LE) chunk*
+//   file   := magic(8) version(u32 LE) flags(u32 LE, 0: a reader refuses flags it does not know) chunk*
 //   chunk  := length(u32 LE) codec(u8) reserved(3 bytes, zero) crc32c(u32 LE) payload(length)
 // The payload is one serialized pb::Chunk: as is (codec 0) or as one zstd frame that records
 // its decompressed size (codec 1). The checksum covers the payload as stored.
