@@ -39,7 +39,8 @@ std::string limit_line(const CheckResult::Limit& l) {
          (l.detail.empty() ? "" : "  (" + l.detail + ")");
 }
 
-CheckResult::Limit bytes_limit(const char* name, uint64_t limit, uint64_t actual, std::vector<CheckResult::Site> sites) {
+CheckResult::Limit bytes_limit(const char* name, uint64_t limit, uint64_t actual,
+                               std::vector<CheckResult::Site> sites) {
   CheckResult::Limit l;
   l.name = name;
   l.limit_bytes = limit;
@@ -61,7 +62,8 @@ CheckResult check(const std::vector<ProcessAnalysis>& processes, const CheckLimi
   if (limits.max_peak) {
     const DeviceReport* at = nullptr;
     uint64_t peak = largest_peak(processes, &at);
-    add(bytes_limit("max-peak", *limits.max_peak, peak, at ? top_sites(at->peak_sites) : std::vector<CheckResult::Site>()));
+    add(bytes_limit("max-peak", *limits.max_peak, peak,
+                    at ? top_sites(at->peak_sites) : std::vector<CheckResult::Site>()));
   }
   if (limits.max_leaked) {
     uint64_t leaked = 0;
@@ -90,8 +92,9 @@ CheckResult check(const std::vector<ProcessAnalysis>& processes, const CheckLimi
     CheckResult::Limit l;
     l.name = "max-regression";
     l.limit_percent = *limits.max_regression_percent;
-    l.actual_percent = base ? 100.0 * (static_cast<double>(peak) - static_cast<double>(base)) / static_cast<double>(base)
-                            : (peak ? 100.0 : 0.0);
+    l.actual_percent = base
+                           ? 100.0 * (static_cast<double>(peak) - static_cast<double>(base)) / static_cast<double>(base)
+                           : (peak ? 100.0 : 0.0);
     l.passed = l.actual_percent <= l.limit_percent;
     l.detail = "peak " + format_bytes(peak) + " against the baseline's " + format_bytes(base);
     if (at) l.sites = top_sites(at->peak_sites);
@@ -104,7 +107,8 @@ nlohmann::json to_json(const CheckResult& result) {
   nlohmann::json list = nlohmann::json::array();
   for (const CheckResult::Limit& l : result.limits) {
     nlohmann::json sites = nlohmann::json::array();
-    for (const CheckResult::Site& s : l.sites) sites.push_back({{"bytes", s.bytes}, {"api", s.api}, {"location", s.location}});
+    for (const CheckResult::Site& s : l.sites)
+      sites.push_back({{"bytes", s.bytes}, {"api", s.api}, {"location", s.location}});
     nlohmann::json limit = {{"name", l.name}, {"passed", l.passed}, {"sites", sites}};
     limit["limit"] = l.in_percent() ? nlohmann::json(l.limit_percent) : nlohmann::json(l.limit_bytes);
     limit["actual"] = l.in_percent() ? nlohmann::json(l.actual_percent) : nlohmann::json(l.actual_bytes);
@@ -129,8 +133,9 @@ std::string to_text(const CheckResult& result) {
 std::string check_junit(const CheckResult& result) {
   size_t failures = 0;
   for (const CheckResult::Limit& l : result.limits) failures += l.passed ? 0 : 1;
-  std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n  <testsuite name=\"memtrace check\" tests=\"" +
-                    std::to_string(result.limits.size()) + "\" failures=\"" + std::to_string(failures) + "\" errors=\"0\">\n";
+  std::string out =
+      "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n  <testsuite name=\"memtrace check\" tests=\"" +
+      std::to_string(result.limits.size()) + "\" failures=\"" + std::to_string(failures) + "\" errors=\"0\">\n";
   for (const CheckResult::Limit& l : result.limits) {
     out += "    <testcase classname=\"memtrace\" name=\"" + escape_xml(l.name) + "\"";
     if (l.passed) {
@@ -138,8 +143,10 @@ std::string check_junit(const CheckResult& result) {
       continue;
     }
     std::string detail;
-    for (const CheckResult::Site& s : l.sites) detail += format_bytes(s.bytes) + "  " + s.api + "  " + s.location + "\n";
-    out += ">\n      <failure message=\"" + escape_xml(limit_line(l)) + "\">" + escape_xml(detail) + "</failure>\n    </testcase>\n";
+    for (const CheckResult::Site& s : l.sites)
+      detail += format_bytes(s.bytes) + "  " + s.api + "  " + s.location + "\n";
+    out += ">\n      <failure message=\"" + escape_xml(limit_line(l)) + "\">" + escape_xml(detail) +
+           "</failure>\n    </testcase>\n";
   }
   return out + "  </testsuite>\n</testsuites>\n";
 }

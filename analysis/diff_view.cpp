@@ -45,7 +45,9 @@ nlohmann::json change_json(const DiffView::Change& c) {
   return {{"base", c.base}, {"new", c.next}, {"change", c.change()}, {"percent", c.percent()}};
 }
 
-std::string signed_bytes(int64_t v) { return (v < 0 ? "-" : "+") + format_bytes(static_cast<uint64_t>(v < 0 ? -v : v)); }
+std::string signed_bytes(int64_t v) {
+  return (v < 0 ? "-" : "+") + format_bytes(static_cast<uint64_t>(v < 0 ? -v : v));
+}
 
 }  // namespace
 
@@ -73,9 +75,9 @@ DiffView diff_view(const std::vector<ProcessAnalysis>& base, const std::vector<P
     const SiteTotal* shown = n.sites.count(k) ? n.sites[k] : b.sites[k];
     view.sites.push_back({{before, after}, k.first, shown->location, shown->stack});
   }
-  std::stable_sort(view.sites.begin(), view.sites.end(), [](const DiffView::SiteChange& x, const DiffView::SiteChange& y) {
-    return x.bytes.change() > y.bytes.change();
-  });
+  std::stable_sort(
+      view.sites.begin(), view.sites.end(),
+      [](const DiffView::SiteChange& x, const DiffView::SiteChange& y) { return x.bytes.change() > y.bytes.change(); });
   return view;
 }
 
@@ -108,7 +110,8 @@ std::string to_text(const DiffView& view) {
            "  " + pad(signed_bytes(c.change()), 12, true) + "  " + pct + "\n";
   };
   std::string out = "memory, base -> new:\n";
-  for (const DiffView::DevicePeak& d : view.peaks) out += line("peak reserved, device " + std::to_string(d.device), d.peak);
+  for (const DiffView::DevicePeak& d : view.peaks)
+    out += line("peak reserved, device " + std::to_string(d.device), d.peak);
   out += line("live at exit", view.live_at_exit);
   out += line("growth per step", view.growth_per_step);
   if (view.sites.empty()) return out + "\nthe sites at the peak hold the same bytes\n";

@@ -111,25 +111,32 @@ bool compute(const ModelShape& m, const EstimateOptions& o, Estimate& e, std::st
     const double per_token = 2 * L * static_cast<double>(m.kv_heads * m.head_dim) * kv_bytes;
     const double ctx = static_cast<double>(o.context), batch = static_cast<double>(o.batch);
     b.add("kv_cache",
-          "2 × layers × kv_heads × head_dim × context × batch × " + fmt(kv_bytes) + " = " + format_bytes(uint64_t(per_token)) +
-              " per token" + per_gpu,
+          "2 × layers × kv_heads × head_dim × context × batch × " + fmt(kv_bytes) + " = " +
+              format_bytes(uint64_t(per_token)) + " per token" + per_gpu,
           per_token * ctx * batch / shard);
     if (o.kv_block > 0) {
       double padded = std::ceil(ctx / static_cast<double>(o.kv_block)) * static_cast<double>(o.kv_block);
-      b.add("kv_block_waste", "(context rounded up to " + std::to_string(o.kv_block) + "-token blocks − context) × per token × batch",
+      b.add("kv_block_waste",
+            "(context rounded up to " + std::to_string(o.kv_block) + "-token blocks − context) × per token × batch",
             (padded - ctx) * per_token * batch / shard);
     }
-    b.add("activations", "one layer at prefill: batch × context × (4·h + 2·i) × 2, plus last-token logits batch × V × 4",
+    b.add("activations",
+          "one layer at prefill: batch × context × (4·h + 2·i) × 2, plus last-token logits batch × V × 4",
           (batch * ctx * (4 * h + 2 * static_cast<double>(m.intermediate)) * 2) / t + batch * V * 4);
   } else if (o.mode == "train") {
     const bool mixed = o.precision != "fp32";
     double opt_per_p = 0;
     std::string opt_formula;
-    if (o.optimizer == "sgd") opt_formula = "none (plain SGD)";
-    else if (o.optimizer == "sgd-momentum" || o.optimizer == "lion") opt_per_p = 4, opt_formula = Ps + " × 4 (momentum, fp32)";
-    else if (o.optimizer == "adam" || o.optimizer == "adamw") opt_per_p = 8, opt_formula = Ps + " × 8 (m and v, fp32)";
-    else if (o.optimizer == "adam8bit") opt_per_p = 2, opt_formula = Ps + " × 2 (m and v, 8-bit)";
-    else if (o.optimizer == "adafactor") opt_formula = "factored second moment: (rows + columns) × 4 per matrix";
+    if (o.optimizer == "sgd")
+      opt_formula = "none (plain SGD)";
+    else if (o.optimizer == "sgd-momentum" || o.optimizer == "lion")
+      opt_per_p = 4, opt_formula = Ps + " × 4 (momentum, fp32)";
+    else if (o.optimizer == "adam" || o.optimizer == "adamw")
+      opt_per_p = 8, opt_formula = Ps + " × 8 (m and v, fp32)";
+    else if (o.optimizer == "adam8bit")
+      opt_per_p = 2, opt_formula = Ps + " × 2 (m and v, 8-bit)";
+    else if (o.optimizer == "adafactor")
+      opt_formula = "factored second moment: (rows + columns) × 4 per matrix";
     else {
       error = "unknown optimizer '" + o.optimizer + "' (sgd, sgd-momentum, lion, adam, adamw, adam8bit, adafactor)";
       return false;
@@ -167,7 +174,8 @@ bool compute(const ModelShape& m, const EstimateOptions& o, Estimate& e, std::st
     double linear = o.sequence_parallel ? 34 * s * mb * h / t : s * mb * h * (10 + 24 / t);
     double quadratic = o.flash_attention ? 0 : 5 * a * s * s * mb / t;
     std::string layer_formula = o.flash_attention ? "34·s·b·h" : "34·s·b·h + 5·a·s²·b";
-    if (t > 1) layer_formula = o.sequence_parallel ? "(" + layer_formula + ") / tp" : "s·b·h·(10 + 24/tp) + 5·a·s²·b/tp";
+    if (t > 1)
+      layer_formula = o.sequence_parallel ? "(" + layer_formula + ") / tp" : "s·b·h·(10 + 24/tp) + 5·a·s²·b/tp";
     e.per_layer_linear = linear;
     e.per_layer_quadratic = quadratic;
     // A pipeline's first stage keeps pp micro-batches of layers/pp layers: all layers' worth.
@@ -229,18 +237,23 @@ bool estimate(const ModelShape& model, const EstimateOptions& options, Estimate&
            return true;
          }},
         {"--optimizer adam8bit",
-         [](EstimateOptions& o) { return (o.optimizer == "adam" || o.optimizer == "adamw") && (o.optimizer = "adam8bit", true); }},
+         [](EstimateOptions& o) {
+           return (o.optimizer == "adam" || o.optimizer == "adamw") && (o.optimizer = "adam8bit", true);
+         }},
         {"--zero 1", [](EstimateOptions& o) { return o.gpus > 1 && o.zero < 1 && (o.zero = 1); }},
         {"--zero 2", [](EstimateOptions& o) { return o.gpus > 1 && o.zero < 2 && (o.zero = 2); }},
         {"--zero 3", [](EstimateOptions& o) { return o.gpus > 1 && o.zero < 3 && (o.zero = 3); }},
-        {"--offload optimizer", [](EstimateOptions& o) { return o.offload.empty() && (o.offload = "optimizer", true); }},
+        {"--offload optimizer",
+         [](EstimateOptions& o) { return o.offload.empty() && (o.offload = "optimizer", true); }},
         {"--tp 2 (with --gpus ×2)", [](EstimateOptions& o) { return (o.tp *= 2, o.gpus *= 2, true); }},
         {"--pp 2 (with --gpus ×2)", [](EstimateOptions& o) { return (o.pp *= 2, o.gpus *= 2, true); }},
     };
   } else {
     changes = {
-        {"--precision int8", [](EstimateOptions& o) { return precision_bytes(o.precision) > 1 && (o.precision = "int8", true); }},
-        {"--precision int4", [](EstimateOptions& o) { return precision_bytes(o.precision) > 0.5 && (o.precision = "int4", true); }},
+        {"--precision int8",
+         [](EstimateOptions& o) { return precision_bytes(o.precision) > 1 && (o.precision = "int8", true); }},
+        {"--precision int4",
+         [](EstimateOptions& o) { return precision_bytes(o.precision) > 0.5 && (o.precision = "int4", true); }},
         {"--batch (half)", [](EstimateOptions& o) { return o.batch > 1 && (o.batch /= 2, true); }},
         {"--context (half)", [](EstimateOptions& o) { return o.context > 1 && (o.context /= 2, true); }},
         {"--tp 2 (with --gpus ×2)", [](EstimateOptions& o) { return (o.tp *= 2, o.gpus *= 2, true); }},
@@ -253,7 +266,8 @@ bool estimate(const ModelShape& model, const EstimateOptions& options, Estimate&
     EstimateOptions alone = options;
     Estimate trial;
     std::string ignored;
-    if (apply(alone) && compute(model, alone, trial, ignored) && trial.total <= limit) out.fixes.push_back({name, trial.total});
+    if (apply(alone) && compute(model, alone, trial, ignored) && trial.total <= limit)
+      out.fixes.push_back({name, trial.total});
   }
   if (out.fixes.empty()) {  // no single change is enough: the cheapest combination that is
     for (const auto& [name, apply] : changes) {
@@ -307,8 +321,8 @@ std::string estimate_text(const Estimate& e) {
   char line[512];
   std::string out = e.model.name + ": " + fmt(e.parameters / 1e9) + "B parameters, per GPU:\n\n";
   for (const Component& c : e.components) {
-    std::snprintf(line, sizeof line, "  %-22s %12s   %s\n", c.name.c_str(), format_bytes(uint64_t(std::llround(c.bytes))).c_str(),
-                  c.formula.c_str());
+    std::snprintf(line, sizeof line, "  %-22s %12s   %s\n", c.name.c_str(),
+                  format_bytes(uint64_t(std::llround(c.bytes))).c_str(), c.formula.c_str());
     out += line;
   }
   if (e.gpu_memory) {
@@ -319,7 +333,8 @@ std::string estimate_text(const Estimate& e) {
     } else {
       out += "\ndoes not fit on " + gpu + ": " + format_bytes(uint64_t(-margin)) + " too much\n";
       if (e.fixes.empty()) out += "none of the usual options makes it fit\n";
-      for (const auto& f : e.fixes) out += "  would fit with " + f.option + " (" + format_bytes(uint64_t(f.total)) + ")\n";
+      for (const auto& f : e.fixes)
+        out += "  would fit with " + f.option + " (" + format_bytes(uint64_t(f.total)) + ")\n";
     }
   }
   return out;

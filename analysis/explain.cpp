@@ -59,13 +59,14 @@ std::string explanation_text(const Explanation& x) {
   for (const auto& m : x.measured) {
     double d = m.difference;
     out += "  process " + std::to_string(m.pid) + ", device " + std::to_string(m.device) + ": peak reserved " +
-           format_bytes(m.reserved_peak) + ", " + (d >= 0 ? "+" : "-") + format_bytes(uint64_t(std::llround(std::fabs(d)))) +
-           ": " + m.reading + "\n";
+           format_bytes(m.reserved_peak) + ", " + (d >= 0 ? "+" : "-") +
+           format_bytes(uint64_t(std::llround(std::fabs(d)))) + ": " + m.reading + "\n";
   }
   if (x.measured.empty()) out += "  the traces hold no device memory\n";
-  out += "\nparameters, gradients, optimizer state and activations measured one by one need PyTorch's allocated "
-         "layer, which these traces do not hold; the device layer (nvidia-smi's figure) is measured at "
-         "out-of-memory snapshots only.\n";
+  out +=
+      "\nparameters, gradients, optimizer state and activations measured one by one need PyTorch's allocated "
+      "layer, which these traces do not hold; the device layer (nvidia-smi's figure) is measured at "
+      "out-of-memory snapshots only.\n";
   return out;
 }
 

@@ -59,11 +59,21 @@ bool export_chrome(const std::vector<std::string>& traces, std::FILE* out, std::
       if (e.op() == Op::kMark) {
         std::string label(reader->string(e.name));
         switch (e.api) {
-          case Api::kNvtxMark: emit({{"ph", "i"}, {"s", "t"}, {"name", label}, {"pid", pid}, {"tid", e.tid}, {"ts", ts}}); break;
-          case Api::kNvtxRangePush: emit({{"ph", "B"}, {"name", label}, {"pid", pid}, {"tid", e.tid}, {"ts", ts}}); break;
+          case Api::kNvtxMark:
+            emit({{"ph", "i"}, {"s", "t"}, {"name", label}, {"pid", pid}, {"tid", e.tid}, {"ts", ts}});
+            break;
+          case Api::kNvtxRangePush:
+            emit({{"ph", "B"}, {"name", label}, {"pid", pid}, {"tid", e.tid}, {"ts", ts}});
+            break;
           case Api::kNvtxRangePop: emit({{"ph", "E"}, {"pid", pid}, {"tid", e.tid}, {"ts", ts}}); break;
           case Api::kNvtxRangeStart:
-            emit({{"ph", "b"}, {"cat", "nvtx"}, {"name", label}, {"id", e.addr}, {"pid", pid}, {"tid", e.tid}, {"ts", ts}});
+            emit({{"ph", "b"},
+                  {"cat", "nvtx"},
+                  {"name", label},
+                  {"id", e.addr},
+                  {"pid", pid},
+                  {"tid", e.tid},
+                  {"ts", ts}});
             break;
           case Api::kNvtxRangeEnd:
             emit({{"ph", "e"}, {"cat", "nvtx"}, {"id", e.addr}, {"pid", pid}, {"tid", e.tid}, {"ts", ts}});
@@ -81,9 +91,14 @@ bool export_chrome(const std::vector<std::string>& traces, std::FILE* out, std::
               {"args", {{"bytes", replay.live_bytes(c.layer, c.device)}}}});
         // Allocations as async events from allocation to free, on their layer's category.
         char id[32];
-        std::snprintf(id, sizeof id, "0x%llx", static_cast<unsigned long long>(c.layer == Layer::kAllocated ? c.addr : e.addr));
-        nlohmann::json a = {{"ph", c.bytes > 0 ? "b" : "e"}, {"cat", std::string(layer_name(c.layer))},
-                            {"id", id}, {"pid", pid}, {"tid", e.tid}, {"ts", ts}};
+        std::snprintf(id, sizeof id, "0x%llx",
+                      static_cast<unsigned long long>(c.layer == Layer::kAllocated ? c.addr : e.addr));
+        nlohmann::json a = {{"ph", c.bytes > 0 ? "b" : "e"},
+                            {"cat", std::string(layer_name(c.layer))},
+                            {"id", id},
+                            {"pid", pid},
+                            {"tid", e.tid},
+                            {"ts", ts}};
         if (c.bytes > 0) {
           a["name"] = api;
           a["args"] = {{"bytes", c.bytes}, {"device", c.device}};
@@ -93,7 +108,12 @@ bool export_chrome(const std::vector<std::string>& traces, std::FILE* out, std::
         emit(a);
       }
       if (!e.ok() && e.op() == Op::kAlloc)
-        emit({{"ph", "i"}, {"s", "p"}, {"name", api + " failed"}, {"pid", pid}, {"tid", e.tid}, {"ts", ts},
+        emit({{"ph", "i"},
+              {"s", "p"},
+              {"name", api + " failed"},
+              {"pid", pid},
+              {"tid", e.tid},
+              {"ts", ts},
               {"args", {{"bytes", e.size}, {"result", e.result}}}});
     }
     if (!reader->footer() && !reader->problem().empty()) warnings.push_back(path + ": " + reader->problem());

@@ -72,7 +72,8 @@ nlohmann::json to_json(const FragView& view) {
     }
     nlohmann::json cache = nlohmann::json::array();
     for (const FragView::Unused& u : p.reserved_minus_allocated)
-      cache.push_back({{"device", u.device}, {"columns", {"t_ns", "reserved", "allocated", "unused"}}, {"points", u.points}});
+      cache.push_back(
+          {{"device", u.device}, {"columns", {"t_ns", "reserved", "allocated", "unused"}}, {"points", u.points}});
     out["processes"].push_back({{"pid", p.id.pid},
                                 {"command", p.id.command},
                                 {"layers_known", p.layers_known},
@@ -88,8 +89,9 @@ std::string to_text(const FragView& view) {
     if (!out.empty()) out += "\n";
     out += process_heading(p.id);
     if (!p.layers_known) {
-      out += "  fragmentation is unknown: no allocator described its segments and blocks (NVTX memory API heaps and\n"
-             "  regions, or PyTorch's allocator history); memtrace sees only what the allocation APIs reserved\n";
+      out +=
+          "  fragmentation is unknown: no allocator described its segments and blocks (NVTX memory API heaps and\n"
+          "  regions, or PyTorch's allocator history); memtrace sees only what the allocation APIs reserved\n";
       continue;
     }
     out += "  " + pad("when", 6) + pad("device", 7) + pad("time", 11, true) + pad("reserved", 11, true) +

@@ -30,7 +30,8 @@ std::pair<uint64_t, uint64_t> FragmentationTracker::gap_around(uint64_t base, co
   uint64_t from = base, to = base + heap.size;
   auto next = heap.regions.upper_bound(addr);
   if (next != heap.regions.end()) to = std::min(to, next->first);
-  if (next != heap.regions.begin()) from = std::max(from, std::min(std::prev(next)->first + std::prev(next)->second, to));
+  if (next != heap.regions.begin())
+    from = std::max(from, std::min(std::prev(next)->first + std::prev(next)->second, to));
   return {from, to};
 }
 

@@ -21,8 +21,7 @@ std::vector<SiteGrowth> GrowthTracker::growing() const {
   if (boundaries_ < 3) return out;
   const uint64_t intervals = boundaries_;  // from the trace's start
   for (const auto& [key, s] : series_) {
-    if (s.last == 0 || s.rises < std::max<uint64_t>(2, (intervals + 1) / 2) || s.falls * 10 > intervals)
-      continue;
+    if (s.last == 0 || s.rises < std::max<uint64_t>(2, (intervals + 1) / 2) || s.falls * 10 > intervals) continue;
     SiteGrowth g;
     g.device = std::get<0>(key);
     g.layer = std::get<1>(key);
@@ -35,7 +34,8 @@ std::vector<SiteGrowth> GrowthTracker::growing() const {
     out.push_back(g);
   }
   std::sort(out.begin(), out.end(), [](const SiteGrowth& a, const SiteGrowth& b) {
-    return a.bytes_per_step != b.bytes_per_step ? a.bytes_per_step > b.bytes_per_step : a.site.stack_id < b.site.stack_id;
+    return a.bytes_per_step != b.bytes_per_step ? a.bytes_per_step > b.bytes_per_step
+                                                : a.site.stack_id < b.site.stack_id;
   });
   return out;
 }

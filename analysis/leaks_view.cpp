@@ -108,8 +108,8 @@ std::string to_text(const LeaksView& view) {
       int shown = 0;
       for (const FrameView& f : g.stack) {
         if (++shown > 6) break;
-        out += std::string(10, ' ') + f.function + (f.file.empty() ? "" : "  " + f.file + ":" + std::to_string(f.line)) +
-               "\n";
+        out += std::string(10, ' ') + f.function +
+               (f.file.empty() ? "" : "  " + f.file + ":" + std::to_string(f.line)) + "\n";
       }
     }
   }

@@ -91,8 +91,8 @@ std::vector<std::string> model_preset_names() {
 std::optional<ModelShape> model_from_config(const nlohmann::json& c, std::string& error) {
   ModelShape m;
   m.name = c.contains("_name_or_path") && c["_name_or_path"].is_string() ? c["_name_or_path"].get<std::string>()
-           : c.contains("model_type") && c["model_type"].is_string() ? c["model_type"].get<std::string>()
-                                                                     : "config.json";
+           : c.contains("model_type") && c["model_type"].is_string()     ? c["model_type"].get<std::string>()
+                                                                         : "config.json";
   m.layers = get(c, {"num_hidden_layers", "n_layer", "num_layers"}, 0);
   m.hidden = get(c, {"hidden_size", "n_embd", "d_model"}, 0);
   m.heads = get(c, {"num_attention_heads", "n_head"}, 0);
@@ -107,8 +107,10 @@ std::optional<ModelShape> model_from_config(const nlohmann::json& c, std::string
     m.positions = get(c, {"n_positions", "max_position_embeddings"}, 1024);
   }
   m.tied_embeddings = c.contains("tie_word_embeddings") ? c["tie_word_embeddings"].get<bool>() : type == "gpt2";
-  for (auto [value, key] : {std::pair{m.layers, "num_hidden_layers"}, {m.hidden, "hidden_size"},
-                            {m.heads, "num_attention_heads"}, {m.vocab, "vocab_size"}}) {
+  for (auto [value, key] : {std::pair{m.layers, "num_hidden_layers"},
+                            {m.hidden, "hidden_size"},
+                            {m.heads, "num_attention_heads"},
+                            {m.vocab, "vocab_size"}}) {
     if (value <= 0) {
       error = std::string("config.json has no usable ") + key;
       return std::nullopt;

@@ -102,8 +102,8 @@ std::string to_text(const PeakView& view) {
     char imbalance[32];
     std::snprintf(imbalance, sizeof imbalance, "%.2f", view.all->imbalance);
     out += "\nall processes: peaks add up to " + format_bytes(view.all->sum_of_peaks) + "; largest " +
-           format_bytes(view.all->largest_peak) + ", mean " +
-           format_bytes(static_cast<uint64_t>(view.all->mean_peak)) + ", imbalance " + imbalance + " (largest / mean)\n";
+           format_bytes(view.all->largest_peak) + ", mean " + format_bytes(static_cast<uint64_t>(view.all->mean_peak)) +
+           ", imbalance " + imbalance + " (largest / mean)\n";
   }
   return out;
 }

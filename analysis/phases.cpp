@@ -24,7 +24,8 @@ void PhaseTracker::add_mark(const Event& e) {
     case Api::kNvtxRangePush: {
       if (is_step(e.name)) step_starts_.push_back(e.t_ns);
       auto& stack = pushed_[e.tid];
-      stack.push_back(PhaseRange{e.t_ns, 0, e.tid, static_cast<uint32_t>(stack.size()), std::string(reader_.string(e.name))});
+      stack.push_back(
+          PhaseRange{e.t_ns, 0, e.tid, static_cast<uint32_t>(stack.size()), std::string(reader_.string(e.name))});
       break;
     }
     case Api::kNvtxRangePop: {

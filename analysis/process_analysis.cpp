@@ -46,7 +46,8 @@ void resolve_devices(std::vector<DeviceReport>& devices, const TraceReader& read
     d.peak_step = phases.step_at(d.peak_time_ns);
     d.peak_phase = phases.phase_at(d.peak_time_ns, d.peak_tid);
   }
-  std::sort(devices.begin(), devices.end(), [](const DeviceReport& a, const DeviceReport& b) { return a.device < b.device; });
+  std::sort(devices.begin(), devices.end(),
+            [](const DeviceReport& a, const DeviceReport& b) { return a.device < b.device; });
 }
 
 }  // namespace

@@ -11,11 +11,16 @@ namespace memtrace {
 std::string escape_xml(const std::string& s) {
   std::string out;
   for (char c : s) {
-    if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '&') out += "&amp;";
-    else if (c == '"') out += "&quot;";
-    else out += c;
+    if (c == '<')
+      out += "&lt;";
+    else if (c == '>')
+      out += "&gt;";
+    else if (c == '&')
+      out += "&amp;";
+    else if (c == '"')
+      out += "&quot;";
+    else
+      out += c;
   }
   return out;
 }
@@ -80,8 +85,10 @@ nlohmann::json report_json(const std::vector<ProcessReport>& processes) {
   for (const ProcessReport& p : processes) {
     nlohmann::json events = nlohmann::json::object();
     for (const auto& [api, counts] : p.calls)
-      events[std::string(api_name(api))] = {
-          {"calls", counts.calls}, {"failed", counts.failed}, {"bytes", counts.bytes}, {"interrupted", counts.interrupted}};
+      events[std::string(api_name(api))] = {{"calls", counts.calls},
+                                            {"failed", counts.failed},
+                                            {"bytes", counts.bytes},
+                                            {"interrupted", counts.interrupted}};
     nlohmann::json devices = nlohmann::json::array();
     for (const DeviceReport& d : p.devices) {
       nlohmann::json sites = nlohmann::json::array();
@@ -138,8 +145,9 @@ std::string report_text(const std::vector<ProcessReport>& processes) {
     out += "; " + std::to_string(p.events) + " events over " + format_duration_ns(p.end_time_ns) + "\n";
     if (!p.complete) out += "  WARNING: incomplete trace: " + p.problem + "\n";
     if (p.dropped_events)
-      out += "  WARNING: " + std::to_string(p.dropped_events) +
-             " events were lost (memtrace was stalled past --max-stall, or could not keep up); figures below miss them\n";
+      out +=
+          "  WARNING: " + std::to_string(p.dropped_events) +
+          " events were lost (memtrace was stalled past --max-stall, or could not keep up); figures below miss them\n";
     for (const auto& [api, c] : p.calls)
       if (c.interrupted)
         out += "  the process died inside " + std::to_string(c.interrupted) + " call" + (c.interrupted > 1 ? "s" : "") +
@@ -162,11 +170,12 @@ std::string report_text(const std::vector<ProcessReport>& processes) {
       out += "\n  pinned host memory: peak " + format_bytes(p.pinned_host_peak_bytes) + "\n";
 
     for (const DeviceReport& d : p.devices) {
-      std::string about = d.name.empty() ? "" : " (" + d.name + ", " + format_bytes(d.total_bytes) +
-                                                    (d.uuid.empty() ? "" : ", " + d.uuid) + ")";
-      out += "\n  device " + std::to_string(d.device) + about + ": peak reserved " + format_bytes(d.peak_bytes) + " at " +
-             format_duration_ns(d.peak_time_ns) + "; live at exit " + format_bytes(d.live_at_exit_bytes) + " in " +
-             std::to_string(d.live_at_exit_count) + " allocations\n";
+      std::string about = d.name.empty() ? ""
+                                         : " (" + d.name + ", " + format_bytes(d.total_bytes) +
+                                               (d.uuid.empty() ? "" : ", " + d.uuid) + ")";
+      out += "\n  device " + std::to_string(d.device) + about + ": peak reserved " + format_bytes(d.peak_bytes) +
+             " at " + format_duration_ns(d.peak_time_ns) + "; live at exit " + format_bytes(d.live_at_exit_bytes) +
+             " in " + std::to_string(d.live_at_exit_count) + " allocations\n";
       if (d.peak_sites.empty()) continue;
       out += "    largest sites at the peak:\n";
       out += "    " + pad("bytes", 11, true) + pad("share", 8, true) + pad("count", 8, true) + "  " + pad("api", 26) +
@@ -180,10 +189,11 @@ std::string report_text(const std::vector<ProcessReport>& processes) {
     }
     if (p.devices.empty()) out += "\n  no device memory was allocated\n";
     if (!p.oom_events.empty()) {
-      out += "\n  out of memory " + std::to_string(p.oom_events.size()) + " time" + (p.oom_events.size() > 1 ? "s" : "") +
-             ":\n";
+      out += "\n  out of memory " + std::to_string(p.oom_events.size()) + " time" +
+             (p.oom_events.size() > 1 ? "s" : "") + ":\n";
       for (const OomEvent& o : p.oom_events) {
-        out += "    at " + format_duration_ns(o.t_ns) + ": " + std::string(api_name(o.api)) + " of " + format_bytes(o.size);
+        out += "    at " + format_duration_ns(o.t_ns) + ": " + std::string(api_name(o.api)) + " of " +
+               format_bytes(o.size);
         if (o.device >= 0) out += " on device " + std::to_string(o.device);
         if (o.device_total_bytes)
           out += " (" + format_bytes(o.device_free_bytes) + " free of " + format_bytes(o.device_total_bytes) + ")";

@@ -26,14 +26,14 @@ std::string reason_name(pb::Snapshot::Reason reason) {
 
 std::string percent(uint64_t part, uint64_t whole) {
   char text[16];
-  std::snprintf(text, sizeof text, "%.0f%%", whole ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0.0);
+  std::snprintf(text, sizeof text, "%.0f%%",
+                whole ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0.0);
   return text;
 }
 
 std::string diagnose(const SnapshotReport& s) {
   std::string top;
-  if (!s.sites.empty())
-    top = "; " + percent(s.sites[0].bytes, s.live_bytes) + " from " + s.sites[0].location;
+  if (!s.sites.empty()) top = "; " + percent(s.sites[0].bytes, s.live_bytes) + " from " + s.sites[0].location;
   std::string live = format_bytes(s.live_bytes) + " live in " + std::to_string(s.live_count) + " allocations";
   if (s.reason != "oom") {
     std::string what = s.reason == "peak" ? "at the peak" : s.reason == "demand" ? "on demand" : "periodic";
@@ -46,16 +46,19 @@ std::string diagnose(const SnapshotReport& s) {
     text += " with " + format_bytes(s.device_free_bytes) + " free of " + format_bytes(s.device_total_bytes);
   text += "; " + live + top + ".";
   if (s.device_total_bytes && s.device_free_bytes >= asked && asked > 0)
-    text += " The free memory would have covered the request, but no single free range could: the device's "
-            "memory is fragmented.";
+    text +=
+        " The free memory would have covered the request, but no single free range could: the device's "
+        "memory is fragmented.";
   if (s.device_total_bytes) {
     uint64_t used = s.device_total_bytes - s.device_free_bytes;
     if (used > s.live_bytes)
       text += " Of the " + format_bytes(used) + " in use on the device, " + format_bytes(used - s.live_bytes) +
               " was held outside the program's allocations (CUDA context, library workspaces, other processes).";
   }
-  if (s.outcome_known) text += s.fatal ? " The process died of it." : s.recovered ? " The process recovered." : "";
-  else text += " The process was still running.";
+  if (s.outcome_known)
+    text += s.fatal ? " The process died of it." : s.recovered ? " The process recovered." : "";
+  else
+    text += " The process was still running.";
   return text;
 }
 

@@ -86,7 +86,8 @@ std::string frame_label(const FrameView& f) {
     return label;
   }
   char offset[24];
-  std::snprintf(offset, sizeof offset, "0x%llx", static_cast<unsigned long long>(f.module.empty() ? f.address : f.offset));
+  std::snprintf(offset, sizeof offset, "0x%llx",
+                static_cast<unsigned long long>(f.module.empty() ? f.address : f.offset));
   return f.module.empty() ? std::string(offset) : std::filesystem::path(f.module).filename().string() + "+" + offset;
 }
 

@@ -37,7 +37,8 @@ std::string timeline_text(const std::vector<ProcessAnalysis>& processes, size_t 
     for (const TimelineSeries& s : p.timeline) {
       std::vector<uint64_t> col = columns(s, width);
       uint64_t top = *std::max_element(col.begin(), col.end());
-      out += series_name(p, s) + ": peak " + format_bytes(top) + " over " + format_duration_ns(p.report.end_time_ns) + "\n";
+      out += series_name(p, s) + ": peak " + format_bytes(top) + " over " + format_duration_ns(p.report.end_time_ns) +
+             "\n";
       for (int row = kRows - 1; row >= 0; --row) {
         out += row == kRows - 1 ? pad(format_bytes(top), 10, true) + " |" : std::string(10, ' ') + " |";
         for (uint64_t v : col) {
@@ -119,7 +120,8 @@ std::string timeline_svg(const std::vector<ProcessAnalysis>& processes) {
       out += buf + escape_xml(r.name) + "</title></rect>\n";
     }
     for (uint64_t t : p.step_starts) {
-      std::snprintf(buf, sizeof buf, "<line x1=\"%.2f\" x2=\"%.2f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#999\" stroke-width=\"0.5\"/>\n",
+      std::snprintf(buf, sizeof buf,
+                    "<line x1=\"%.2f\" x2=\"%.2f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#999\" stroke-width=\"0.5\"/>\n",
                     x(t), x(t), y0, y0 + kH);
       out += buf;
     }
@@ -144,7 +146,8 @@ std::string timeline_svg(const std::vector<ProcessAnalysis>& processes) {
       const char* c = kColors[color % std::size(kColors)];
       std::snprintf(buf, sizeof buf, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.2\" points=\"", c);
       out += buf + points + "\"/>\n";
-      std::snprintf(buf, sizeof buf, "<text x=\"%.0f\" y=\"%.1f\" fill=\"%s\">", kLeft + 6, y0 + 14 + 13.0 * static_cast<double>(color), c);
+      std::snprintf(buf, sizeof buf, "<text x=\"%.0f\" y=\"%.1f\" fill=\"%s\">", kLeft + 6,
+                    y0 + 14 + 13.0 * static_cast<double>(color), c);
       out += buf + escape_xml(series_name(p, s)) + "</text>\n";
       ++color;
     }

@@ -1,10 +1,10 @@
 #include "memtrace/analysis/trace_set.h"
 
-#include "memtrace/analysis/process_analysis.h"
-
 #include <algorithm>
 #include <filesystem>
 #include <system_error>
+
+#include "memtrace/analysis/process_analysis.h"
 
 namespace memtrace {
 

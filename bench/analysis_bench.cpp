@@ -1,5 +1,6 @@
 // Where the time of an analysis goes, on one trace: reading alone (chunks read ahead on a second
-// thread, as the analyses do), reading and replaying, and the whole pass `memtrace peak` and `memtrace leaks` make (report, steps, growth).
+// thread, as the analyses do), reading and replaying, and the whole pass `memtrace peak` and `memtrace leaks` make
+// (report, steps, growth).
 //   analysis_bench TRACE
 #include <chrono>
 #include <cstdio>
@@ -30,30 +31,33 @@ int main(int argc, char** argv) {
   }
   const std::string only = argc > 2 ? argv[2] : "";
   std::string error;
-  if (only.empty() || only == "read") timed("read", [&] {
-    auto reader = TraceReader::open(argv[1], error);
-    if (reader) reader->prefetch();
-    uint64_t n = 0;
-    Event e;
-    while (reader && reader->next(e)) ++n;
-    return n;
-  });
-  if (only.empty() || only == "replay") timed("read + replay", [&] {
-    auto reader = TraceReader::open(argv[1], error);
-    if (reader) reader->prefetch();
-    uint64_t n = 0;
-    Event e;
-    Replay replay;
-    while (reader && reader->next(e)) {
-      replay.apply(e);
-      ++n;
-    }
-    return n;
-  });
-  if (only.empty() || only == "analysis") timed("peak + leaks (one pass)", [&] {
-    ProcessAnalysis out;
-    if (!analyze_process(argv[1], AnalysisOptions(), out, error)) std::fprintf(stderr, "%s\n", error.c_str());
-    return out.report.events;
-  });
+  if (only.empty() || only == "read")
+    timed("read", [&] {
+      auto reader = TraceReader::open(argv[1], error);
+      if (reader) reader->prefetch();
+      uint64_t n = 0;
+      Event e;
+      while (reader && reader->next(e)) ++n;
+      return n;
+    });
+  if (only.empty() || only == "replay")
+    timed("read + replay", [&] {
+      auto reader = TraceReader::open(argv[1], error);
+      if (reader) reader->prefetch();
+      uint64_t n = 0;
+      Event e;
+      Replay replay;
+      while (reader && reader->next(e)) {
+        replay.apply(e);
+        ++n;
+      }
+      return n;
+    });
+  if (only.empty() || only == "analysis")
+    timed("peak + leaks (one pass)", [&] {
+      ProcessAnalysis out;
+      if (!analyze_process(argv[1], AnalysisOptions(), out, error)) std::fprintf(stderr, "%s\n", error.c_str());
+      return out.report.events;
+    });
   return 0;
 }

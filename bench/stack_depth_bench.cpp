@@ -13,8 +13,10 @@ __attribute__((noinline)) void allocate_loop(benchmark::State& state) {
 }
 
 __attribute__((noinline)) void at_depth(int depth, benchmark::State& state) {
-  if (depth > 1) at_depth(depth - 1, state);
-  else allocate_loop(state);
+  if (depth > 1)
+    at_depth(depth - 1, state);
+  else
+    allocate_loop(state);
   asm volatile("" ::: "memory");  // not a tail call: every level stays on the stack
 }
 

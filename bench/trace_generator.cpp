@@ -24,7 +24,8 @@ uint64_t option(int argc, char** argv, const std::string& name, uint64_t fallbac
 int main(int argc, char** argv) {
   using namespace memtrace;
   if (argc < 2 || argv[1][0] == '-') {
-    std::fprintf(stderr, "usage: trace_generator OUT.memtrace [--events N] [--live N] [--step-events N] [--stacks N] "
+    std::fprintf(stderr,
+                 "usage: trace_generator OUT.memtrace [--events N] [--live N] [--step-events N] [--stacks N] "
                  "[--pattern training|random]\n");
     return 2;
   }
@@ -111,8 +112,7 @@ int main(int argc, char** argv) {
       e.size = 4096;
       e.stack_id = leak_stack;
       ++leaked;
-    } else if (training && !live.empty() && live.size() > live_target / 2 &&
-               (backward || live.size() >= live_target)) {
+    } else if (training && !live.empty() && live.size() > live_target / 2 && (backward || live.size() >= live_target)) {
       // Backward: activations go in the reverse order of the forward pass that made them.
       backward = live.size() > live_target / 2 + 1;
       e.addr = live.back().first;

@@ -44,8 +44,9 @@ int check_run(CheckCli& c) {
   }
   if (regression) limits.max_regression_percent = c.max_regression;
   if (!limits.max_peak && !limits.max_leaked && !limits.max_growth_per_step && !limits.max_regression_percent) {
-    std::fprintf(stderr, "memtrace check: give at least one limit (--max-peak, --max-leaked, "
-                         "--max-growth-per-step, --baseline with --max-regression)\n");
+    std::fprintf(stderr,
+                 "memtrace check: give at least one limit (--max-peak, --max-leaked, "
+                 "--max-growth-per-step, --baseline with --max-regression)\n");
     return kExitUsage;
   }
   std::vector<ProcessAnalysis> processes, baseline;

@@ -10,8 +10,9 @@
 namespace memtrace::cli {
 
 void add_estimate_options(CLI::App* cmd, EstimateCli& e) {
-  cmd->add_option("--model", e.model, "A built-in model: llama-2-7b, llama-2-13b, llama-2-70b, llama-3-8b, "
-                                      "llama-3-70b, mistral-7b, gpt2, gpt2-medium, gpt2-large, gpt2-xl");
+  cmd->add_option("--model", e.model,
+                  "A built-in model: llama-2-7b, llama-2-13b, llama-2-70b, llama-3-8b, "
+                  "llama-3-70b, mistral-7b, gpt2, gpt2-medium, gpt2-large, gpt2-xl");
   cmd->add_option("--config", e.config, "A Hugging Face style config.json");
   cmd->add_option("--mode", e.options.mode, "train or infer (default train)")->check(CLI::IsMember({"train", "infer"}));
   cmd->add_option("--precision", e.options.precision, "fp32, bf16, fp16, fp8, int8, int4 (default bf16)");
@@ -19,7 +20,8 @@ void add_estimate_options(CLI::App* cmd, EstimateCli& e) {
   cmd->add_option("--batch", e.options.batch, "Sequences per GPU (default 1)")->check(CLI::PositiveNumber);
   cmd->add_option("--micro-batch", e.micro_batch, "Micro-batch size with gradient accumulation");
   cmd->add_option("--seq", e.options.seq, "Training sequence length (default 2048)")->check(CLI::PositiveNumber);
-  cmd->add_option("--context", e.options.context, "Inference context length (default 4096)")->check(CLI::PositiveNumber);
+  cmd->add_option("--context", e.options.context, "Inference context length (default 4096)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--kv-block", e.options.kv_block, "Paged KV cache block size in tokens");
   cmd->add_option("--optimizer", e.options.optimizer,
                   "sgd, sgd-momentum, lion, adam, adamw, adam8bit, adafactor (default adamw)");
@@ -67,7 +69,8 @@ bool resolve_estimate(const char* command, EstimateCli& e, ModelShape& model) {
     e.options.params = p;
   }
   if (!e.micro_batch.empty()) e.options.micro_batch = std::strtoll(e.micro_batch.c_str(), nullptr, 10);
-  for (auto [text, target] : {std::pair{&e.cuda_context, &e.options.cuda_context}, {&e.workspace, &e.options.workspace}}) {
+  for (auto [text, target] :
+       {std::pair{&e.cuda_context, &e.options.cuda_context}, {&e.workspace, &e.options.workspace}}) {
     if (text->empty()) continue;
     auto bytes = parse_size(*text);
     if (!bytes) return fail("'" + *text + "' is not a size");

@@ -9,8 +9,9 @@ namespace memtrace::cli {
 
 Command add_frag_command(CLI::App& app) {
   auto a = std::make_shared<AnalysisCli>();
-  CLI::App* cmd = app.add_subcommand("frag", "Free memory inside the allocator's segments: fragmentation at the "
-                                             "peak and at each out-of-memory");
+  CLI::App* cmd = app.add_subcommand("frag",
+                                     "Free memory inside the allocator's segments: fragmentation at the "
+                                     "peak and at each out-of-memory");
   add_analysis_options(cmd, *a, false);
   return {cmd, [a] {
             a->options.timeline = true;  // reserved minus allocated over time

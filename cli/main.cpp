@@ -1,6 +1,5 @@
 // The memtrace executable: every subcommand in one program, each in a file of its own.
 #include <CLI/CLI.hpp>
-
 #include <vector>
 
 #include "command.h"
@@ -14,9 +13,9 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "memtrace " MEMTRACE_VERSION);
   app.require_subcommand(1);
   const std::vector<Command> commands = {
-      add_run_command(app),      add_report_command(app), add_snapshot_command(app), add_export_command(app),
-      add_peak_command(app),     add_leaks_command(app),  add_frag_command(app),     add_timeline_command(app),
-      add_diff_command(app),     add_check_command(app),  add_estimate_command(app), add_explain_command(app),
+      add_run_command(app),  add_report_command(app), add_snapshot_command(app), add_export_command(app),
+      add_peak_command(app), add_leaks_command(app),  add_frag_command(app),     add_timeline_command(app),
+      add_diff_command(app), add_check_command(app),  add_estimate_command(app), add_explain_command(app),
   };
   try {
     app.parse(argc, argv);

@@ -19,8 +19,9 @@ struct PeakCli {
 
 int peak(PeakCli& c) {
   if (c.layer == "device") {
-    std::fprintf(stderr, "memtrace peak: the device layer is sampled only at out-of-memory moments; use --layer "
-                         "reserved or allocated\n");
+    std::fprintf(stderr,
+                 "memtrace peak: the device layer is sampled only at out-of-memory moments; use --layer "
+                 "reserved or allocated\n");
     return kExitUsage;
   }
   std::vector<ProcessAnalysis> processes;

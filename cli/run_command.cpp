@@ -37,7 +37,8 @@ int run(RunCli& c) {
   }
   if (*c.every_option) {
     auto ns = parse_duration_ns(c.snapshot_every);
-    if (!ns || *ns < 100'000'000ull) return fail("--snapshot-every", c.snapshot_every, "a duration of 0.1s or more (try 30s)");
+    if (!ns || *ns < 100'000'000ull)
+      return fail("--snapshot-every", c.snapshot_every, "a duration of 0.1s or more (try 30s)");
     c.run.snapshot_every_ns = *ns;
   }
   if (*c.stall_option) {
@@ -75,11 +76,13 @@ Command add_run_command(CLI::App& app) {
   c->every_option = cmd->add_option("--snapshot-every", c->snapshot_every,
                                     "Take a snapshot of every traced process this often, e.g. 30s, 5m");
   cmd->add_flag("--snapshot-at-peak", c->run.snapshot_at_peak, "Keep a snapshot of each process at its peak");
-  cmd->add_flag("--redact-args", c->run.redact_args, "Keep the program's arguments out of the traces ($1, $2, ... instead)");
-  c->umask_option = cmd->add_option("--umask", c->umask,
-                                    "Permissions of what memtrace writes, as a umask (default 077: only you)");
-  c->stall_option = cmd->add_option(
-      "--max-stall", c->max_stall, "How long the program may wait for a stalled memtrace before it drops events (default 10s)");
+  cmd->add_flag("--redact-args", c->run.redact_args,
+                "Keep the program's arguments out of the traces ($1, $2, ... instead)");
+  c->umask_option =
+      cmd->add_option("--umask", c->umask, "Permissions of what memtrace writes, as a umask (default 077: only you)");
+  c->stall_option =
+      cmd->add_option("--max-stall", c->max_stall,
+                      "How long the program may wait for a stalled memtrace before it drops events (default 10s)");
   cmd->add_flag("--no-native-stacks", c->no_native, "Record only the immediate caller, not the native stack");
   cmd->add_flag("--no-python-stacks", c->no_python, "Do not record Python frames");
   cmd->add_option("command", c->run.command, "The program to run and its arguments (after --)");

@@ -6,7 +6,7 @@ namespace memtrace {
 
 void RecordBatch::on_event(RingEvent& event, const uint64_t* native, size_t native_count, const uint64_t* python,
                            size_t python_count, std::string_view name) {
-  Event e{event, words_.size(), static_cast<uint32_t>(native_count), static_cast<uint32_t>(python_count),
+  Event e{event,        words_.size(), static_cast<uint32_t>(native_count), static_cast<uint32_t>(python_count),
           text_.size(), name.size()};
   words_.insert(words_.end(), native, native + native_count);
   words_.insert(words_.end(), python, python + 2 * python_count);
@@ -28,7 +28,9 @@ void RecordBatch::on_device(int32_t ordinal, std::string name, uint64_t total_by
   entries_.emplace_back(std::move(d));
 }
 
-void RecordBatch::on_started(uint32_t tid, uint16_t api, uint64_t t_ns) { entries_.emplace_back(Started{tid, api, t_ns}); }
+void RecordBatch::on_started(uint32_t tid, uint16_t api, uint64_t t_ns) {
+  entries_.emplace_back(Started{tid, api, t_ns});
+}
 
 void RecordBatch::replay(RecordSink& sink) {
   for (auto& entry : entries_) {

@@ -33,7 +33,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-
 std::atomic<int> g_signal{0};            // a signal to pass on to the program
 std::atomic<bool> g_interrupted{false};  // any stop signal reached us
 std::atomic<bool> g_snapshot{false};     // SIGUSR1: snapshot every traced process now
@@ -163,7 +162,7 @@ class Collector {
   bool redact_args_;
   SnapshotOptions snapshot_options_;
   std::vector<std::string> snapshots_;  // written so far, by every process
-  Symbolizer symbolizer_;  // shared: processes of one run load the same libraries
+  Symbolizer symbolizer_;               // shared: processes of one run load the same libraries
   std::vector<std::unique_ptr<TracedProcess>> processes_;
   std::map<int, int> images_;  // pid -> traces made for it so far
   std::vector<ProcessReport> reports_;
@@ -215,9 +214,8 @@ void Collector::welcome() {
     header.set_process_seen_ns(clock_ns(CLOCK_MONOTONIC) - origin_mono_);
     header.set_exec_index(static_cast<uint32_t>(images_[intro->pid] - 1));
     writer->write_header(header);
-    auto process =
-        std::make_unique<TracedProcess>(intro->pid, intro->socket, intro->ring, std::move(writer), header, symbolizer_,
-                                        snapshot_options_);
+    auto process = std::make_unique<TracedProcess>(intro->pid, intro->socket, intro->ring, std::move(writer), header,
+                                                   symbolizer_, snapshot_options_);
     process->command.assign(header.command().begin(), header.command().end());
     if (ControlSocket::welcome(*intro)) processes_.push_back(std::move(process));
   }
@@ -307,8 +305,8 @@ int Collector::loop() {
     });
     // Processes that ended may still have their traces finished by their workers: that is
     // waited for without a word. Processes still running are what the note is about.
-    bool running = orphans_left_ || std::any_of(processes_.begin(), processes_.end(),
-                                                [](const auto& p) { return !p->ended(); });
+    bool running =
+        orphans_left_ || std::any_of(processes_.begin(), processes_.end(), [](const auto& p) { return !p->ended(); });
     if (child_status_ && processes_.empty() && !orphans_left_) break;
     if (child_status_ && running) {
       if (g_interrupted.load()) {

@@ -20,8 +20,8 @@ namespace memtrace {
 struct SnapshotOptions {
   std::string dir;
   int compression = 1;
-  int max_oom = 8;        // OOM snapshots per process at most
-  bool at_peak = false;   // keep one of the peak of reserved memory
+  int max_oom = 8;       // OOM snapshots per process at most
+  bool at_peak = false;  // keep one of the peak of reserved memory
   unsigned file_mode = 0600;
 };
 

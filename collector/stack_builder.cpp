@@ -72,10 +72,11 @@ uint64_t StackBuilder::python_frame(uint64_t code, uint64_t line) {
   return it->second;
 }
 
-uint64_t StackBuilder::intern(const uint64_t* native, size_t native_count, const uint64_t* python,
-                              size_t python_count, uint8_t python_state, bool truncated) {
+uint64_t StackBuilder::intern(const uint64_t* native, size_t native_count, const uint64_t* python, size_t python_count,
+                              uint8_t python_state, bool truncated) {
   if (native_count == 0 && python_count == 0 && python_state != ring::kPythonNoGil) return 0;
-  uint32_t flags = (truncated ? pb::STACK_TRUNCATED : 0) | (python_state == ring::kPythonNoGil ? pb::STACK_PYTHON_NO_GIL : 0);
+  uint32_t flags =
+      (truncated ? pb::STACK_TRUNCATED : 0) | (python_state == ring::kPythonNoGil ? pb::STACK_PYTHON_NO_GIL : 0);
   std::string key(reinterpret_cast<const char*>(native), native_count * sizeof(uint64_t));
   key.append(reinterpret_cast<const char*>(python), python_count * 2 * sizeof(uint64_t));
   key.append(reinterpret_cast<const char*>(&flags), sizeof flags);

@@ -161,7 +161,8 @@ std::string decode_event_batch(const pb::EventBatch& b, uint64_t stack_count, st
       e[i].api = b.api(i) < static_cast<uint32_t>(Api::kCount) ? static_cast<Api>(b.api(i)) : Api::kUnknown;
   if (b.kind_size())
     for (int i = 0; i < n; ++i)
-      e[i].kind = b.kind(i) < static_cast<uint32_t>(MemKind::kCount) ? static_cast<MemKind>(b.kind(i)) : MemKind::kUnknown;
+      e[i].kind =
+          b.kind(i) < static_cast<uint32_t>(MemKind::kCount) ? static_cast<MemKind>(b.kind(i)) : MemKind::kUnknown;
   if (b.layer_size())
     for (int i = 0; i < n; ++i) e[i].layer = b.layer(i) <= 3 ? static_cast<Layer>(b.layer(i)) : Layer::kUnknown;
   if (b.device_size())

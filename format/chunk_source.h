@@ -22,7 +22,7 @@ struct RawChunk {
   enum class Status { kOk, kEnd, kCut, kCorrupt };
   Status status = Status::kOk;
   pb::Chunk chunk;
-  pb::EventBatch batch;  // the body of an events chunk (then `chunk` is empty)
+  pb::EventBatch batch;       // the body of an events chunk (then `chunk` is empty)
   std::vector<Event> events;  // and its events, decoded
   bool is_events = false;
   uint64_t offset = 0;      // where the chunk starts
@@ -38,7 +38,8 @@ std::string decode_event_batch(const pb::EventBatch& batch, uint64_t stack_count
 class ChunkSource {
  public:
   // Reads FILE (which stays the caller's) from OFFSET; FILE_SIZE is 0 when unknown.
-  ChunkSource(std::FILE* file, uint64_t offset, uint64_t file_size) : file_(file), offset_(offset), file_size_(file_size) {}
+  ChunkSource(std::FILE* file, uint64_t offset, uint64_t file_size)
+      : file_(file), offset_(offset), file_size_(file_size) {}
   ~ChunkSource();
   ChunkSource(const ChunkSource&) = delete;
   ChunkSource& operator=(const ChunkSource&) = delete;
@@ -58,7 +59,7 @@ class ChunkSource {
   uint64_t file_size_;
   std::string buffer_, unpacked_;
   uint64_t stacks_seen_ = 1;  // stack 0 is "no stack"; the reader checks the tables themselves
-  RawChunk current_;  // without prefetch
+  RawChunk current_;          // without prefetch
 
   static constexpr size_t kAhead = 4;
   std::array<RawChunk, kAhead> ring_;

@@ -6,7 +6,6 @@
 #include "chunk_source.h"
 #include "memtrace/format/framing.h"
 
-
 namespace memtrace {
 
 std::unique_ptr<TraceReader> TraceReader::open(const std::string& path, std::string& error) {

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zstd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -10,8 +11,6 @@
 #include <iterator>
 
 #include "memtrace/format/framing.h"
-
-#include <zstd.h>
 
 namespace memtrace {
 

@@ -46,7 +46,7 @@ bool stream_capturing(uint64_t caller, const void* stream, bool per_thread) {
   // is an error (cudaErrorStreamCaptureImplicit): it is never asked about.
   if (stream == CU_STREAM_LEGACY || (!stream && !per_thread)) return false;
   static RealFunction<CUresult (*)(CUstream, CUstreamCaptureStatus*)> is_capturing("cuStreamIsCapturing",
-                                                                                     Library::kDriver);
+                                                                                   Library::kDriver);
   auto fn = is_capturing.get(caller);
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   auto handle = stream ? static_cast<CUstream>(const_cast<void*>(stream)) : CU_STREAM_PER_THREAD;

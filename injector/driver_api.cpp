@@ -134,7 +134,8 @@ MEMTRACE_EXPORT CUresult cuMemFreeHost(void* p) {
 MEMTRACE_EXPORT CUresult cuMemAllocPitch(CUdeviceptr* dptr, size_t* pPitch, size_t WidthInBytes, size_t Height,
                                          unsigned int ElementSizeBytes) {
   Call call(Api::kCuMemAllocPitch, MEMTRACE_CALLER);
-  CUresult result = call_real<kMissing>(real_cuMemAllocPitch, call.caller, dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+  CUresult result =
+      call_real<kMissing>(real_cuMemAllocPitch, call.caller, dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
   uint64_t bytes = result == CUDA_SUCCESS && pPitch ? uint64_t(*pPitch) * Height : uint64_t(WidthInBytes) * Height;
   return record_after(call, result, address_of(result, dptr), bytes, current_driver_device(call));
 }
@@ -164,8 +165,8 @@ MEMTRACE_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, C
 }
 
 MEMTRACE_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
-  return free_call<kMissing>(Api::kCuMemUnmap, MEMTRACE_CALLER, real_cuMemUnmap, ptr, size, nullptr, Ordering::kImmediate,
-                             ptr, size);
+  return free_call<kMissing>(Api::kCuMemUnmap, MEMTRACE_CALLER, real_cuMemUnmap, ptr, size, nullptr,
+                             Ordering::kImmediate, ptr, size);
 }
 
 MEMTRACE_EXPORT CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CUdeviceptr addr,

@@ -158,5 +158,4 @@ auto free_call(Api api, uint64_t caller, RealFunction<Fn>& real, uint64_t addr, 
   return result;
 }
 
-
 }  // namespace memtrace::inject

@@ -123,8 +123,8 @@ int scan_module(dl_phdr_info* info, size_t, void* data) {
 }
 
 bool known(const std::vector<Range>& ranges, uint64_t address) {
-  auto it = std::upper_bound(ranges.begin(), ranges.end(), address,
-                             [](uint64_t a, const Range& r) { return a < r.start; });
+  auto it =
+      std::upper_bound(ranges.begin(), ranges.end(), address, [](uint64_t a, const Range& r) { return a < r.start; });
   return it != ranges.begin() && address < std::prev(it)->end;
 }
 

@@ -6,7 +6,6 @@
 #define NVTX_NO_IMPL
 #include <nvtx3/nvToolsExt.h>
 #include <nvtx3/nvToolsExtMem.h>
-
 #include <pthread.h>
 
 #include <atomic>
@@ -54,8 +53,7 @@ std::mutex g_strings_mutex;
 std::unordered_set<std::string>* g_strings = new std::unordered_set<std::string>();
 
 __attribute__((constructor)) void hold_strings_across_fork() {
-  ::pthread_atfork([] { g_strings_mutex.lock(); }, [] { g_strings_mutex.unlock(); },
-                   [] { g_strings_mutex.unlock(); });
+  ::pthread_atfork([] { g_strings_mutex.lock(); }, [] { g_strings_mutex.unlock(); }, [] { g_strings_mutex.unlock(); });
 }
 
 const char* keep_string(const char* text) {
@@ -108,9 +106,7 @@ nvtxRangeId_t NVTX_API domain_range_start_ex(nvtxDomainHandle_t, const nvtxEvent
   return start_named(message(a));
 }
 void NVTX_API domain_range_end(nvtxDomainHandle_t, nvtxRangeId_t id) { range_end(id); }
-int NVTX_API domain_range_push_ex(nvtxDomainHandle_t, const nvtxEventAttributes_t* a) {
-  return push_named(message(a));
-}
+int NVTX_API domain_range_push_ex(nvtxDomainHandle_t, const nvtxEventAttributes_t* a) { return push_named(message(a)); }
 int NVTX_API domain_range_pop(nvtxDomainHandle_t) { return range_pop(); }
 nvtxStringHandle_t NVTX_API domain_register_string_a(nvtxDomainHandle_t, const char* s) {
   return reinterpret_cast<nvtxStringHandle_t>(const_cast<char*>(keep_string(s)));

@@ -20,13 +20,13 @@ using Object = void;
 struct PythonApi {
   int (*is_initialized)() = nullptr;
   int (*gil_check)() = nullptr;
-  Object* (*current_frame)() = nullptr;         // PyEval_GetFrame: borrowed
-  Object* (*frame_back)(Object*) = nullptr;     // PyFrame_GetBack: new reference
-  Object* (*frame_code)(Object*) = nullptr;     // PyFrame_GetCode: new reference
-  int (*frame_line)(Object*) = nullptr;         // PyFrame_GetLineNumber
-  void (*decref)(Object*) = nullptr;            // Py_DecRef
+  Object* (*current_frame)() = nullptr;                 // PyEval_GetFrame: borrowed
+  Object* (*frame_back)(Object*) = nullptr;             // PyFrame_GetBack: new reference
+  Object* (*frame_code)(Object*) = nullptr;             // PyFrame_GetCode: new reference
+  int (*frame_line)(Object*) = nullptr;                 // PyFrame_GetLineNumber
+  void (*decref)(Object*) = nullptr;                    // Py_DecRef
   Object* (*get_attr)(Object*, const char*) = nullptr;  // PyObject_GetAttrString: new reference
-  const char* (*utf8)(Object*) = nullptr;       // PyUnicode_AsUTF8
+  const char* (*utf8)(Object*) = nullptr;               // PyUnicode_AsUTF8
   void (*err_fetch)(Object**, Object**, Object**) = nullptr;
   void (*err_restore)(Object*, Object*, Object*) = nullptr;
   bool complete() const {
@@ -81,7 +81,7 @@ std::string attribute_text(const PythonApi& py, Object* code, const char* name) 
 // Sends the collector the names of CODE (a new reference we keep).
 void describe(const PythonApi& py, Object* code) {
   Object *type, *value, *traceback;
-  py.err_fetch(&type, &value, &traceback);  // leave the program's pending exception alone
+  py.err_fetch(&type, &value, &traceback);                     // leave the program's pending exception alone
   std::string name = attribute_text(py, code, "co_qualname");  // 3.11+
   if (name.empty()) name = attribute_text(py, code, "co_name");
   std::string file = attribute_text(py, code, "co_filename");
@@ -112,8 +112,10 @@ void capture_python(int max_frames, StackCapture& stack) {
     stack.python[2 * stack.python_count] = id;
     stack.python[2 * stack.python_count + 1] = static_cast<uint64_t>(py->frame_line(frame));
     ++stack.python_count;
-    if (g_described->insert(id).second) describe(*py, code);
-    else py->decref(code);
+    if (g_described->insert(id).second)
+      describe(*py, code);
+    else
+      py->decref(code);
     Object* back = py->frame_back(frame);
     if (owned) py->decref(frame);
     frame = back;

@@ -72,7 +72,8 @@ void* lookup_anywhere(const char* name) {
   std::vector<std::string> names;
   dl_iterate_phdr(
       [](dl_phdr_info* info, size_t, void* data) {
-        if (info->dlpi_name && *info->dlpi_name) static_cast<std::vector<std::string>*>(data)->push_back(info->dlpi_name);
+        if (info->dlpi_name && *info->dlpi_name)
+          static_cast<std::vector<std::string>*>(data)->push_back(info->dlpi_name);
         return 0;
       },
       &names);

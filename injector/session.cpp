@@ -1,11 +1,11 @@
 #include "session.h"
 
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
-#include <poll.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -65,7 +65,8 @@ bool send_hello(int sock, int ring_fd, size_t ring_bytes) {
 bool connect_to_collector() {
   const char* path = std::getenv(env::kSocket);
   if (!path || !*path) return false;
-  if (const char* s = std::getenv(env::kMaxStallMs)) g_ring.set_max_stall_ns(std::strtoull(s, nullptr, 10) * 1'000'000ull);
+  if (const char* s = std::getenv(env::kMaxStallMs))
+    g_ring.set_max_stall_ns(std::strtoull(s, nullptr, 10) * 1'000'000ull);
   if (const char* s = std::getenv(env::kStackDepth)) g_stack_options.depth = std::atoi(s);
   if (const char* s = std::getenv(env::kNativeStacks)) g_stack_options.native = std::strcmp(s, "0") != 0;
   if (const char* s = std::getenv(env::kPythonStacks)) g_stack_options.python = std::strcmp(s, "0") != 0;

@@ -51,5 +51,4 @@ void report_new_modules();
 void ensure_modules_reported(const uint64_t* addresses, int count);
 void forget_reported_modules();
 
-
 }  // namespace memtrace::inject

@@ -31,7 +31,8 @@ bool RingConsumer::deliver(const unsigned char* first, uint32_t slots, uint64_t 
     case ring::kSlotModule: {
       const auto* rec = reinterpret_cast<const ring::ModuleRecord*>(first);
       if (rec->path_bytes > available) return false;
-      sink.on_module(rec->bias, rec->start, rec->end, std::string(reinterpret_cast<const char*>(words), rec->path_bytes));
+      sink.on_module(rec->bias, rec->start, rec->end,
+                     std::string(reinterpret_cast<const char*>(words), rec->path_bytes));
       return true;
     }
     case ring::kSlotCode: {
@@ -61,8 +62,7 @@ bool RingConsumer::deliver(const unsigned char* first, uint32_t slots, uint64_t 
       }
       return true;
     }
-    default:
-      return false;
+    default: return false;
   }
 }
 
@@ -85,8 +85,10 @@ size_t RingConsumer::drain(RecordSink& sink, bool producer_gone) {
                   type == ring::kSlotDevices || type == ring::kSlotStarted;
     if (record && n >= 1 && n <= head - tail) {
       std::memcpy(first, ring::slot_at(ring_, tail), ring::kSlotBytes);
-      if (!deliver(first, n, tail, sink)) ++malformed_;
-      else if (type == ring::kSlotEvent) ++events;
+      if (!deliver(first, n, tail, sink))
+        ++malformed_;
+      else if (type == ring::kSlotEvent)
+        ++events;
       for (uint32_t i = 0; i < n; ++i)
         reinterpret_cast<std::atomic<uint32_t>*>(ring::slot_at(ring_, tail + i))
             ->store(ring::kSlotFree, std::memory_order_relaxed);

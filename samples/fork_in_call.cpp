@@ -1,8 +1,8 @@
 // fork while other threads are inside recorded calls: one thread keeps allocating (deep native
 // stacks, so the unwinder is mid-walk much of the time) and marking, another keeps registering
-// NVTX strings (memtrace keeps them under a lock), while the main thread forks --forks N children. Each child allocates, registers a string and
-// exits. A child that has not finished within 20 s is hung (a lock a vanished thread held): it
-// is killed and reported, and the program fails.
+// NVTX strings (memtrace keeps them under a lock), while the main thread forks --forks N children. Each child
+// allocates, registers a string and exits. A child that has not finished within 20 s is hung (a lock a vanished thread
+// held): it is killed and reported, and the program fails.
 //   fork_in_call [--forks N]
 #include <cuda_runtime_api.h>
 #include <nvtx3/nvToolsExt.h>

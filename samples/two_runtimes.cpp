@@ -40,8 +40,8 @@ int main(int argc, char** argv) {
   int failed = plugin.malloc(nullptr, kMiB);  // an error in the plugin's runtime only
   account.call("cudaMalloc", failed == 0);
 
-  std::printf("program's buffers on devices %d and %d; plugin's buffer on device %d\n",
-              plugin.device_of(mine), plugin.device_of(mine_again), plugin.device_of(theirs));
+  std::printf("program's buffers on devices %d and %d; plugin's buffer on device %d\n", plugin.device_of(mine),
+              plugin.device_of(mine_again), plugin.device_of(theirs));
   std::printf("failed plugin call: %d; last error: plugin's runtime %d, program's runtime %d\n", failed,
               plugin.last_error(), static_cast<int>(cudaGetLastError()));
 

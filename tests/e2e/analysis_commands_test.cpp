@@ -33,8 +33,9 @@ class StepsRun : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new std::string(e2e::temp_dir("steps"));
-    e2e::Result r = e2e::run_traced(*dir_, {"/usr/bin/env", "MEMTRACE_SIM_CONTEXT_BYTES=0", e2e::sample_path("steps"), "--fragment"},
-                                    {"--sim-capacity", "64MiB"});
+    e2e::Result r = e2e::run_traced(
+        *dir_, {"/usr/bin/env", "MEMTRACE_SIM_CONTEXT_BYTES=0", e2e::sample_path("steps"), "--fragment"},
+        {"--sim-capacity", "64MiB"});
     ASSERT_EQ(r.status, 0) << r.err;
     auto accounts = e2e::sample_accounts(r.out);
     ASSERT_EQ(accounts.size(), 1u);
@@ -74,8 +75,9 @@ TEST_F(StepsRun, PeakIsTheLedgersWithItsStepPhaseAndSites) {
   nlohmann::json allocated = command_json({e2e::kMemtrace, "peak", "--json", "--layer", "allocated", traces()});
   const auto& a = allocated["processes"][0]["devices"][0];
   EXPECT_EQ(a["peak_bytes"], 32 * kMiB);  // the pool full of 2 MiB blocks
-  bool from_fragment = false;  // the pool's own frames may be inlined into it, or not
-  for (const auto& f : a["sites"][0]["stack"]) from_fragment |= f["function"].get<std::string>().find("fragment") != std::string::npos;
+  bool from_fragment = false;             // the pool's own frames may be inlined into it, or not
+  for (const auto& f : a["sites"][0]["stack"])
+    from_fragment |= f["function"].get<std::string>().find("fragment") != std::string::npos;
   EXPECT_TRUE(from_fragment) << a["sites"][0].dump(2);
 
   e2e::Result text = e2e::run({e2e::kMemtrace, "peak", traces(), "--by", "api"});
@@ -162,7 +164,8 @@ TEST_F(StepsRun, FoldedStacksAddUpToThePeakAndChromeTraceHasCountersAndRanges) {
   nlohmann::json trace = nlohmann::json::parse(chrome.out);
   uint64_t counter_max = 0, slices = 0, begins = 0, ends = 0;
   for (const auto& e : trace["traceEvents"]) {
-    if (e["ph"] == "C" && e["name"] == "device 0 reserved") counter_max = std::max(counter_max, e["args"]["bytes"].get<uint64_t>());
+    if (e["ph"] == "C" && e["name"] == "device 0 reserved")
+      counter_max = std::max(counter_max, e["args"]["bytes"].get<uint64_t>());
     if (e["ph"] == "B" && e["name"] == "train_step") ++slices;
     if (e["ph"] == "b" && e["cat"] == "reserved") ++begins;
     if (e["ph"] == "e" && e["cat"] == "reserved") ++ends;
@@ -176,8 +179,8 @@ TEST_F(StepsRun, FoldedStacksAddUpToThePeakAndChromeTraceHasCountersAndRanges) {
 TEST_F(StepsRun, CheckExitCodesAndJUnit) {
   EXPECT_EQ(e2e::run({e2e::kMemtrace, "check", traces(), "--max-peak", "58MiB", "--max-leaked", "60MiB"}).status, 0);
   const std::string junit = *dir_ + "/check.xml";
-  e2e::Result broken = e2e::run({e2e::kMemtrace, "check", traces(), "--max-peak", "57MiB",
-                                 "--max-growth-per-step", "512KiB", "--junit", junit});
+  e2e::Result broken = e2e::run(
+      {e2e::kMemtrace, "check", traces(), "--max-peak", "57MiB", "--max-growth-per-step", "512KiB", "--junit", junit});
   EXPECT_EQ(broken.status, 1);
   EXPECT_NE(broken.out.find("FAILED  max-peak: 58.0 MiB exceeds 57.0 MiB"), std::string::npos) << broken.out;
   EXPECT_NE(broken.out.find("FAILED  max-growth-per-step: 1.00 MiB exceeds 512 KiB"), std::string::npos) << broken.out;
@@ -191,8 +194,8 @@ TEST_F(StepsRun, CheckExitCodesAndJUnit) {
   EXPECT_EQ(e2e::run({e2e::kMemtrace, "check", *dir_ + "/nothing-here", "--max-peak", "1GiB"}).status, 2);
   EXPECT_EQ(e2e::run({e2e::kMemtrace, "check", traces(), "--baseline", traces()}).status, 2);
   // Against itself: no regression; decimal units accepted.
-  EXPECT_EQ(e2e::run({e2e::kMemtrace, "check", traces(), "--baseline", traces(), "--max-regression", "0",
-                      "--max-peak", "61MB"})
+  EXPECT_EQ(e2e::run({e2e::kMemtrace, "check", traces(), "--baseline", traces(), "--max-regression", "0", "--max-peak",
+                      "61MB"})
                 .status,
             0);
 }
@@ -202,7 +205,8 @@ TEST(Diff, TwoRunsThatDifferByAKnownSite) {
   ASSERT_EQ(e2e::run_sample(base, "leak", {"--iterations", "10"}).status, 0);
   ASSERT_EQ(e2e::run_sample(next, "leak", {"--iterations", "30"}).status, 0);
   // By stack: the sample allocates everything through one helper, the stacks tell the callers apart.
-  nlohmann::json d = command_json({e2e::kMemtrace, "diff", "--json", "--by", "stack", base + "/traces", next + "/traces"});
+  nlohmann::json d =
+      command_json({e2e::kMemtrace, "diff", "--json", "--by", "stack", base + "/traces", next + "/traces"});
   EXPECT_EQ(d["live_at_exit"]["change"], 20 * 64 * 1024);
   ASSERT_EQ(d["sites_at_peak"].size(), 1u) << d.dump(2);  // the batch buffer is the same in both
   EXPECT_EQ(d["sites_at_peak"][0]["change"], 20 * 64 * 1024);

@@ -57,8 +57,7 @@ class DamagedTrace : public ::testing::Test {
     // The chunk boundaries, from the framing.
     for (size_t at = framing::kFileHeaderBytes; at + framing::kChunkHeaderBytes <= bytes_.size();) {
       boundaries_.push_back(at);
-      at += framing::kChunkHeaderBytes +
-            framing::get_u32(reinterpret_cast<const unsigned char*>(bytes_.data()) + at);
+      at += framing::kChunkHeaderBytes + framing::get_u32(reinterpret_cast<const unsigned char*>(bytes_.data()) + at);
     }
     ASSERT_GT(boundaries_.size(), 6u);
   }

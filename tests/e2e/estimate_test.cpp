@@ -33,8 +33,8 @@ TEST(EstimateCommand, JsonHasEveryComponentByName) {
 }
 
 TEST(EstimateCommand, TextVerdictAndFixes) {
-  e2e::Result r = e2e::run({e2e::kMemtrace, "estimate", "--model", "llama-2-7b", "--optimizer", "adam", "--gpu",
-                            "A100-80GB"});
+  e2e::Result r =
+      e2e::run({e2e::kMemtrace, "estimate", "--model", "llama-2-7b", "--optimizer", "adam", "--gpu", "A100-80GB"});
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("does not fit on A100-80GB"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("would fit with"), std::string::npos) << r.out;

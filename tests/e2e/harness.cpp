@@ -24,8 +24,8 @@ std::string temp_dir(const std::string& name) {
   // Outside a test (a suite's set-up), the suite's name stands for it.
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   const auto* suite = ::testing::UnitTest::GetInstance()->current_test_suite();
-  std::string owner = info ? std::string(info->test_suite_name()) + "." + info->name()
-                           : std::string(suite ? suite->name() : "suite");
+  std::string owner =
+      info ? std::string(info->test_suite_name()) + "." + info->name() : std::string(suite ? suite->name() : "suite");
   fs::path dir = fs::temp_directory_path() / ("memtrace-e2e-" + std::to_string(::getpid())) / (owner + "." + name);
   fs::remove_all(dir);
   fs::create_directories(dir);
@@ -81,7 +81,9 @@ Result run_sample(const std::string& dir, const std::string& sample, const std::
   return run_traced(dir, command, memtrace_options);
 }
 
-std::string python_sample_path(const std::string& script) { return std::string(MEMTRACE_PYTHON_SAMPLES) + "/" + script; }
+std::string python_sample_path(const std::string& script) {
+  return std::string(MEMTRACE_PYTHON_SAMPLES) + "/" + script;
+}
 
 std::vector<std::string> python_sample(const std::string& script, const std::vector<std::string>& args) {
   std::vector<std::string> command{MEMTRACE_PYTHON, python_sample_path(script)};

@@ -57,7 +57,6 @@ INSTANTIATE_TEST_SUITE_P(PythonSamples, PythonSampleTest,
                          [](const auto& info) { return info.param.substr(0, info.param.find('.')); });
 
 void expect_report_matches_ledger(const std::string& dir, const e2e::Result& r, bool exact_peaks) {
-
   std::map<int, Ledger> ledgers = e2e::read_ledgers(dir);
   std::map<int, json> accounts = e2e::sample_accounts(r.out);
   ASSERT_FALSE(ledgers.empty()) << "the simulated device wrote no ledger";

@@ -125,7 +125,8 @@ TEST(RealPrograms, CxxExceptionsInPythonKeepTheToolchainsUnwinder) {
         std::string target = to == std::string::npos ? "" : line.substr(to);
         EXPECT_EQ(target.find("libunwind"), std::string::npos) << line;
         // libgcc_s, or in sanitizer runs the sanitizer's runtime, which intercepts it on purpose.
-        bool ours = target.find("libgcc_s.so.1") != std::string::npos || target.find("/libasan.so") != std::string::npos;
+        bool ours =
+            target.find("libgcc_s.so.1") != std::string::npos || target.find("/libasan.so") != std::string::npos;
         if (line.find("libstdc++.so.6") < to && line.find("`_Unwind_RaiseException'") != std::string::npos && ours)
           ++toolchain;
       }
@@ -306,11 +307,11 @@ TEST(RealPrograms, EightProcessesStartingAtOnceNeverWaitForSymbolization) {
   std::string burst = e2e::sample_path("startup_burst");
   std::string ranks = "for i in 1 2 3 4 5 6 7 8; do " + burst + " & done; wait";
   auto start = std::chrono::steady_clock::now();
-  e2e::Result r = e2e::run({e2e::kMemtrace, "run", "--sim", "-o", dir + "/traces", "--max-stall", "60s", "--",
-                            "/bin/sh", "-c", ranks},
-                           {"DEBUGINFOD_URLS=http://127.0.0.1:" + std::to_string(server.port()),
-                            "DEBUGINFOD_TIMEOUT=1", "DEBUGINFOD_CACHE_PATH=" + dir + "/debuginfod",
-                            "MEMTRACE_RING_BYTES=1048576", "MEMTRACE_SIM_LEDGER=" + dir + "/ledger-%p.txt"});
+  e2e::Result r = e2e::run(
+      {e2e::kMemtrace, "run", "--sim", "-o", dir + "/traces", "--max-stall", "60s", "--", "/bin/sh", "-c", ranks},
+      {"DEBUGINFOD_URLS=http://127.0.0.1:" + std::to_string(server.port()), "DEBUGINFOD_TIMEOUT=1",
+       "DEBUGINFOD_CACHE_PATH=" + dir + "/debuginfod", "MEMTRACE_RING_BYTES=1048576",
+       "MEMTRACE_SIM_LEDGER=" + dir + "/ledger-%p.txt"});
   double run_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ASSERT_EQ(r.status, 0) << r.err;
   ASSERT_GE(run_s, 3.0) << "symbolizing did not stall (is debuginfod consulted?): the test shows nothing";

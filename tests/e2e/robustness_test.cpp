@@ -111,8 +111,8 @@ TEST(Injector, WithoutCollectorIsPassThrough) {
   ASSERT_EQ(plain.status, 0) << plain.err;
   for (const std::string socket : {"", "MEMTRACE_SOCKET=/nonexistent/socket"}) {
     const char* first = std::getenv("MEMTRACE_PRELOAD_FIRST");  // a sanitizer's runtime (scripts/sanitize)
-    std::vector<std::string> env{sim, std::string("LD_PRELOAD=") + (first && *first ? std::string(first) + ":" : "") +
-                                          MEMTRACE_INJECTOR};
+    std::vector<std::string> env{
+        sim, std::string("LD_PRELOAD=") + (first && *first ? std::string(first) + ":" : "") + MEMTRACE_INJECTOR};
     if (!socket.empty()) env.push_back(socket);
     e2e::Result preloaded = e2e::run({e2e::sample_path("train_loop"), "--steps", "2"}, env);
     EXPECT_EQ(preloaded.status, 0) << preloaded.err;
@@ -350,8 +350,9 @@ TEST_P(Endings, TraceHoldsEveryCallTheDeviceCounted) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ways, Endings,
-                         ::testing::Values(Ending{"static", 0}, Ending{"thread-local", 0}, Ending{"segv", 128 + SIGSEGV},
-                                           Ending{"abort", 128 + SIGABRT}, Ending{"exit-thread", 7}),
+                         ::testing::Values(Ending{"static", 0}, Ending{"thread-local", 0},
+                                           Ending{"segv", 128 + SIGSEGV}, Ending{"abort", 128 + SIGABRT},
+                                           Ending{"exit-thread", 7}),
                          [](const auto& info) {
                            std::string name = info.param.how;
                            for (char& c : name)
@@ -391,7 +392,7 @@ namespace {
 TEST(Run, UmaskOpensUpWhatItSays) {
   std::string dir = e2e::temp_dir("umask");
   ASSERT_EQ(e2e::run_sample(dir, "leak", {"--iterations", "2"}, {"--umask", "027"}).status, 0);
-  struct stat st{};
+  struct stat st {};
   ASSERT_EQ(::stat((dir + "/traces").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0750u);
   for (const auto& e : fs::directory_iterator(dir + "/traces")) {

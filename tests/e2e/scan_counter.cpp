@@ -28,7 +28,7 @@ __attribute__((destructor)) void write_count() {
 }  // namespace
 
 extern "C" __attribute__((visibility("default"))) int dl_iterate_phdr(int (*callback)(dl_phdr_info*, size_t, void*),
-                                                                       void* data) {
+                                                                      void* data) {
   using Real = int (*)(int (*)(dl_phdr_info*, size_t, void*), void*);
   static Real real = reinterpret_cast<Real>(::dlsym(RTLD_NEXT, "dl_iterate_phdr"));
   static thread_local bool inside = false;  // backtrace may scan the modules itself

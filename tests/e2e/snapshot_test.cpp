@@ -2,13 +2,13 @@
 // demand, periodically and at the peak. Each is compared with the ledger and with what the
 // sample knew at that moment.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <csignal>
 #include <filesystem>
-#include <sys/wait.h>
 #include <thread>
-#include <unistd.h>
 
 #include "harness.h"
 
@@ -55,8 +55,7 @@ void expect_oom_snapshot(const json& s, const json& known) {
   ASSERT_EQ(s["sites"].size(), 1u);
   EXPECT_EQ(s["sites"][0]["bytes"], known["live_bytes"]);
   EXPECT_GT(s["recent_events"].get<int>(), 0);
-  EXPECT_NE(s["diagnosis"].get<std::string>().find("device 0 ran out of memory: asked for 1.00 GiB"),
-            std::string::npos)
+  EXPECT_NE(s["diagnosis"].get<std::string>().find("device 0 ran out of memory: asked for 1.00 GiB"), std::string::npos)
       << s["diagnosis"];
 }
 
@@ -115,7 +114,8 @@ TEST(Snapshots, KilledRightAfterTheFailure) {
 
 TEST(Snapshots, AtMostAsManyAsAsked) {
   std::string dir = e2e::temp_dir("max");
-  ASSERT_EQ(e2e::run_sample(dir, "oom", {"--recover"}, {"--sim-capacity", "8GiB", "--max-oom-snapshots", "1"}).status, 1);
+  ASSERT_EQ(e2e::run_sample(dir, "oom", {"--recover"}, {"--sim-capacity", "8GiB", "--max-oom-snapshots", "1"}).status,
+            1);
   EXPECT_EQ(snapshots(dir, "oom-").size(), 1u);
 }
 

@@ -52,7 +52,8 @@ TEST(Stacks, NativeCallPathWithFilesLinesAndInlinedFrames) {
   // The report names the site by its innermost frame of the program.
   json report = e2e::report_json(dir + "/traces");
   const json& site = report["processes"][0]["devices"][0]["top_sites_at_peak"][0];
-  EXPECT_EQ(site["location"], "inlined_malloc at call_path.cpp:" + std::to_string(e2e::marked_line(file, "inlined_malloc")));
+  EXPECT_EQ(site["location"],
+            "inlined_malloc at call_path.cpp:" + std::to_string(e2e::marked_line(file, "inlined_malloc")));
 }
 
 TEST(Stacks, DeeperThanTheLimitIsTruncatedAndSaysSo) {

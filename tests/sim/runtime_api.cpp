@@ -407,7 +407,8 @@ cudaError_t cudaStreamSynchronize(cudaStream_t) {
 // handles have the same values.
 cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode) {
   return with_context([&] {
-    return to_error(cuStreamBeginCapture_v2(reinterpret_cast<CUstream>(stream), static_cast<CUstreamCaptureMode>(mode)));
+    return to_error(
+        cuStreamBeginCapture_v2(reinterpret_cast<CUstream>(stream), static_cast<CUstreamCaptureMode>(mode)));
   });
 }
 cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t stream, cudaStreamCaptureMode mode) {
@@ -434,8 +435,8 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* 
 }
 cudaError_t cudaStreamIsCapturing_ptsz(cudaStream_t stream, cudaStreamCaptureStatus* status) {
   return with_context([&] {
-    return to_error(cuStreamIsCapturing_ptsz(reinterpret_cast<CUstream>(stream),
-                                             reinterpret_cast<CUstreamCaptureStatus*>(status)));
+    return to_error(
+        cuStreamIsCapturing_ptsz(reinterpret_cast<CUstream>(stream), reinterpret_cast<CUstreamCaptureStatus*>(status)));
   });
 }
 cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
@@ -446,7 +447,8 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const vo
   if (!attributes) return remember(cudaErrorInvalidValue);
   return with_context([&] {
     int device = -1;
-    CUresult r = cuPointerGetAttribute(&device, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, reinterpret_cast<CUdeviceptr>(ptr));
+    CUresult r =
+        cuPointerGetAttribute(&device, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, reinterpret_cast<CUdeviceptr>(ptr));
     *attributes = cudaPointerAttributes{};
     attributes->type = r == CUDA_SUCCESS ? cudaMemoryTypeDevice : cudaMemoryTypeUnregistered;
     attributes->device = r == CUDA_SUCCESS ? device : -1;

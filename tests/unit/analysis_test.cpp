@@ -20,8 +20,8 @@ constexpr uint64_t kMiB = 1 << 20;
 class TraceBuilder {
  public:
   explicit TraceBuilder(const std::string& name) {
-    path_ = (std::filesystem::temp_directory_path() / ("memtrace-analysis-" + std::to_string(::getpid()) + "-" + name +
-                                                       ".memtrace"))
+    path_ = (std::filesystem::temp_directory_path() /
+             ("memtrace-analysis-" + std::to_string(::getpid()) + "-" + name + ".memtrace"))
                 .string();
     std::filesystem::remove(path_);
     std::string error;

@@ -1,7 +1,7 @@
 // The estimator against the standard worked figures (Llama-2-7B at a nominal P = 7×10⁹).
-#include <gtest/gtest.h>
-
 #include "memtrace/analysis/estimate.h"
+
+#include <gtest/gtest.h>
 
 namespace {
 
@@ -72,8 +72,8 @@ TEST(Estimate, MegatronActivationsOfLlama2_7B) {
 
 TEST(Estimate, ModelStatesPerOptimizer) {
   EstimateOptions o = llama7b("train");
-  const std::pair<const char*, double> expected[] = {
-      {"sgd", 56e9}, {"sgd-momentum", 84e9}, {"lion", 84e9}, {"adam", 112e9}, {"adamw", 112e9}, {"adam8bit", 70e9}};
+  const std::pair<const char*, double> expected[] = {{"sgd", 56e9},   {"sgd-momentum", 84e9}, {"lion", 84e9},
+                                                     {"adam", 112e9}, {"adamw", 112e9},       {"adam8bit", 70e9}};
   for (auto [optimizer, bytes] : expected) {
     o.optimizer = optimizer;
     EXPECT_DOUBLE_EQ(run(o).component("model_states"), bytes) << optimizer;
@@ -129,8 +129,8 @@ TEST(Estimate, ParametersFromShapes) {
 }
 
 TEST(Estimate, ConfigJsonLikeThePreset) {
-  nlohmann::json config = {{"model_type", "llama"},      {"num_hidden_layers", 32},   {"hidden_size", 4096},
-                           {"num_attention_heads", 32},  {"num_key_value_heads", 8}, {"vocab_size", 128256},
+  nlohmann::json config = {{"model_type", "llama"},      {"num_hidden_layers", 32},     {"hidden_size", 4096},
+                           {"num_attention_heads", 32},  {"num_key_value_heads", 8},    {"vocab_size", 128256},
                            {"intermediate_size", 14336}, {"tie_word_embeddings", false}};
   std::string error;
   auto shape = model_from_config(config, error);

@@ -3,11 +3,11 @@
 
 #include <gtest/gtest.h>
 
-#include "memtrace/analysis/address_map.h"
-#include "memtrace/analysis/report.h"
-
 #include <random>
 #include <unordered_map>
+
+#include "memtrace/analysis/address_map.h"
+#include "memtrace/analysis/report.h"
 
 namespace {
 

@@ -2,9 +2,6 @@
 // collector's consumer: every published record arrives once, slots a dead writer left
 // unpublished are stepped over, a full ring holds a producer up only so long, and a consumer
 // that went away is noticed.
-#include "memtrace/ring/consumer.h"
-#include "memtrace/ring/producer.h"
-
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -14,13 +11,18 @@
 #include <atomic>
 #include <thread>
 
+#include "memtrace/ring/consumer.h"
+#include "memtrace/ring/producer.h"
+
 namespace {
 
 using namespace memtrace;
 
 struct Collected : RecordSink {
   std::vector<RingEvent> events;
-  void on_event(RingEvent& e, const uint64_t*, size_t, const uint64_t*, size_t, std::string_view) override { events.push_back(e); }
+  void on_event(RingEvent& e, const uint64_t*, size_t, const uint64_t*, size_t, std::string_view) override {
+    events.push_back(e);
+  }
   void on_module(uint64_t, uint64_t, uint64_t, std::string) override {}
   void on_code(uint64_t, std::string, std::string) override {}
   void on_device(int32_t, std::string, uint64_t, const uint8_t (&)[16]) override {}

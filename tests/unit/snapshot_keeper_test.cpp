@@ -111,11 +111,11 @@ std::string function_of(const TraceReader& reader, uint64_t stack_id) {
 TEST(SnapshotKeeper, PeakIsOfReservedMemoryAloneNotOfTheAllocatorsRegionsInsideIt) {
   Process p("peak", /*at_peak=*/true);
   const uint64_t segment = 0x10000000;
-  p.alloc(Api::kCudaMalloc, segment, 32 * kMiB, "grow_pool");             // reserved: 32 MiB
-  p.alloc(Api::kNvtxMemHeapRegister, segment, 32 * kMiB, "grow_pool");    // the pool's heap
-  p.alloc(Api::kNvtxMemRegionRegister, segment, 24 * kMiB, "forward");    // allocated: 24 MiB
+  p.alloc(Api::kCudaMalloc, segment, 32 * kMiB, "grow_pool");           // reserved: 32 MiB
+  p.alloc(Api::kNvtxMemHeapRegister, segment, 32 * kMiB, "grow_pool");  // the pool's heap
+  p.alloc(Api::kNvtxMemRegionRegister, segment, 24 * kMiB, "forward");  // allocated: 24 MiB
   p.free(Api::kNvtxMemRegionUnregister, segment);
-  p.alloc(Api::kCudaMalloc, 0x20000000, 8 * kMiB, "load_weights");       // reserved: 40 MiB, the peak
+  p.alloc(Api::kCudaMalloc, 0x20000000, 8 * kMiB, "load_weights");  // reserved: 40 MiB, the peak
   const uint64_t peak_time = p.now();
   p.free(Api::kCudaFree, 0x20000000);
   p.finish(0);

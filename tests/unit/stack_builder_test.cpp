@@ -1,6 +1,8 @@
 // The collector's stacks on this test program's own code: the symbolizer names a return address
 // by function, file and line (inlined calls as frames of their own), and the stack builder
 // merges Python frames where the interpreter's evaluation loop stood, and interns stacks.
+#include "stack_builder.h"
+
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <link.h>
@@ -11,7 +13,6 @@
 
 #include "memtrace/format/trace_reader.h"
 #include "memtrace/ring/protocol.h"
-#include "stack_builder.h"
 #include "symbolizer.h"
 
 namespace {
@@ -28,9 +29,7 @@ uint32_t line_of(const std::string& mark) {
   return 0;
 }
 
-__attribute__((noinline)) uint64_t return_address() {
-  return reinterpret_cast<uint64_t>(__builtin_return_address(0));
-}
+__attribute__((noinline)) uint64_t return_address() { return reinterpret_cast<uint64_t>(__builtin_return_address(0)); }
 
 __attribute__((always_inline)) inline uint64_t inlined_call() {
   return return_address();  // stack-test: inlined

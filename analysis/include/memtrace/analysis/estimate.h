@@ -4,22 +4,21 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace memtrace {
 
 struct ModelShape {
   std::string name;
   int64_t layers = 0, hidden = 0, heads = 0, kv_heads = 0, head_dim = 0, vocab = 0, intermediate = 0;
-  int64_t positions = 0;       // learned position embeddings (GPT-2); 0 for rotary
-  bool gated_mlp = true;       // three MLP matrices (Llama, Mistral); two with biases (GPT-2)
+  int64_t positions = 0;  // learned position embeddings (GPT-2); 0 for rotary
+  bool gated_mlp = true;  // three MLP matrices (Llama, Mistral); two with biases (GPT-2)
   bool tied_embeddings = false;
   bool biases = false;
-  double parameters() const;   // from the shapes
+  double parameters() const;  // from the shapes
 };
 
 // Built-in shapes: Llama-2-7B/13B/70B, Llama-3-8B/70B, Mistral-7B, GPT-2 (small, medium, large, xl).
@@ -29,20 +28,20 @@ std::vector<std::string> model_preset_names();
 std::optional<ModelShape> model_from_config(const nlohmann::json& config, std::string& error);
 
 struct EstimateOptions {
-  std::string mode = "train";  // train | infer
+  std::string mode = "train";      // train | infer
   std::string precision = "bf16";  // fp32, bf16, fp16, fp8, int8, int4
   std::optional<double> params;    // nominal parameter count, overriding the shapes
   int64_t batch = 1;               // sequences per GPU step
   std::optional<int64_t> micro_batch;
-  int64_t seq = 2048;              // training sequence length
-  int64_t context = 4096;          // inference context length
-  int64_t kv_block = 0;            // paged KV cache block, in tokens (0: not paged)
+  int64_t seq = 2048;               // training sequence length
+  int64_t context = 4096;           // inference context length
+  int64_t kv_block = 0;             // paged KV cache block, in tokens (0: not paged)
   std::string optimizer = "adamw";  // sgd, sgd-momentum, lion, adam, adamw, adam8bit, adafactor
   bool checkpointing = false, flash_attention = false, sequence_parallel = false;
   int64_t gpus = 1, zero = 0, tp = 1, pp = 1;
   std::string offload;  // "", optimizer, params
   uint64_t cuda_context = 512ull << 20;
-  uint64_t workspace = 256ull << 20;   // cuBLAS/cuDNN
+  uint64_t workspace = 256ull << 20;     // cuBLAS/cuDNN
   std::optional<uint64_t> comm_buffers;  // default: 1 GiB when there is more than one GPU
   std::optional<std::string> gpu;        // a name from the GPU table
   std::optional<uint64_t> gpu_memory;

@@ -2,10 +2,9 @@
 // options, with the difference named.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "memtrace/analysis/estimate.h"
 #include "memtrace/analysis/report.h"

@@ -12,9 +12,9 @@
 namespace memtrace {
 
 struct FreeSpace {
-  uint64_t heap_bytes = 0;     // what the heaps span
-  uint64_t free_bytes = 0;     // of it, not handed out
-  uint64_t largest_free = 0;   // the largest single gap
+  uint64_t heap_bytes = 0;    // what the heaps span
+  uint64_t free_bytes = 0;    // of it, not handed out
+  uint64_t largest_free = 0;  // the largest single gap
   double index() const {
     return free_bytes ? 1.0 - static_cast<double>(largest_free) / static_cast<double>(free_bytes) : 0.0;
   }

@@ -17,11 +17,11 @@ namespace memtrace {
 struct SiteGrowth {
   int32_t device = -1;
   Layer layer = Layer::kReserved;
-  Site site;               // the grouping key's api and one stack of the site
+  Site site;  // the grouping key's api and one stack of the site
   uint64_t bytes_per_step = 0;
   uint64_t first_step = 0;  // the step in which it first grew
   uint64_t steps_rising = 0;
-  uint64_t intervals = 0;   // steps observed: boundaries, counting from the trace's start
+  uint64_t intervals = 0;  // steps observed: boundaries, counting from the trace's start
   uint64_t bytes_at_last_boundary = 0;
   // Filled in against the trace's tables, as for SiteTotal.
   std::string location;

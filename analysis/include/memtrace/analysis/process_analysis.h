@@ -54,7 +54,6 @@ struct ProcessAnalysis {
 
 // Reads the trace at PATH in one pass. False with ERROR set when it is not a readable trace; a
 // cut or damaged one gives what was read, with report.complete false and report.problem why.
-bool analyze_process(const std::string& path, const AnalysisOptions& options, ProcessAnalysis& out,
-                     std::string& error);
+bool analyze_process(const std::string& path, const AnalysisOptions& options, ProcessAnalysis& out, std::string& error);
 
 }  // namespace memtrace

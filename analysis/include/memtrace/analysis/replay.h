@@ -76,7 +76,7 @@ struct ReplayStep {
   MemKind kind = MemKind::kUnknown;
   int32_t device = -1;
   uint64_t size = 0;
-  bool matched = true;  // false: a successful free of something the trace never saw allocated
+  bool matched = true;                       // false: a successful free of something the trace never saw allocated
   std::vector<MemoryChange> memory_changes;  // device memory, in the reserved and allocated layers
   int64_t pinned_host_bytes = 0;
 };
@@ -137,11 +137,11 @@ class Replay {
   AddressMap<uint32_t> addresses_;
   std::vector<LiveAllocation> pool_;
   std::vector<uint32_t> free_entries_;
-  std::unordered_map<uint64_t, Handle> handles_;            // VMM physical, by handle
-  std::map<uint64_t, Mapping> mappings_;                    // VMM mappings, by address
+  std::unordered_map<uint64_t, Handle> handles_;  // VMM physical, by handle
+  std::map<uint64_t, Mapping> mappings_;          // VMM mappings, by address
   std::unordered_map<uint64_t, LiveAllocation> reservations_;
-  std::unordered_map<uint64_t, Heap> heaps_;                // by base address
-  std::map<uint64_t, LiveAllocation> regions_;              // the allocated layer, by address
+  std::unordered_map<uint64_t, Heap> heaps_;    // by base address
+  std::map<uint64_t, LiveAllocation> regions_;  // the allocated layer, by address
   std::map<int32_t, uint64_t> device_bytes_;
   std::map<int32_t, uint64_t> allocated_bytes_;
   uint64_t reserved_bytes_ = 0;

@@ -20,7 +20,7 @@ namespace memtrace {
 struct ApiCounts {
   uint64_t calls = 0;
   uint64_t failed = 0;
-  uint64_t bytes = 0;  // allocated by the successful calls, or freed (what they freed)
+  uint64_t bytes = 0;        // allocated by the successful calls, or freed (what they freed)
   uint64_t interrupted = 0;  // calls the process died inside (not in `calls`)
 };
 
@@ -134,7 +134,7 @@ class ReportBuilder {
   SiteKey site_key_;
   Layer layer_;
   std::unordered_map<Site, uint32_t, SiteHash> slots_;
-  std::vector<Site> keys_;                           // by slot
+  std::vector<Site> keys_;  // by slot
   // Stack id -> the slots (plus one; 0: none yet) of the two APIs it was last seen with: one
   // stack often serves two (an allocator calling cudaMalloc and cudaMallocAsync from one place).
   struct StackSlots {

@@ -2,14 +2,13 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
-#include "memtrace/analysis/report.h"
 #include "memtrace/analysis/process_analysis.h"
+#include "memtrace/analysis/report.h"
 #include "memtrace/analysis/trace_set.h"
 
 namespace memtrace {

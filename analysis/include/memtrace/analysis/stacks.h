@@ -63,8 +63,8 @@ void resolve_site(SiteLike& s, uint64_t stack_id, const StackView& stacks, SiteG
   std::optional<FrameView> named = stacks.site_frame(stack_id, grouping);
   if (!named && !s.stack.empty()) named = s.stack.front();
   s.location = grouping == SiteGrouping::kApi ? "every " + std::string(api_name(s.site.api)) + " call"
-               : named                         ? frame_label(*named)
-                                               : "(no stack)";
+               : named                        ? frame_label(*named)
+                                              : "(no stack)";
 }
 
 }  // namespace memtrace

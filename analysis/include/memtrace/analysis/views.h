@@ -22,8 +22,8 @@ struct PeakOptions {
 };
 struct PeakView {
   struct Device {
-    DeviceReport report;              // its peak, when, and the sites then
-    std::optional<uint64_t> step;     // the step it fell in, when the run had steps
+    DeviceReport report;           // its peak, when, and the sites then
+    std::optional<uint64_t> step;  // the step it fell in, when the run had steps
   };
   struct Process {
     ProcessId id;
@@ -135,7 +135,7 @@ struct CheckResult {
     double limit_percent = 0, actual_percent = 0;
     bool in_percent() const { return name == "max-regression"; }
     bool passed = true;
-    std::string detail;      // what the figures compare, when there is more to say
+    std::string detail;       // what the figures compare, when there is more to say
     std::vector<Site> sites;  // the largest, to look at when it is broken
   };
   std::vector<Limit> limits;

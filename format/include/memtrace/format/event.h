@@ -19,9 +19,9 @@ struct Event {
   uint64_t addr = 0;  // the object: an address, or a VMM physical handle
   uint64_t size = 0;
   uint64_t stream = 0;
-  uint64_t handle = 0;  // a VMM mapping: the physical handle it maps; a pool allocation: the pool
-  uint64_t heap = 0;    // an allocated-layer region: its heap's base address
-  uint64_t name = 0;    // an NVTX mark or range edge: its name's string id (the ring carries the text)
+  uint64_t handle = 0;    // a VMM mapping: the physical handle it maps; a pool allocation: the pool
+  uint64_t heap = 0;      // an allocated-layer region: its heap's base address
+  uint64_t name = 0;      // an NVTX mark or range edge: its name's string id (the ring carries the text)
   uint64_t stack_id = 0;  // the trace's stack; 0 for none
   // An allocation that failed for lack of memory: the device's free and total bytes then.
   uint64_t device_free = 0;

@@ -69,7 +69,7 @@ class TraceReader {
   uint64_t chunk_offset_ = 0;  // where the current chunk starts
   pb::TraceHeader header_;
   std::unique_ptr<ChunkSource> source_;
-  RawChunk* chunk_ = nullptr;  // the chunk read last, the source's
+  RawChunk* chunk_ = nullptr;             // the chunk read last, the source's
   std::vector<std::string> strings_{""};  // id 0 is the empty string
   std::vector<pb::Frame> frames_{pb::Frame()};
   std::vector<std::vector<uint64_t>> stacks_{{}};

@@ -4,12 +4,12 @@
 
 namespace memtrace::env {
 
-inline constexpr const char* kSocket = "MEMTRACE_SOCKET";              // the collector's control socket
-inline constexpr const char* kMaxStallMs = "MEMTRACE_MAX_STALL_MS";    // --max-stall, in ms
-inline constexpr const char* kStackDepth = "MEMTRACE_STACK_DEPTH";     // --stack-depth
-inline constexpr const char* kNativeStacks = "MEMTRACE_NATIVE_STACKS"; // "0": --no-native-stacks
-inline constexpr const char* kPythonStacks = "MEMTRACE_PYTHON_STACKS"; // "0": --no-python-stacks
-inline constexpr const char* kRingBytes = "MEMTRACE_RING_BYTES";       // the ring's size (a power of two)
+inline constexpr const char* kSocket = "MEMTRACE_SOCKET";               // the collector's control socket
+inline constexpr const char* kMaxStallMs = "MEMTRACE_MAX_STALL_MS";     // --max-stall, in ms
+inline constexpr const char* kStackDepth = "MEMTRACE_STACK_DEPTH";      // --stack-depth
+inline constexpr const char* kNativeStacks = "MEMTRACE_NATIVE_STACKS";  // "0": --no-native-stacks
+inline constexpr const char* kPythonStacks = "MEMTRACE_PYTHON_STACKS";  // "0": --no-python-stacks
+inline constexpr const char* kRingBytes = "MEMTRACE_RING_BYTES";        // the ring's size (a power of two)
 // Read by memtrace run itself: a library to preload before the injector (a sanitizer's runtime),
 // and where its injector, simulated device and Python shim are (default: ../lib beside it).
 inline constexpr const char* kPreloadFirst = "MEMTRACE_PRELOAD_FIRST";

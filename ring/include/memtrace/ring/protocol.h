@@ -16,15 +16,15 @@
 // back in causal order even though threads publish them in any order.
 #pragma once
 
-#include <cerrno>
-#include <cstring>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "memtrace/format/event.h"
 
@@ -78,9 +78,9 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t
 
 // What an event's Python frames are.
 enum PythonState : uint8_t {
-  kNoPython = 0,        // no Python interpreter in the process (or Python stacks are off)
-  kPythonFrames = 1,    // the thread held the GIL: its Python frames follow
-  kPythonNoGil = 2,     // Python runs, but this thread did not hold the GIL: frames unknown
+  kNoPython = 0,      // no Python interpreter in the process (or Python stacks are off)
+  kPythonFrames = 1,  // the thread held the GIL: its Python frames follow
+  kPythonNoGil = 2,   // Python runs, but this thread did not hold the GIL: frames unknown
 };
 
 // One event: the Event as the injector recorded it (t_ns on CLOCK_MONOTONIC; its stack and its
