@@ -74,11 +74,9 @@ nlohmann::json to_json(const FragView& view) {
     for (const FragView::Unused& u : p.reserved_minus_allocated)
       cache.push_back(
           {{"device", u.device}, {"columns", {"t_ns", "reserved", "allocated", "unused"}}, {"points", u.points}});
-    out["processes"].push_back({{"pid", p.id.pid},
-                                {"command", p.id.command},
-                                {"layers_known", p.layers_known},
-                                {"points", points},
-                                {"reserved_minus_allocated", cache}});
+    nlohmann::json process = process_json(p.id);
+    process.update({{"layers_known", p.layers_known}, {"points", points}, {"reserved_minus_allocated", cache}});
+    out["processes"].push_back(std::move(process));
   }
   return out;
 }

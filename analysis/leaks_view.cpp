@@ -63,14 +63,13 @@ nlohmann::json to_json(const LeaksView& view) {
                          {"live_at_exit_count", d.live_count},
                          {"sites", sites}});
     }
-    out["processes"].push_back({{"pid", p.id.pid},
-                                {"command", p.id.command},
-                                {"trace", p.id.trace},
-                                {"complete", p.complete},
-                                {"steps", p.steps},
-                                {"step_pattern", p.step_pattern},
-                                {"devices", devices},
-                                {"growth", growth}});
+    nlohmann::json process = process_json(p.id);
+    process.update({{"complete", p.complete},
+                    {"steps", p.steps},
+                    {"step_pattern", p.step_pattern},
+                    {"devices", devices},
+                    {"growth", growth}});
+    out["processes"].push_back(std::move(process));
   }
   out["live_at_exit_bytes"] = view.live_at_exit_bytes;
   return out;

@@ -47,22 +47,17 @@ nlohmann::json to_json(const PeakView& view) {
         site["share"] = d.peak_bytes ? static_cast<double>(s.bytes) / static_cast<double>(d.peak_bytes) : 0.0;
         sites.push_back(std::move(site));
       }
-      devices.push_back({{"device", d.device},
-                         {"name", d.name},
-                         {"uuid", d.uuid},
-                         {"total_bytes", d.total_bytes},
-                         {"peak_bytes", d.peak_bytes},
-                         {"peak_time_ns", d.peak_time_ns},
-                         {"peak_step", device.step ? nlohmann::json(*device.step) : nlohmann::json(nullptr)},
-                         {"peak_phase", d.peak_phase},
-                         {"sites", sites}});
+      nlohmann::json json = device_json(d);
+      json.update({{"peak_bytes", d.peak_bytes},
+                   {"peak_time_ns", d.peak_time_ns},
+                   {"peak_step", device.step ? nlohmann::json(*device.step) : nlohmann::json(nullptr)},
+                   {"peak_phase", d.peak_phase},
+                   {"sites", sites}});
+      devices.push_back(std::move(json));
     }
-    out["processes"].push_back({{"pid", p.id.pid},
-                                {"command", p.id.command},
-                                {"trace", p.id.trace},
-                                {"steps", p.steps},
-                                {"layer_recorded", p.layer_recorded},
-                                {"devices", devices}});
+    nlohmann::json process = process_json(p.id);
+    process.update({{"steps", p.steps}, {"layer_recorded", p.layer_recorded}, {"devices", devices}});
+    out["processes"].push_back(std::move(process));
   }
   if (view.all)
     out["all_processes"] = {{"sum_of_peaks_bytes", view.all->sum_of_peaks},

@@ -27,6 +27,12 @@ std::string escape_xml(const std::string& s) {
 
 ProcessId process_id(const ProcessReport& report) { return ProcessId{report.pid, report.command, report.trace_path}; }
 
+nlohmann::json process_json(const ProcessId& p) { return {{"pid", p.pid}, {"command", p.command}, {"trace", p.trace}}; }
+
+nlohmann::json device_json(const DeviceReport& d) {
+  return {{"device", d.device}, {"name", d.name}, {"uuid", d.uuid}, {"total_bytes", d.total_bytes}};
+}
+
 std::string process_heading(const ProcessId& process) {
   return "process " + std::to_string(process.pid) + ": " + command_line(process.command) + "\n";
 }
@@ -93,15 +99,13 @@ nlohmann::json report_json(const std::vector<ProcessReport>& processes) {
     for (const DeviceReport& d : p.devices) {
       nlohmann::json sites = nlohmann::json::array();
       for (const SiteTotal& s : d.peak_sites) sites.push_back(site_json(s));
-      devices.push_back({{"device", d.device},
-                         {"name", d.name},
-                         {"uuid", d.uuid},
-                         {"total_bytes", d.total_bytes},
-                         {"peak_reserved_bytes", d.peak_bytes},
-                         {"peak_time_ns", d.peak_time_ns},
-                         {"live_at_exit_bytes", d.live_at_exit_bytes},
-                         {"live_at_exit_count", d.live_at_exit_count},
-                         {"top_sites_at_peak", sites}});
+      nlohmann::json device = device_json(d);
+      device.update({{"peak_reserved_bytes", d.peak_bytes},
+                     {"peak_time_ns", d.peak_time_ns},
+                     {"live_at_exit_bytes", d.live_at_exit_bytes},
+                     {"live_at_exit_count", d.live_at_exit_count},
+                     {"top_sites_at_peak", sites}});
+      devices.push_back(std::move(device));
     }
     nlohmann::json oom_events = nlohmann::json::array();
     for (const OomEvent& o : p.oom_events)

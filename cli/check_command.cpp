@@ -58,7 +58,7 @@ int check_run(CheckCli& c) {
   }
   CheckResult result = check(processes, limits, c.baseline.empty() ? nullptr : &baseline);
   if (!c.junit.empty() && !write_new_file("check", c.junit, check_junit(result))) return kExitUsage;
-  print(c.analysis.json, to_json(result), to_text(result));
+  show(c.analysis.json, result);
   return result.passed ? 0 : 1;
 }
 

@@ -2,7 +2,6 @@
 #include <memory>
 
 #include "command.h"
-#include "memtrace/analysis/views.h"
 #include "options.h"
 
 namespace memtrace::cli {
@@ -18,8 +17,7 @@ int diff(DiffCli& c) {
   c.base.step = c.next.step;
   std::vector<ProcessAnalysis> base, next;
   if (!load_analyses("diff", c.base, base) || !load_analyses("diff", c.next, next)) return 1;
-  DiffView view = diff_view(base, next, c.next.options.grouping);
-  print(c.next.json, to_json(view), to_text(view));
+  show(c.next.json, diff_view(base, next, c.next.options.grouping));
   return 0;
 }
 

@@ -11,14 +11,8 @@ namespace memtrace::cli {
 namespace {
 
 int estimate_run(EstimateCli& e) {
-  ModelShape model;
-  if (!resolve_estimate("estimate", e, model)) return kExitUsage;
   Estimate result;
-  std::string error;
-  if (!estimate(model, e.options, result, error)) {
-    std::fprintf(stderr, "memtrace estimate: %s\n", error.c_str());
-    return kExitUsage;
-  }
+  if (!estimate_from("estimate", e, result)) return kExitUsage;
   print(e.json, e.json ? estimate_json(result) : nlohmann::json(), e.json ? "" : estimate_text(result));
   return 0;
 }

@@ -42,6 +42,8 @@ void add_estimate_options(CLI::App* cmd, EstimateCli& e) {
   cmd->add_flag("--json", e.json, "Print JSON");
 }
 
+namespace {
+
 bool resolve_estimate(const char* command, EstimateCli& e, ModelShape& model) {
   auto fail = [&](const std::string& what) {
     std::fprintf(stderr, "memtrace %s: %s\n", command, what.c_str());
@@ -88,6 +90,17 @@ bool resolve_estimate(const char* command, EstimateCli& e, ModelShape& model) {
     e.options.gpu_memory = bytes;
   }
   return true;
+}
+
+}  // namespace
+
+bool estimate_from(const char* command, EstimateCli& e, Estimate& result) {
+  ModelShape model;
+  if (!resolve_estimate(command, e, model)) return false;
+  std::string error;
+  if (estimate(model, e.options, result, error)) return true;
+  std::fprintf(stderr, "memtrace %s: %s\n", command, error.c_str());
+  return false;
 }
 
 }  // namespace memtrace::cli

@@ -15,8 +15,8 @@ struct EstimateCli {
 };
 
 void add_estimate_options(CLI::App* cmd, EstimateCli& e);
-// Reads the model and the sizes into MODEL and E.options; prints one line and returns false when
-// something is off.
-bool resolve_estimate(const char* command, EstimateCli& e, ModelShape& model);
+// The estimate E asks for: reads the model and the sizes, and computes it; prints one line and
+// returns false when something is off.
+bool estimate_from(const char* command, EstimateCli& e, Estimate& result);
 
 }  // namespace memtrace::cli

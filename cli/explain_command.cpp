@@ -17,14 +17,8 @@ struct ExplainCli {
 };
 
 int explain_run(ExplainCli& c) {
-  ModelShape model;
-  if (!resolve_estimate("explain", c.estimate, model)) return kExitUsage;
   Estimate result;
-  std::string error;
-  if (!estimate(model, c.estimate.options, result, error)) {
-    std::fprintf(stderr, "memtrace explain: %s\n", error.c_str());
-    return kExitUsage;
-  }
+  if (!estimate_from("explain", c.estimate, result)) return kExitUsage;
   AnalysisCli traces;
   traces.path = c.path;
   std::vector<ProcessAnalysis> analyses;

@@ -2,7 +2,6 @@
 #include <memory>
 
 #include "command.h"
-#include "memtrace/analysis/views.h"
 #include "options.h"
 
 namespace memtrace::cli {
@@ -13,14 +12,8 @@ Command add_frag_command(CLI::App& app) {
                                      "Free memory inside the allocator's segments: fragmentation at the "
                                      "peak and at each out-of-memory");
   add_analysis_options(cmd, *a, false);
-  return {cmd, [a] {
-            a->options.timeline = true;  // reserved minus allocated over time
-            std::vector<ProcessAnalysis> processes;
-            if (!load_analyses("frag", *a, processes)) return 1;
-            FragView view = frag_view(processes);
-            print(a->json, to_json(view), to_text(view));
-            return 0;
-          }};
+  a->options.timeline = true;  // reserved minus allocated over time
+  return {cmd, [a] { return analyze_and_show("frag", *a, frag_view); }};
 }
 
 }  // namespace memtrace::cli

@@ -9,6 +9,7 @@
 
 #include "memtrace/analysis/process_analysis.h"
 #include "memtrace/analysis/trace_set.h"
+#include "memtrace/analysis/views.h"
 
 namespace memtrace::cli {
 
@@ -32,6 +33,19 @@ bool load_analyses(const char* command, AnalysisCli& a, std::vector<ProcessAnaly
 
 // Prints DOC (--json) or TEXT.
 void print(bool json, const nlohmann::json& doc, const std::string& text);
+// Prints a view (analysis/views.h): its JSON document with --json, else its text.
+template <typename View>
+void show(bool json, const View& view) {
+  print(json, json ? to_json(view) : nlohmann::json(), json ? std::string() : to_text(view));
+}
+// Analyzes what A names, and shows what MAKE_VIEW makes of the analyses; 1 when they cannot be read.
+template <typename MakeView>
+int analyze_and_show(const char* command, AnalysisCli& a, MakeView&& make_view) {
+  std::vector<ProcessAnalysis> processes;
+  if (!load_analyses(command, a, processes)) return 1;
+  show(a.json, make_view(processes));
+  return 0;
+}
 // Writes TEXT to PATH, never over an existing file; false after saying why.
 bool write_new_file(const char* command, const std::string& path, const std::string& text);
 

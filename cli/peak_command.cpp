@@ -3,7 +3,6 @@
 #include <memory>
 
 #include "command.h"
-#include "memtrace/analysis/views.h"
 #include "options.h"
 
 namespace memtrace::cli {
@@ -24,14 +23,10 @@ int peak(PeakCli& c) {
                  "reserved or allocated\n");
     return kExitUsage;
   }
-  std::vector<ProcessAnalysis> processes;
-  if (!load_analyses("peak", c.analysis, processes)) return 1;
   PeakOptions options;
   options.layer = c.layer == "allocated" ? Layer::kAllocated : Layer::kReserved;
   if (*c.device_option) options.device = c.device;
-  PeakView view = peak_view(processes, options);
-  print(c.analysis.json, to_json(view), to_text(view));
-  return 0;
+  return analyze_and_show("peak", c.analysis, [&](const auto& processes) { return peak_view(processes, options); });
 }
 
 }  // namespace

@@ -89,61 +89,55 @@ RealFunction<decltype(&cudaGetDriverEntryPointByVersion_ptsz)> real_cudaGetDrive
 RealFunction<decltype(&cudaGetDriverEntryPointByVersion_ptsz)> real_cudaGetDriverEntryPointByVersion_ptsz(
     "cudaGetDriverEntryPointByVersion_ptsz", Library::kRuntime);
 
+// Asks the lookup the caller would have reached (the real function, with ARGS), then hands out our
+// interposer in place of what it found for SYMBOL at VERSION with FLAGS.
+template <auto kMissing, typename Fn, typename... Args>
+auto looked_up(RealFunction<Fn>& real, uint64_t caller, const char* symbol, void** pfn, int version,
+               unsigned long long flags, Args... args) {
+  auto result = call_real<kMissing>(real, caller, args...);
+  if (result == 0) substitute(symbol, pfn, version, flags);
+  return result;
+}
+
 }  // namespace
 
 MEMTRACE_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags) {
-  auto real = real_cuGetProcAddress.get(MEMTRACE_CALLER);
-  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
-  CUresult result = real(symbol, pfn, cudaVersion, flags);
-  if (result == CUDA_SUCCESS) substitute(symbol, pfn, cudaVersion, flags);
-  return result;
+  return looked_up<CUDA_ERROR_NOT_INITIALIZED>(real_cuGetProcAddress, MEMTRACE_CALLER, symbol, pfn, cudaVersion, flags,
+                                               symbol, pfn, cudaVersion, flags);
 }
 
 MEMTRACE_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags,
                                              CUdriverProcAddressQueryResult* symbolStatus) {
-  auto real = real_cuGetProcAddress_v2.get(MEMTRACE_CALLER);
-  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
-  CUresult result = real(symbol, pfn, cudaVersion, flags, symbolStatus);
-  if (result == CUDA_SUCCESS) substitute(symbol, pfn, cudaVersion, flags);
-  return result;
+  return looked_up<CUDA_ERROR_NOT_INITIALIZED>(real_cuGetProcAddress_v2, MEMTRACE_CALLER, symbol, pfn, cudaVersion,
+                                               flags, symbol, pfn, cudaVersion, flags, symbolStatus);
 }
 
 MEMTRACE_EXPORT cudaError_t cudaGetDriverEntryPoint(const char* symbol, void** funcPtr, unsigned long long flags,
                                                     cudaDriverEntryPointQueryResult* driverStatus) {
-  auto real = real_cudaGetDriverEntryPoint.get(MEMTRACE_CALLER);
-  if (!real) return cudaErrorInitializationError;
-  cudaError_t result = real(symbol, funcPtr, flags, driverStatus);
-  if (result == cudaSuccess) substitute(symbol, funcPtr, kRuntimeLookupVersion, flags);
-  return result;
+  return looked_up<cudaErrorInitializationError>(real_cudaGetDriverEntryPoint, MEMTRACE_CALLER, symbol, funcPtr,
+                                                 kRuntimeLookupVersion, flags, symbol, funcPtr, flags, driverStatus);
 }
 
 // The _ptsz entry points default to the per-thread default stream.
 MEMTRACE_EXPORT cudaError_t cudaGetDriverEntryPoint_ptsz(const char* symbol, void** funcPtr, unsigned long long flags,
                                                          cudaDriverEntryPointQueryResult* driverStatus) {
-  auto real = real_cudaGetDriverEntryPoint_ptsz.get(MEMTRACE_CALLER);
-  if (!real) return cudaErrorInitializationError;
-  cudaError_t result = real(symbol, funcPtr, flags, driverStatus);
-  if (result == cudaSuccess) substitute(symbol, funcPtr, kRuntimeLookupVersion, flags ? flags : kPerThreadStream);
-  return result;
+  return looked_up<cudaErrorInitializationError>(real_cudaGetDriverEntryPoint_ptsz, MEMTRACE_CALLER, symbol, funcPtr,
+                                                 kRuntimeLookupVersion, flags ? flags : kPerThreadStream, symbol,
+                                                 funcPtr, flags, driverStatus);
 }
 
 MEMTRACE_EXPORT cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** funcPtr,
                                                              unsigned int cudaVersion, unsigned long long flags,
                                                              cudaDriverEntryPointQueryResult* driverStatus) {
-  auto real = real_cudaGetDriverEntryPointByVersion.get(MEMTRACE_CALLER);
-  if (!real) return cudaErrorInitializationError;
-  cudaError_t result = real(symbol, funcPtr, cudaVersion, flags, driverStatus);
-  if (result == cudaSuccess) substitute(symbol, funcPtr, static_cast<int>(cudaVersion), flags);
-  return result;
+  return looked_up<cudaErrorInitializationError>(real_cudaGetDriverEntryPointByVersion, MEMTRACE_CALLER, symbol,
+                                                 funcPtr, static_cast<int>(cudaVersion), flags, symbol, funcPtr,
+                                                 cudaVersion, flags, driverStatus);
 }
 
 MEMTRACE_EXPORT cudaError_t cudaGetDriverEntryPointByVersion_ptsz(const char* symbol, void** funcPtr,
                                                                   unsigned int cudaVersion, unsigned long long flags,
                                                                   cudaDriverEntryPointQueryResult* driverStatus) {
-  auto real = real_cudaGetDriverEntryPointByVersion_ptsz.get(MEMTRACE_CALLER);
-  if (!real) return cudaErrorInitializationError;
-  cudaError_t result = real(symbol, funcPtr, cudaVersion, flags, driverStatus);
-  if (result == cudaSuccess)
-    substitute(symbol, funcPtr, static_cast<int>(cudaVersion), flags ? flags : kPerThreadStream);
-  return result;
+  return looked_up<cudaErrorInitializationError>(
+      real_cudaGetDriverEntryPointByVersion_ptsz, MEMTRACE_CALLER, symbol, funcPtr, static_cast<int>(cudaVersion),
+      flags ? flags : kPerThreadStream, symbol, funcPtr, cudaVersion, flags, driverStatus);
 }

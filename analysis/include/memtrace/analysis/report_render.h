@@ -30,5 +30,9 @@ struct ProcessId {
 };
 ProcessId process_id(const ProcessReport& report);
 std::string process_heading(const ProcessId& process);
+// The parts of a JSON document that say which process, and which device, it is about:
+// {"pid","command","trace"} and {"device","name","uuid","total_bytes"}.
+nlohmann::json process_json(const ProcessId& process);
+nlohmann::json device_json(const DeviceReport& device);
 
 }  // namespace memtrace
