@@ -131,6 +131,7 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
     report.end_reason = footer->end_reason();
     report.dropped_events = footer->dropped_events();
     report.longest_wait_ns = footer->longest_wait_ns();
+    report.notices.assign(footer->notices().begin(), footer->notices().end());
     report.incomplete_records = footer->incomplete_records();
     report.end_time_ns = std::max(report.end_time_ns, footer->end_ns());
   }

@@ -57,6 +57,7 @@ nlohmann::json site_json(const SiteTotal& s) {
                          {"stack", stack_json(s.stack)}};
   if (s.stack_flags & pb::STACK_TRUNCATED) site["stack_truncated"] = true;
   if (s.stack_flags & pb::STACK_PYTHON_NO_GIL) site["python_frames"] = "gil_not_held";
+  if (s.stack_flags & pb::STACK_NO_PYTHON_FRAMES) site["python_frames"] = "none";
   return site;
 }
 
@@ -128,6 +129,7 @@ nlohmann::json report_json(const std::vector<ProcessReport>& processes) {
         {"events_total", p.events},
         {"dropped_events", p.dropped_events},
         {"longest_wait_ns", p.longest_wait_ns},
+        {"notices", p.notices},
         {"captured_events", p.captured_events},
         {"incomplete_records", p.incomplete_records},
         {"unmatched_frees", p.unmatched_frees},
@@ -156,6 +158,7 @@ std::string report_text(const std::vector<ProcessReport>& processes) {
       if (c.interrupted)
         out += "  the process died inside " + std::to_string(c.interrupted) + " call" + (c.interrupted > 1 ? "s" : "") +
                " of " + std::string(api_name(api)) + ": they may or may not have happened\n";
+    for (const std::string& notice : p.notices) out += "  note: " + notice + "\n";
     if (p.longest_wait_ns >= 10'000'000)  // 10 ms: below that, nobody notices
       out += "  memtrace held the program up for at most " + format_duration_ns(p.longest_wait_ns) +
              " (waiting for room in its event ring)\n";

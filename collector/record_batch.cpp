@@ -18,9 +18,7 @@ void RecordBatch::on_module(uint64_t bias, uint64_t start, uint64_t end, std::st
   entries_.emplace_back(Module{bias, start, end, std::move(path)});
 }
 
-void RecordBatch::on_code(uint64_t code, std::string name, std::string file) {
-  entries_.emplace_back(Code{code, std::move(name), std::move(file)});
-}
+void RecordBatch::on_code(CodeDescription code) { entries_.emplace_back(std::move(code)); }
 
 void RecordBatch::on_device(int32_t ordinal, std::string name, uint64_t total_bytes, const uint8_t (&uuid)[16]) {
   Device d{ordinal, total_bytes, std::move(name), {}};
@@ -32,6 +30,8 @@ void RecordBatch::on_started(uint32_t tid, uint16_t api, uint64_t t_ns) {
   entries_.emplace_back(Started{tid, api, t_ns});
 }
 
+void RecordBatch::on_notice(std::string text) { entries_.emplace_back(Notice{std::move(text)}); }
+
 void RecordBatch::replay(RecordSink& sink) {
   for (auto& entry : entries_) {
     if (auto* e = std::get_if<Event>(&entry)) {
@@ -40,12 +40,14 @@ void RecordBatch::replay(RecordSink& sink) {
                     std::string_view(text_).substr(e->name_at, e->name_bytes));
     } else if (auto* m = std::get_if<Module>(&entry)) {
       sink.on_module(m->bias, m->start, m->end, std::move(m->path));
-    } else if (auto* c = std::get_if<Code>(&entry)) {
-      sink.on_code(c->code, std::move(c->name), std::move(c->file));
+    } else if (auto* c = std::get_if<CodeDescription>(&entry)) {
+      sink.on_code(std::move(*c));
     } else if (auto* d = std::get_if<Device>(&entry)) {
       sink.on_device(d->ordinal, std::move(d->name), d->total_bytes, d->uuid);
     } else if (auto* s = std::get_if<Started>(&entry)) {
       sink.on_started(s->tid, s->api, s->t_ns);
+    } else if (auto* n = std::get_if<Notice>(&entry)) {
+      sink.on_notice(std::move(n->text));
     }
   }
 }

@@ -17,9 +17,10 @@ class RecordBatch final : public RecordSink {
   void on_event(RingEvent& event, const uint64_t* native, size_t native_count, const uint64_t* python,
                 size_t python_count, std::string_view name) override;
   void on_module(uint64_t bias, uint64_t start, uint64_t end, std::string path) override;
-  void on_code(uint64_t code, std::string name, std::string file) override;
+  void on_code(CodeDescription code) override;
   void on_device(int32_t ordinal, std::string name, uint64_t total_bytes, const uint8_t (&uuid)[16]) override;
   void on_started(uint32_t tid, uint16_t api, uint64_t t_ns) override;
+  void on_notice(std::string text) override;
 
   // Hands every record to SINK, in the order they were copied.
   void replay(RecordSink& sink);
@@ -41,10 +42,6 @@ class RecordBatch final : public RecordSink {
     uint64_t bias, start, end;
     std::string path;
   };
-  struct Code {
-    uint64_t code;
-    std::string name, file;
-  };
   struct Device {
     int32_t ordinal;
     uint64_t total_bytes;
@@ -56,7 +53,10 @@ class RecordBatch final : public RecordSink {
     uint16_t api;
     uint64_t t_ns;
   };
-  std::vector<std::variant<Event, Module, Code, Device, Started>> entries_;
+  struct Notice {
+    std::string text;
+  };
+  std::vector<std::variant<Event, Module, CodeDescription, Device, Started, Notice>> entries_;
   std::vector<uint64_t> words_;
   std::string text_;
 };

@@ -27,8 +27,9 @@ void StackBuilder::add_module(uint64_t bias, uint64_t start, uint64_t end, std::
   stacks_.clear();
 }
 
-void StackBuilder::add_code(uint64_t code, std::string name, std::string file) {
-  code_[code] = {std::move(name), std::move(file)};
+void StackBuilder::add_code(CodeDescription code) {
+  uint64_t id = code.id;
+  code_[id] = std::move(code);
 }
 
 const StackBuilder::Native& StackBuilder::native_frame(uint64_t address) {
@@ -56,17 +57,20 @@ const StackBuilder::Native& StackBuilder::native_frame(uint64_t address) {
   return n;
 }
 
-uint64_t StackBuilder::python_frame(uint64_t code, uint64_t line) {
-  auto [it, fresh] = pythons_.try_emplace({code, line}, 0);
+uint64_t StackBuilder::python_frame(uint64_t code, uint64_t offset) {
+  auto [it, fresh] = pythons_.try_emplace({code, offset}, 0);
   if (fresh) {
     auto c = code_.find(code);
-    std::string_view name = c != code_.end() ? std::string_view(c->second.first) : "(unknown Python code)";
-    std::string_view file = c != code_.end() ? std::string_view(c->second.second) : "";
     FrameInfo f;
     f.python = true;
-    f.function = name;
-    f.file = file;
-    f.line = static_cast<uint32_t>(line);
+    f.function = c != code_.end() ? std::string_view(c->second.name) : "(unknown Python code)";
+    if (c != code_.end()) {
+      const CodeDescription& d = c->second;
+      f.file = d.file;
+      int line = python::line_of(d.format, d.first_line, reinterpret_cast<const uint8_t*>(d.table.data()),
+                                 d.table.size(), static_cast<int>(offset));
+      f.line = static_cast<uint32_t>(line > 0 ? line : 0);
+    }
     it->second = writer_.intern_frame(f);
   }
   return it->second;
@@ -75,8 +79,9 @@ uint64_t StackBuilder::python_frame(uint64_t code, uint64_t line) {
 uint64_t StackBuilder::intern(const uint64_t* native, size_t native_count, const uint64_t* python, size_t python_count,
                               uint8_t python_state, bool truncated) {
   if (native_count == 0 && python_count == 0 && python_state != ring::kPythonNoGil) return 0;
-  uint32_t flags =
-      (truncated ? pb::STACK_TRUNCATED : 0) | (python_state == ring::kPythonNoGil ? pb::STACK_PYTHON_NO_GIL : 0);
+  uint32_t flags = (truncated ? pb::STACK_TRUNCATED : 0) |
+                   (python_state == ring::kPythonNoGil ? pb::STACK_PYTHON_NO_GIL : 0) |
+                   (python_state == ring::kPythonNoFrames ? pb::STACK_NO_PYTHON_FRAMES : 0);
   std::string key(reinterpret_cast<const char*>(native), native_count * sizeof(uint64_t));
   key.append(reinterpret_cast<const char*>(python), python_count * 2 * sizeof(uint64_t));
   key.append(reinterpret_cast<const char*>(&flags), sizeof flags);

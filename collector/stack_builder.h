@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "memtrace/format/trace_writer.h"
+#include "memtrace/ring/consumer.h"
 #include "symbolizer.h"
 
 namespace memtrace {
@@ -20,7 +21,7 @@ class StackBuilder {
   StackBuilder(Symbolizer& symbolizer, TraceWriter& writer) : symbolizer_(symbolizer), writer_(writer) {}
 
   void add_module(uint64_t bias, uint64_t start, uint64_t end, std::string path);
-  void add_code(uint64_t code, std::string name, std::string file);
+  void add_code(CodeDescription code);
   // The trace's stack id for these frames; 0 for none.
   uint64_t intern(const uint64_t* native, size_t native_count, const uint64_t* python, size_t python_count,
                   uint8_t python_state, bool truncated);
@@ -35,12 +36,13 @@ class StackBuilder {
     std::string path;
   };
   const Native& native_frame(uint64_t address);
-  uint64_t python_frame(uint64_t code, uint64_t line);
+  // The frame of code CODE at instruction byte OFFSET (its line, for code described by lines).
+  uint64_t python_frame(uint64_t code, uint64_t offset);
 
   Symbolizer& symbolizer_;
   TraceWriter& writer_;
-  std::map<uint64_t, Module> modules_;  // by start address; a later report replaces an overlap
-  std::unordered_map<uint64_t, std::pair<std::string, std::string>> code_;  // name, file
+  std::map<uint64_t, Module> modules_;                  // by start address; a later report replaces an overlap
+  std::unordered_map<uint64_t, CodeDescription> code_;  // by id
   std::unordered_map<uint64_t, Native> natives_;
   std::map<std::pair<uint64_t, uint64_t>, uint64_t> pythons_;
   std::unordered_map<std::string, uint64_t> stacks_;  // raw stack bytes -> stack id

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+
 namespace memtrace {
 
 namespace {
@@ -197,8 +199,11 @@ void TracedProcess::on_module(uint64_t bias, uint64_t start, uint64_t end, std::
   stacks_.add_module(bias, start, end, std::move(path));
 }
 
-void TracedProcess::on_code(uint64_t code, std::string name, std::string file) {
-  stacks_.add_code(code, std::move(name), std::move(file));
+void TracedProcess::on_code(CodeDescription code) { stacks_.add_code(std::move(code)); }
+
+void TracedProcess::on_notice(std::string text) {
+  if (notices_.size() < 16 && std::find(notices_.begin(), notices_.end(), text) == notices_.end())
+    notices_.push_back(std::move(text));
 }
 
 void TracedProcess::on_device(int32_t ordinal, std::string name, uint64_t total_bytes, const uint8_t (&uuid)[16]) {
@@ -226,7 +231,8 @@ void TracedProcess::ended_in_worker() {
   in_flight_.clear();
 }
 
-void TracedProcess::finish_in_worker(const Work& work) {
+void TracedProcess::finish_in_worker(Work& work) {
+  for (const std::string& notice : notices_) work.footer.add_notices(notice);
   writer_->finish(work.footer);
   snapshots_.finish(work.exit_status, replay_);
   summary_.finish(report_);
@@ -241,6 +247,7 @@ void TracedProcess::finish_in_worker(const Work& work) {
   report_.end_time_ns = work.footer.end_ns();
   report_.complete = !writer_->failed();
   report_.problem = writer_->error();
+  report_.notices = notices_;
 }
 
 }  // namespace memtrace

@@ -82,15 +82,16 @@ class TracedProcess : private RecordSink {
   void work_loop();
   void handle(Work& work);
   void ended_in_worker();
-  void finish_in_worker(const Work& work);
+  void finish_in_worker(Work& work);
 
   void record(const RingEvent& raw);
   void on_event(RingEvent& event, const uint64_t* native, size_t native_count, const uint64_t* python,
                 size_t python_count, std::string_view name) override;
   void on_module(uint64_t bias, uint64_t start, uint64_t end, std::string path) override;
-  void on_code(uint64_t code, std::string name, std::string file) override;
+  void on_code(CodeDescription code) override;
   void on_device(int32_t ordinal, std::string name, uint64_t total_bytes, const uint8_t (&uuid)[16]) override;
   void on_started(uint32_t tid, uint16_t api, uint64_t t_ns) override;
+  void on_notice(std::string text) override;
 
   // The main thread's.
   int pid_;
@@ -115,6 +116,7 @@ class TracedProcess : private RecordSink {
   StackBuilder stacks_;
   // Calls started and not yet recorded, by thread (a thread makes one recorded call at a time).
   std::unordered_map<uint32_t, std::pair<uint16_t, uint64_t>> in_flight_;
+  std::vector<std::string> notices_;  // for the footer, each once
   uint64_t last_t_ = 0;
   Replay replay_;
   ReportBuilder summary_;

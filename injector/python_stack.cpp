@@ -1,14 +1,31 @@
-// Python frames of the allocating thread, through CPython's C API found with dlsym at run time
-// (memtrace links no libpython). Works on CPython 3.9 to 3.13. Only a thread that holds the GIL
-// may walk its frames; others are marked as such.
+// Python frames of the allocating thread, whether or not it holds the GIL (PyTorch releases it
+// around every op, ctypes.CDLL around every call). memtrace links no libpython: the interpreter
+// is found with dlsym at run time, its version read once, and its frames read from its own
+// structures (python_reader.h) by the offsets of its version (python_layout.h). Those offsets
+// are checked once against the interpreter's C API, from a thread that holds the GIL (the
+// Python shim asks at start-up: memtrace_python_ready), before any frame is read that way. Until
+// then, and on an interpreter whose layout memtrace does not know, a thread's frames are taken
+// through the C API when it holds the GIL, and marked unknown when it does not; one notice in
+// the trace says so.
+//
+// Code objects get ids of their own: one that dies and leaves its address to another gets a new
+// id, and each id is described once (names, first line, line table), so the injector records
+// only (code id, instruction offset) per frame and the collector computes the lines.
 #include <dlfcn.h>
+#include <pthread.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
+#include "interpose.h"
 #include "memtrace/ring/protocol.h"
+#include "python_reader.h"
 #include "session.h"
 #include "stack_capture.h"
 
@@ -20,18 +37,24 @@ using Object = void;
 struct PythonApi {
   int (*is_initialized)() = nullptr;
   int (*gil_check)() = nullptr;
+  Object* (*this_thread_state)() = nullptr;             // PyGILState_GetThisThreadState: needs no GIL
   Object* (*current_frame)() = nullptr;                 // PyEval_GetFrame: borrowed
   Object* (*frame_back)(Object*) = nullptr;             // PyFrame_GetBack: new reference
   Object* (*frame_code)(Object*) = nullptr;             // PyFrame_GetCode: new reference
   int (*frame_line)(Object*) = nullptr;                 // PyFrame_GetLineNumber
+  void (*incref)(Object*) = nullptr;                    // Py_IncRef
   void (*decref)(Object*) = nullptr;                    // Py_DecRef
   Object* (*get_attr)(Object*, const char*) = nullptr;  // PyObject_GetAttrString: new reference
   const char* (*utf8)(Object*) = nullptr;               // PyUnicode_AsUTF8
   void (*err_fetch)(Object**, Object**, Object**) = nullptr;
   void (*err_restore)(Object*, Object*, Object*) = nullptr;
+  const char* (*version)() = nullptr;  // Py_GetVersion: "3.12.1 (main, ...)"
+  uint64_t code_type = 0;              // &PyCode_Type
+  const void* runtime = nullptr;       // &_PyRuntime (3.13: starts with _Py_DebugOffsets)
+  int minor = 0;
   bool complete() const {
-    return is_initialized && gil_check && current_frame && frame_back && frame_code && frame_line && decref &&
-           get_attr && utf8 && err_fetch && err_restore;
+    return is_initialized && gil_check && this_thread_state && current_frame && frame_back && frame_code &&
+           frame_line && incref && decref && get_attr && utf8 && err_fetch && err_restore && version && code_type;
   }
 };
 
@@ -43,31 +66,104 @@ void find(Fn& fn, const char* name) {
 // A program without Python is asked again only when modules were loaded since (an embedding
 // program may load Python after its first CUDA call); dlsym on every allocation would be slow.
 std::atomic<bool> g_look_again{true};
+std::atomic<const PythonApi*> g_api{nullptr};
+std::mutex g_api_mutex;  // taken only to find the interpreter
 
 const PythonApi* python_api() {
-  static PythonApi api;
-  static bool found = false;
-  if (found) return &api;
+  if (const PythonApi* api = g_api.load(std::memory_order_acquire)) return api;
   if (!g_look_again.exchange(false, std::memory_order_relaxed)) return nullptr;
-  find(api.is_initialized, "Py_IsInitialized");
-  if (!api.is_initialized) return nullptr;
-  find(api.gil_check, "PyGILState_Check");
-  find(api.current_frame, "PyEval_GetFrame");
-  find(api.frame_back, "PyFrame_GetBack");
-  find(api.frame_code, "PyFrame_GetCode");
-  find(api.frame_line, "PyFrame_GetLineNumber");
-  find(api.decref, "Py_DecRef");
-  find(api.get_attr, "PyObject_GetAttrString");
-  find(api.utf8, "PyUnicode_AsUTF8");
-  find(api.err_fetch, "PyErr_Fetch");
-  find(api.err_restore, "PyErr_Restore");
-  found = api.complete();  // Python older than 3.9 lacks PyFrame_GetCode: no Python frames
-  return found ? &api : nullptr;
+  std::lock_guard lock(g_api_mutex);
+  if (const PythonApi* api = g_api.load(std::memory_order_acquire)) return api;
+  auto* api = new PythonApi;
+  find(api->is_initialized, "Py_IsInitialized");
+  find(api->gil_check, "PyGILState_Check");
+  find(api->this_thread_state, "PyGILState_GetThisThreadState");
+  find(api->current_frame, "PyEval_GetFrame");
+  find(api->frame_back, "PyFrame_GetBack");
+  find(api->frame_code, "PyFrame_GetCode");
+  find(api->frame_line, "PyFrame_GetLineNumber");
+  find(api->incref, "Py_IncRef");
+  find(api->decref, "Py_DecRef");
+  find(api->get_attr, "PyObject_GetAttrString");
+  find(api->utf8, "PyUnicode_AsUTF8");
+  find(api->err_fetch, "PyErr_Fetch");
+  find(api->err_restore, "PyErr_Restore");
+  find(api->version, "Py_GetVersion");
+  api->code_type = reinterpret_cast<uint64_t>(::dlsym(RTLD_DEFAULT, "PyCode_Type"));
+  api->runtime = ::dlsym(RTLD_DEFAULT, "_PyRuntime");
+  if (!api->complete()) {  // no Python, or older than 3.9 (no PyFrame_GetCode): no Python frames
+    delete api;
+    return nullptr;
+  }
+  const char* v = api->version();
+  api->minor = v && v[0] == '3' && v[1] == '.' ? std::atoi(v + 2) : 0;
+  g_api.store(api, std::memory_order_release);
+  return api;
 }
 
-// Code objects already described to the collector. Only touched with the GIL held. Each stays
-// referenced, so its address never names another code object.
-std::unordered_set<uint64_t>* g_described = nullptr;
+// How this process's Python frames are read: not decided yet, from the interpreter's structures
+// (checked), or through the C API alone (with the GIL).
+enum Reading : int { kUndecided, kDirect, kApiOnly };
+std::atomic<int> g_reading{kUndecided};
+PythonLayout g_layout;  // written once, before g_reading turns kDirect
+
+// Code ids, and the code objects described to the collector: by address, with what tells one
+// code object from the next at that address. Under a lock held across fork (a child gets it
+// free), and across the description's publication, so that no event names an id before the
+// record describing it is in the ring.
+struct KnownCode {
+  uint64_t fingerprint;
+  uint64_t id;
+};
+std::mutex g_codes_mutex;
+std::unordered_map<uint64_t, KnownCode>* g_codes = new std::unordered_map<uint64_t, KnownCode>();
+std::atomic<uint64_t> g_next_code_id{1};
+std::atomic<uint64_t> g_codes_generation{1};  // a new collector (fork) has seen no description
+
+// A per-thread cache in front of the table: the same few code objects come in every stack.
+struct CachedCode {
+  uint64_t address = 0, fingerprint = 0, id = 0, generation = 0;
+};
+constexpr size_t kCacheSlots = 256;
+thread_local CachedCode t_code_cache[kCacheSlots];
+
+__attribute__((constructor)) void hold_codes_across_fork() {
+  ::pthread_atfork([] { g_codes_mutex.lock(); }, [] { g_codes_mutex.unlock(); }, [] { g_codes_mutex.unlock(); });
+}
+
+// Line tables larger than this are cut (lines past the cut read as the function's first line):
+// a description must fit one ring record.
+constexpr size_t kMaxTableBytes = 24 << 10;
+
+uint64_t fingerprint(const CodeFields& c) {
+  return c.linetable * 0x9E3779B97F4A7C15ull ^ c.filename * 31 ^ c.name ^ (static_cast<uint64_t>(c.first_line) << 40);
+}
+
+// The id of the code object at CODE, described to the collector the first time it is seen.
+uint64_t code_id(uint64_t code) {
+  const PythonLayout& l = g_layout;
+  DirectMemory m;
+  CodeFields fields;
+  if (!read_code(l, m, code, fields)) return 0;
+  const uint64_t print = fingerprint(fields), generation = g_codes_generation.load(std::memory_order_relaxed);
+  CachedCode& cached = t_code_cache[(code >> 4) & (kCacheSlots - 1)];
+  if (cached.address == code && cached.fingerprint == print && cached.generation == generation) return cached.id;
+
+  std::lock_guard lock(g_codes_mutex);
+  auto [it, fresh] = g_codes->try_emplace(code, KnownCode{print, 0});
+  if (fresh || it->second.fingerprint != print) {  // new, or another code object at a dead one's address
+    it->second = KnownCode{print, g_next_code_id.fetch_add(1, std::memory_order_relaxed)};
+    std::string table = read_bytes(l, m, fields.linetable, kMaxTableBytes);
+    publish_code(it->second.id, read_text(l, m, fields.name), read_text(l, m, fields.filename), fields.first_line,
+                 static_cast<uint8_t>(l.line_table), table);
+  }
+  cached = CachedCode{code, print, it->second.id, generation};
+  return it->second.id;
+}
+
+// Through the C API, with the GIL: code objects are kept referenced (their address then names
+// them for good), described by their attributes, and frames give their lines.
+std::unordered_set<uint64_t>* g_described_by_api = nullptr;
 
 std::string attribute_text(const PythonApi& py, Object* code, const char* name) {
   Object* value = py.get_attr(code, name);
@@ -78,50 +174,126 @@ std::string attribute_text(const PythonApi& py, Object* code, const char* name) 
   return result;
 }
 
-// Sends the collector the names of CODE (a new reference we keep).
-void describe(const PythonApi& py, Object* code) {
+void describe_by_api(const PythonApi& py, Object* code) {
   Object *type, *value, *traceback;
   py.err_fetch(&type, &value, &traceback);                     // leave the program's pending exception alone
   std::string name = attribute_text(py, code, "co_qualname");  // 3.11+
   if (name.empty()) name = attribute_text(py, code, "co_name");
   std::string file = attribute_text(py, code, "co_filename");
   py.err_restore(type, value, traceback);
-  publish_code(reinterpret_cast<uint64_t>(code), name, file);
+  publish_code(reinterpret_cast<uint64_t>(code), name, file, 0, static_cast<uint8_t>(python::LineTable::kLines), {});
+}
+
+// The frames through the C API: (code object, line) pairs. With DESCRIBE, each code object is
+// described once and kept; without, nothing is published (the layout check).
+int api_frames(const PythonApi& py, int max_frames, uint64_t* pairs, bool describe) {
+  if (describe && !g_described_by_api) g_described_by_api = new std::unordered_set<uint64_t>;
+  int count = 0;
+  Object* frame = py.current_frame();
+  bool owned = false;  // the first frame is borrowed, the ones PyFrame_GetBack gives are ours
+  while (frame && count < max_frames) {
+    Object* code = py.frame_code(frame);
+    pairs[2 * count] = reinterpret_cast<uint64_t>(code);
+    pairs[2 * count + 1] = static_cast<uint64_t>(py.frame_line(frame));
+    ++count;
+    if (describe && g_described_by_api->insert(reinterpret_cast<uint64_t>(code)).second)
+      describe_by_api(py, code);  // the new reference stays: the address names this code for good
+    else
+      py.decref(code);
+    Object* back = py.frame_back(frame);
+    if (owned) py.decref(frame);
+    frame = back;
+    owned = true;
+  }
+  if (owned && frame) py.decref(frame);
+  return count;
+}
+
+// Checks, once, with the GIL held, that reading the interpreter's structures gives exactly the
+// frames, lines and names the C API gives; decides how frames are read from then on.
+void decide_reading(const PythonApi& py) {
+  int expected = kUndecided;
+  if (g_reading.load(std::memory_order_acquire) != kUndecided) return;
+  std::optional<PythonLayout> layout = python_layout(py.minor, py.runtime);
+  bool ok = false;
+  std::string why;
+  if (!layout) {
+    why = "Python 3." + std::to_string(py.minor) + " is not a version memtrace reads frames of";
+  } else {
+    CheckedMemory m;
+    uint64_t by_api[2 * 64];
+    PythonFrame direct[64];
+    int n_api = api_frames(py, 64, by_api, false);
+    int n_direct =
+        m.ok() ? read_frames(*layout, m, reinterpret_cast<uint64_t>(py.this_thread_state()), py.code_type, direct, 64)
+               : -1;
+    ok = n_api > 0 && n_api == n_direct;
+    for (int i = 0; ok && i < n_api; ++i) {
+      CodeFields c;
+      ok = direct[i].code == by_api[2 * i] && read_code(*layout, m, direct[i].code, c);
+      if (!ok) break;
+      std::string table = read_bytes(*layout, m, c.linetable, 1 << 20);
+      int line = python::line_of(layout->line_table, c.first_line, reinterpret_cast<const uint8_t*>(table.data()),
+                                 table.size(), static_cast<int>(direct[i].offset));
+      auto* code = reinterpret_cast<Object*>(direct[i].code);
+      std::string name = attribute_text(py, code, layout->code_qualname != kAbsent ? "co_qualname" : "co_name");
+      ok = line == static_cast<int>(by_api[2 * i + 1]) && read_text(*layout, m, c.name) == name &&
+           read_text(*layout, m, c.filename) == attribute_text(py, code, "co_filename");
+    }
+    if (!ok) why = "memtrace could not read the frames of this Python 3." + std::to_string(py.minor) + " build";
+  }
+  if (ok) g_layout = *layout;
+  if (!g_reading.compare_exchange_strong(expected, ok ? kDirect : kApiOnly, std::memory_order_acq_rel)) return;
+  if (!ok) publish_notice(why + ": Python frames are recorded only for threads that hold the GIL.");
 }
 
 }  // namespace
 
-void forget_described_code() { g_described = nullptr; }  // the references stay: they are harmless
+void forget_described_code() {
+  g_codes = new std::unordered_map<uint64_t, KnownCode>();  // the old one may be mid-change: left behind
+  g_codes_generation.fetch_add(1, std::memory_order_relaxed);
+  g_described_by_api = nullptr;  // the references stay: they are harmless
+}
 
 void look_for_python_again() { g_look_again.store(true, std::memory_order_relaxed); }
 
 void capture_python(int max_frames, StackCapture& stack) {
   const PythonApi* py = python_api();
   if (!py || !py->is_initialized()) return;
+  int reading = g_reading.load(std::memory_order_acquire);
+  if (reading == kUndecided && py->gil_check()) {
+    decide_reading(*py);
+    reading = g_reading.load(std::memory_order_acquire);
+  }
+  if (reading == kDirect) {
+    PythonFrame frames[kMaxPythonFrames];
+    int n = read_frames(g_layout, DirectMemory(), reinterpret_cast<uint64_t>(py->this_thread_state()), py->code_type,
+                        frames, max_frames);
+    for (int i = 0; i < n; ++i) {
+      uint64_t id = code_id(frames[i].code);
+      if (!id) continue;
+      stack.python[2 * stack.python_count] = id;
+      stack.python[2 * stack.python_count + 1] = static_cast<uint64_t>(frames[i].offset);
+      ++stack.python_count;
+    }
+    stack.python_state = stack.python_count ? ring::kPythonFrames : ring::kPythonNoFrames;
+    return;
+  }
   if (!py->gil_check()) {
     stack.python_state = ring::kPythonNoGil;
     return;
   }
   stack.python_state = ring::kPythonFrames;
-  if (!g_described) g_described = new std::unordered_set<uint64_t>;
-  Object* frame = py->current_frame();
-  bool owned = false;  // the first frame is borrowed, the ones PyFrame_GetBack gives are ours
-  while (frame && stack.python_count < max_frames) {
-    Object* code = py->frame_code(frame);
-    uint64_t id = reinterpret_cast<uint64_t>(code);
-    stack.python[2 * stack.python_count] = id;
-    stack.python[2 * stack.python_count + 1] = static_cast<uint64_t>(py->frame_line(frame));
-    ++stack.python_count;
-    if (g_described->insert(id).second)
-      describe(*py, code);
-    else
-      py->decref(code);
-    Object* back = py->frame_back(frame);
-    if (owned) py->decref(frame);
-    frame = back;
-    owned = true;
-  }
-  if (owned && frame) py->decref(frame);
+  stack.python_count = static_cast<uint16_t>(api_frames(*py, max_frames, stack.python, true));
 }
 
 }  // namespace memtrace::inject
+
+using namespace memtrace::inject;
+
+// The Python shim calls this at start-up, holding the GIL (ctypes.PyDLL), so that the frames of
+// threads that do not hold it can be read from the first allocation on.
+MEMTRACE_EXPORT int memtrace_python_ready() {
+  if (const PythonApi* py = python_api(); py && py->gil_check()) decide_reading(*py);
+  return g_reading.load(std::memory_order_acquire) == kDirect;
+}

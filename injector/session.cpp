@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 
 #include "interpose.h"
@@ -123,11 +124,10 @@ bool deliver(uint32_t type, const void* first, const void* payload, size_t bytes
 
 // Module and code descriptions: dropped silently if the ring stays full (the frames that need
 // them then show addresses only); they never hold the program up longer than an event would.
-void publish_description(uint32_t type, const void* first, std::string_view a, std::string_view b) {
+void publish_description(uint32_t type, const void* first, std::initializer_list<std::string_view> parts) {
   if (g_state.load(std::memory_order_acquire) != kActive) return;
   std::string payload;
-  payload.reserve(a.size() + b.size());
-  payload.append(a).append(b);
+  for (std::string_view part : parts) payload.append(part);
   deliver(type, first, payload.data(), payload.size());
 }
 
@@ -163,16 +163,26 @@ void describe_devices_once(uint64_t caller) {
   std::string payload;
   ring::DevicesRecord rec{};
   bool ok = query_devices(caller, payload, rec.count);
-  if (ok) publish_description(ring::kSlotDevices, &rec, payload, {});
+  if (ok) publish_description(ring::kSlotDevices, &rec, {payload});
   g_devices_described.store(ok ? kDescribed : kNotDescribed, std::memory_order_release);
 }
 
-void publish_code(uint64_t code, std::string_view name, std::string_view file) {
+void publish_code(uint64_t id, std::string_view name, std::string_view file, int32_t first_line, uint8_t table_format,
+                  std::string_view table) {
   ring::CodeRecord rec{};
   rec.name_bytes = static_cast<uint32_t>(name.size());
-  rec.code = code;
+  rec.code = id;
   rec.file_bytes = static_cast<uint32_t>(file.size());
-  publish_description(ring::kSlotCode, &rec, name, file);
+  rec.first_line = first_line;
+  rec.table_format = table_format;
+  rec.table_bytes = static_cast<uint32_t>(table.size());
+  publish_description(ring::kSlotCode, &rec, {name, file, table});
+}
+
+void publish_notice(std::string_view text) {
+  ring::NoticeRecord rec{};
+  rec.text_bytes = static_cast<uint32_t>(text.size());
+  publish_description(ring::kSlotNotice, &rec, {text});
 }
 
 void publish_module(uint64_t bias, uint64_t start, uint64_t end, std::string_view path) {
@@ -181,7 +191,7 @@ void publish_module(uint64_t bias, uint64_t start, uint64_t end, std::string_vie
   rec.bias = bias;
   rec.start = start;
   rec.end = end;
-  publish_description(ring::kSlotModule, &rec, path, {});
+  publish_description(ring::kSlotModule, &rec, {path});
 }
 
 const StackOptions& stack_options() { return g_stack_options; }

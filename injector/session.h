@@ -27,7 +27,12 @@ void publish_started(Api api, uint64_t caller);
 void publish(const Event& event, uint64_t seq, const StackCapture* stack, std::string_view name = {});
 
 // Describes a Python code object (python_stack.cpp) and the loaded modules (modules.cpp).
-void publish_code(uint64_t code, std::string_view name, std::string_view file);
+// A Python code object under id ID: its (qualified) name, file, first line, and line table
+// (python::LineTable TABLE_FORMAT).
+void publish_code(uint64_t id, std::string_view name, std::string_view file, int32_t first_line, uint8_t table_format,
+                  std::string_view table);
+// One sentence for the trace: something about this process's recording the user should know.
+void publish_notice(std::string_view text);
 void publish_module(uint64_t bias, uint64_t start, uint64_t end, std::string_view path);
 
 // Free and total bytes of the current context's device, right after an allocation failed for

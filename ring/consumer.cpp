@@ -37,14 +37,29 @@ bool RingConsumer::deliver(const unsigned char* first, uint32_t slots, uint64_t 
     }
     case ring::kSlotCode: {
       const auto* rec = reinterpret_cast<const ring::CodeRecord*>(first);
-      if (size_t(rec->name_bytes) + rec->file_bytes > available) return false;
+      if (size_t(rec->name_bytes) + rec->file_bytes + rec->table_bytes > available ||
+          rec->table_format > static_cast<uint8_t>(python::LineTable::kLocations))
+        return false;
       const char* text = reinterpret_cast<const char*>(words);
-      sink.on_code(rec->code, std::string(text, rec->name_bytes), std::string(text + rec->name_bytes, rec->file_bytes));
+      CodeDescription code;
+      code.id = rec->code;
+      code.name.assign(text, rec->name_bytes);
+      code.file.assign(text + rec->name_bytes, rec->file_bytes);
+      code.first_line = rec->first_line;
+      code.format = static_cast<python::LineTable>(rec->table_format);
+      code.table.assign(text + rec->name_bytes + rec->file_bytes, rec->table_bytes);
+      sink.on_code(std::move(code));
       return true;
     }
     case ring::kSlotStarted: {
       const auto* rec = reinterpret_cast<const ring::StartedRecord*>(first);
       sink.on_started(rec->tid, rec->api, rec->t_ns);
+      return true;
+    }
+    case ring::kSlotNotice: {
+      const auto* rec = reinterpret_cast<const ring::NoticeRecord*>(first);
+      if (rec->text_bytes > available) return false;
+      sink.on_notice(std::string(reinterpret_cast<const char*>(words), rec->text_bytes));
       return true;
     }
     case ring::kSlotDevices: {
@@ -82,7 +97,7 @@ size_t RingConsumer::drain(RecordSink& sink, bool producer_gone) {
     uint32_t s = state->load(std::memory_order_acquire);
     uint32_t type = ring::state_type(s), n = ring::state_slots(s);
     bool record = type == ring::kSlotEvent || type == ring::kSlotModule || type == ring::kSlotCode ||
-                  type == ring::kSlotDevices || type == ring::kSlotStarted;
+                  type == ring::kSlotDevices || type == ring::kSlotStarted || type == ring::kSlotNotice;
     if (record && n >= 1 && n <= head - tail) {
       std::memcpy(first, ring::slot_at(ring_, tail), ring::kSlotBytes);
       if (!deliver(first, n, tail, sink))

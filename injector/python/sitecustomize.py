@@ -1,5 +1,9 @@
 """memtrace's Python shim, put on PYTHONPATH by `memtrace run`.
 
+At start-up, holding the GIL, it lets memtrace's injector check that it reads this interpreter's
+frames right, so that the frames of threads that release the GIL (as PyTorch does around every
+op) are recorded from the first allocation on.
+
 ctypes looks functions up in the library it opened (dlsym on that handle), which skips the
 interposers memtrace preloads. For the CUDA libraries, this shim looks an allocation function up
 in the global scope first and takes it when it is memtrace's own interposer, which then calls the
@@ -70,6 +74,14 @@ def _route_cuda_lookups():
     ctypes.CDLL.__getitem__ = __getitem__
 
 
+def _check_frames():
+    try:
+        import ctypes
+        ctypes.PyDLL(None).memtrace_python_ready()  # PyDLL: called with the GIL held
+    except (ImportError, AttributeError, OSError):
+        pass  # no injector in this process (a program memtrace does not trace)
+
+
 def _load_next_sitecustomize():
     import importlib.machinery
     import importlib.util
@@ -86,4 +98,5 @@ def _load_next_sitecustomize():
 
 
 _route_cuda_lookups()
+_check_frames()
 _load_next_sitecustomize()

@@ -24,9 +24,10 @@ struct Collected : RecordSink {
     events.push_back(e);
   }
   void on_module(uint64_t, uint64_t, uint64_t, std::string) override {}
-  void on_code(uint64_t, std::string, std::string) override {}
+  void on_code(CodeDescription) override {}
   void on_device(int32_t, std::string, uint64_t, const uint8_t (&)[16]) override {}
   void on_started(uint32_t, uint16_t, uint64_t) override {}
+  void on_notice(std::string) override {}
 };
 
 // The injector's producer and the collector's consumer on one memfd, in one process.

@@ -126,8 +126,9 @@ TEST_F(StackBuilderTest, PythonFramesStandWhereTheEvaluationLoopStood) {
   uint64_t inner = outer_call(), loop = _PyEval_EvalFrameDefault_probe();
   Module m = module_of(inner);
   builder_->add_module(m.bias, std::min(inner, loop) - 0x1000, std::max(inner, loop) + 0x1000, m.path);
-  builder_->add_code(0xC0DE1, "forward", "model.py");
-  builder_->add_code(0xC0DE2, "train_step", "train.py");
+  // Described by lines (frames taken through the C API): the second word of a pair is the line.
+  builder_->add_code({0xC0DE1, "forward", "model.py", 50, python::LineTable::kLines, ""});
+  builder_->add_code({0xC0DE2, "train_step", "train.py", 10, python::LineTable::kLines, ""});
   const uint64_t native[] = {inner, loop};
   const uint64_t python[] = {0xC0DE1, 57, 0xC0DE2, 12};  // innermost first
   uint64_t id = builder_->intern(native, 2, python, 2, ring::kPythonFrames, false);

@@ -70,8 +70,9 @@ struct ProcessReport {
   std::string problem;   // why the trace was read only in part
   uint64_t events = 0;
   uint64_t dropped_events = 0;
-  uint64_t longest_wait_ns = 0;  // the longest the program waited for memtrace (room in its ring)
-  uint64_t captured_events = 0;  // stream-ordered calls made while capturing a CUDA graph
+  uint64_t longest_wait_ns = 0;      // the longest the program waited for memtrace (room in its ring)
+  std::vector<std::string> notices;  // about the recording, a sentence each
+  uint64_t captured_events = 0;      // stream-ordered calls made while capturing a CUDA graph
   uint64_t incomplete_records = 0;
   uint64_t unmatched_frees = 0;
   uint64_t pinned_host_peak_bytes = 0;

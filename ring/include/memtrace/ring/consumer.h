@@ -7,11 +7,21 @@
 #include <vector>
 
 #include "memtrace/ring/protocol.h"
+#include "memtrace/ring/python_lines.h"
 
 namespace memtrace {
 
 // An event copied out of shared memory, so the producer can reuse its slots: the event as the
 // injector recorded it, its place in the order, and what its stack's frames are.
+// A Python code object as the injector described it.
+struct CodeDescription {
+  uint64_t id = 0;
+  std::string name, file;
+  int32_t first_line = 0;
+  python::LineTable format = python::LineTable::kLines;
+  std::string table;  // its line table, in FORMAT
+};
+
 struct RingEvent {
   uint64_t seq = 0;
   uint8_t python_state = 0;  // ring::PythonState
@@ -28,9 +38,10 @@ class RecordSink {
   virtual void on_event(RingEvent& event, const uint64_t* native, size_t native_count, const uint64_t* python,
                         size_t python_count, std::string_view name) = 0;
   virtual void on_module(uint64_t bias, uint64_t start, uint64_t end, std::string path) = 0;
-  virtual void on_code(uint64_t code, std::string name, std::string file) = 0;
+  virtual void on_code(CodeDescription code) = 0;
   virtual void on_device(int32_t ordinal, std::string name, uint64_t total_bytes, const uint8_t (&uuid)[16]) = 0;
   virtual void on_started(uint32_t tid, uint16_t api, uint64_t t_ns) = 0;
+  virtual void on_notice(std::string text) = 0;
 };
 
 class RingConsumer {

@@ -31,7 +31,7 @@
 namespace memtrace::ring {
 
 inline constexpr uint64_t kMagic = 0x31474e495254454dull;  // "METRING1"
-inline constexpr uint32_t kVersion = 3;
+inline constexpr uint32_t kVersion = 4;
 inline constexpr size_t kSlotBytes = 128;
 inline constexpr size_t kHeaderBytes = 4096;
 inline constexpr size_t kDefaultDataBytes = 8u << 20;
@@ -45,6 +45,7 @@ inline constexpr uint32_t kSlotModule = 0x4D;        // a loaded module's execut
 inline constexpr uint32_t kSlotCode = 0x50;          // a Python code object's names
 inline constexpr uint32_t kSlotDevices = 0x44;       // the process's CUDA devices
 inline constexpr uint32_t kSlotStarted = 0x53;       // a thread entered a recorded call
+inline constexpr uint32_t kSlotNotice = 0x4E;        // a sentence about the recording, for the trace
 inline constexpr uint32_t kSlotContinuation = 0x43;  // a later slot of a multi-slot record
 inline constexpr size_t kContinuationBytes = kSlotBytes - 8;
 inline constexpr uint32_t kMaxSlots = 255;
@@ -78,16 +79,18 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t
 
 // What an event's Python frames are.
 enum PythonState : uint8_t {
-  kNoPython = 0,      // no Python interpreter in the process (or Python stacks are off)
-  kPythonFrames = 1,  // the thread held the GIL: its Python frames follow
-  kPythonNoGil = 2,   // Python runs, but this thread did not hold the GIL: frames unknown
+  kNoPython = 0,        // no Python interpreter in the process (or Python stacks are off)
+  kPythonFrames = 1,    // the thread's Python frames follow
+  kPythonNoGil = 2,     // Python runs, but this thread did not hold the GIL and its frames could
+                        // not be read (an interpreter whose layout memtrace does not know)
+  kPythonNoFrames = 3,  // Python runs, and this thread runs no Python code (a native thread)
 };
 
 // One event: the Event as the injector recorded it (t_ns on CLOCK_MONOTONIC; its stack and its
 // name's string id are the collector's to fill), its place in the order, and what its payload
-// holds: native_frames return addresses (innermost first), then python_frames pairs of (code
-// object, line number), innermost first, then name_bytes of a name (NVTX marks and ranges: the
-// message; not NUL-terminated).
+// holds: native_frames return addresses (innermost first), then python_frames pairs of (code id,
+// instruction byte offset; or the line, for code described with LineTable::kLines), innermost
+// first, then name_bytes of a name (NVTX marks and ranges: the message; not NUL-terminated).
 inline constexpr size_t kMaxNameBytes = 1024;
 struct EventRecord {
   std::atomic<uint32_t> state;
@@ -113,15 +116,18 @@ struct ModuleRecord {
 };
 static_assert(sizeof(ModuleRecord) == kSlotBytes);
 
-// A Python code object seen in a stack for the first time. Payload: its (qualified) name, then
-// its file name.
+// A Python code object seen in a stack for the first time, under an id of its own (a code object
+// that dies and leaves its address to another gets another id). Payload: its (qualified) name,
+// its file name, then its line table (python_lines.h) of table_bytes.
 struct CodeRecord {
   std::atomic<uint32_t> state;
   uint32_t name_bytes;
-  uint64_t code;
+  uint64_t code;  // the id
   uint32_t file_bytes;
-  uint32_t first_line;
-  uint8_t reserved[104];
+  int32_t first_line;
+  uint32_t table_bytes;
+  uint8_t table_format;  // python::LineTable
+  uint8_t reserved[99];
 };
 static_assert(sizeof(CodeRecord) == kSlotBytes);
 
@@ -138,6 +144,15 @@ struct StartedRecord {
   uint8_t reserved[96];
 };
 static_assert(sizeof(StartedRecord) == kSlotBytes);
+
+// Something about the recording the user should know (Python frames that cannot be read, ...).
+// Payload: the sentence.
+struct NoticeRecord {
+  std::atomic<uint32_t> state;
+  uint32_t text_bytes;
+  uint8_t reserved[120];
+};
+static_assert(sizeof(NoticeRecord) == kSlotBytes);
 
 // The devices the process sees, sent once after its first successful call. Payload: per
 // device a DeviceEntry, then name_bytes of its name.

@@ -1,0 +1,49 @@
+// Where CPython keeps a thread's frames, per minor version: the offsets memtrace reads the
+// interpreter's structures at, without the GIL, to take the Python frames of a thread that
+// released it (as PyTorch does around every op). 3.9 and 3.10 chain PyFrameObjects; 3.11 and
+// 3.12 chain _PyInterpreterFrames from the thread's _PyCFrame; 3.13 publishes its own offsets
+// (_Py_DebugOffsets, at the start of _PyRuntime), which are read from the running interpreter.
+// tests/python/layout_check.c prints these from each installed interpreter's headers; a test
+// holds the table to it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+
+#include "memtrace/ring/python_lines.h"
+
+namespace memtrace::inject {
+
+inline constexpr ptrdiff_t kAbsent = -1;
+
+struct PythonLayout {
+  int minor = 0;  // 3.MINOR
+  // PyThreadState -> the innermost frame: at tstate_frame, or (3.11, 3.12) a _PyCFrame pointer at
+  // tstate_frame whose current_frame is at cframe_current_frame.
+  size_t tstate_frame = 0;
+  ptrdiff_t cframe_current_frame = kAbsent;
+  // A frame: the next outer one, its code object, and where it stands: f_lasti, an int (3.9:
+  // bytes; 3.10: code units), or (3.11+) a pointer into the code's instructions.
+  size_t frame_back = 0, frame_code = 0, frame_instr = 0;
+  bool instr_is_pointer = false;
+  bool lasti_in_code_units = false;
+  ptrdiff_t frame_owner = kAbsent;  // 3.11+: a char; generator-owned frames, C-stack shims
+  // A code object.
+  size_t code_filename = 0, code_name = 0, code_firstlineno = 0, code_linetable = 0;
+  ptrdiff_t code_qualname = kAbsent;        // 3.11+
+  ptrdiff_t code_adaptive = kAbsent;        // 3.11+: the instructions
+  ptrdiff_t code_firsttraceable = kAbsent;  // 3.11+: an int, in code units
+  python::LineTable line_table = python::LineTable::kLines;
+  // Objects.
+  size_t ob_type = 8;
+  size_t unicode_state = 32, ascii_size = 0, compact_size = 0, compact_utf8 = 0, compact_utf8_length = 0;
+  size_t bytes_size = 16, bytes_data = 32;
+};
+
+// The layout of CPython 3.MINOR (release builds, x86-64); for 3.13, from the interpreter's own
+// _Py_DebugOffsets at RUNTIME (the address of _PyRuntime). None for a version memtrace does not
+// know.
+std::optional<PythonLayout> python_layout(int minor, const void* runtime);
+
+}  // namespace memtrace::inject
