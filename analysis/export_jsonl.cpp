@@ -31,6 +31,7 @@ struct Source {
       uint32_t flags = stacks->flags(stack_id);
       if (flags & pb::STACK_PYTHON_NO_GIL) it->second += ",\"python_frames\":\"gil_not_held\"";
       if (flags & pb::STACK_TRUNCATED) it->second += ",\"stack_truncated\":true";
+      if (flags & pb::STACK_NO_PYTHON_FRAMES) it->second += ",\"python_frames\":\"none\"";
     }
     return it->second;
   }

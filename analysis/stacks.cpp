@@ -49,20 +49,37 @@ std::vector<FrameView> StackView::frames(uint64_t stack_id) const {
   return out;
 }
 
+bool StackView::is_python_library(const std::string& file) {
+  if (file.rfind("<frozen ", 0) == 0) return true;  // the standard library's frozen modules
+  if (file.find("/site-packages/") != std::string::npos || file.find("/dist-packages/") != std::string::npos)
+    return true;
+  // The standard library: .../lib/python3.N/x.py.
+  size_t lib = file.find("/lib/python3.");
+  if (lib == std::string::npos) return false;
+  size_t version_end = file.find_first_not_of("0123456789", lib + 13);
+  if (version_end != std::string::npos && file[version_end] == 't') ++version_end;  // free-threaded: python3.13t
+  return version_end != std::string::npos && version_end > lib + 13 && file[version_end] == '/';
+}
+
 std::optional<FrameView> StackView::site_frame(uint64_t stack_id, SiteGrouping grouping) const {
   if (grouping == SiteGrouping::kStack || grouping == SiteGrouping::kApi) return std::nullopt;
   const std::vector<uint64_t>* ids = reader_.stack(stack_id);
   if (!ids) return std::nullopt;
-  std::optional<FrameView> native;
+  std::optional<FrameView> native, library_python;
   for (uint64_t id : *ids) {
     FrameView f = frame(id);
-    if (f.python && grouping != SiteGrouping::kNative) return f;
+    if (f.python && grouping == SiteGrouping::kPython) return f;
+    if (f.python && grouping == SiteGrouping::kUser) {
+      if (!is_python_library(f.file)) return f;
+      if (!library_python) library_python = std::move(f);  // all Python frames are libraries': the innermost
+      continue;
+    }
     if (!f.python && !native && !is_library_frame(f)) {
       if (grouping == SiteGrouping::kNative) return f;
       native = std::move(f);
     }
   }
-  return native;
+  return library_python ? library_python : native;
 }
 
 uint64_t StackView::site_key(uint64_t stack_id, SiteGrouping grouping) {

@@ -1,12 +1,15 @@
-"""The cost of one recorded allocation made 15 Python frames deep, through ctypes (holding the
-GIL, as framework code does). Prints nanoseconds per call as JSON."""
+"""The cost of one recorded allocation made 15 Python frames deep, through ctypes: holding the
+GIL (ctypes.PyDLL) or releasing it (ctypes.CDLL, as PyTorch does around every op).
+Prints nanoseconds per call as JSON.
+  python_stack_bench.py [CALLS] [held|released]"""
 
 import ctypes
 import json
 import sys
 import time
 
-runtime = ctypes.PyDLL("libcudart.so.13")
+held = len(sys.argv) < 3 or sys.argv[2] != "released"
+runtime = (ctypes.PyDLL if held else ctypes.CDLL)("libcudart.so.13")
 runtime.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
 ptr = ctypes.c_void_p()
 

@@ -3,8 +3,8 @@
 // released it (as PyTorch does around every op). 3.9 and 3.10 chain PyFrameObjects; 3.11 and
 // 3.12 chain _PyInterpreterFrames from the thread's _PyCFrame; 3.13 publishes its own offsets
 // (_Py_DebugOffsets, at the start of _PyRuntime), which are read from the running interpreter.
-// tests/python/layout_check.c prints these from each installed interpreter's headers; a test
-// holds the table to it.
+// The numbers come from each version's headers (offsetof), and are checked against the running
+// interpreter before they are used (python_stack.cpp).
 #pragma once
 
 #include <cstddef>

@@ -1,7 +1,8 @@
 """The few CUDA runtime calls the Python samples make, through ctypes on libcudart.so.13, and
 the account every sample keeps of itself (printed as `memtrace-sample: {...}` at exit).
 
-PyDLL keeps the GIL during the call, as framework code calling into CUDA does; CDLL releases it.
+CDLL releases the GIL around each call, as PyTorch does around every op (the default); PyDLL
+keeps it.
 """
 
 import ctypes
@@ -28,7 +29,7 @@ def count(api, nbytes):
     peak = max(peak, live)
 
 
-def malloc(nbytes, hold_gil=True):
+def malloc(nbytes, hold_gil=False):
     ptr = ctypes.c_void_p()
     lib = _runtime if hold_gil else _runtime_nogil
     err = lib.cudaMalloc(ctypes.byref(ptr), nbytes)  # memtrace-test: cudaMalloc
@@ -40,7 +41,7 @@ def malloc(nbytes, hold_gil=True):
 
 def free(buffer):
     ptr, nbytes = buffer
-    err = _runtime.cudaFree(ctypes.c_void_p(ptr))
+    err = _runtime_nogil.cudaFree(ctypes.c_void_p(ptr))
     if err != 0:
         raise RuntimeError(f"cudaFree failed with error {err}")
     count("cudaFree", -nbytes)

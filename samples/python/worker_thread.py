@@ -1,5 +1,5 @@
-"""Allocations from a worker thread: one holding the GIL during the call (Python frames are
-recorded), one releasing it (native frames only, and the stack says why)."""
+"""Allocations from a worker thread: one holding the GIL during the call, one releasing it. Both
+carry the worker's Python frames."""
 
 import threading
 
@@ -7,7 +7,7 @@ import cuda
 
 
 def worker():
-    held = cuda.malloc(3 << 20)  # memtrace-test: worker-gil
+    held = cuda.malloc(3 << 20, hold_gil=True)  # memtrace-test: worker-gil
     released = cuda.malloc(5 << 20, hold_gil=False)  # memtrace-test: worker-nogil
     cuda.free(held)
     cuda.free(released)

@@ -85,6 +85,31 @@ std::string python_sample_path(const std::string& script) {
   return std::string(MEMTRACE_PYTHON_SAMPLES) + "/" + script;
 }
 
+const std::vector<Python>& pythons() {
+  static const std::vector<Python> found = [] {
+    std::vector<std::string> paths;
+    std::string build_python = MEMTRACE_PYTHON;
+    if (build_python.find("/shims/") == std::string::npos) paths.push_back(build_python);  // a pyenv shim: below
+    paths.push_back("/usr/bin/python3");
+    std::error_code ec;
+    fs::path pyenv = fs::path(std::getenv("HOME") ? std::getenv("HOME") : "/root") / ".pyenv/versions";
+    for (const auto& entry : fs::directory_iterator(pyenv, ec))
+      paths.push_back((entry.path() / "bin/python3").string());
+    std::vector<Python> out;
+    for (const std::string& path : paths) {
+      if (!fs::exists(path) ||
+          std::any_of(out.begin(), out.end(), [&](const Python& p) { return fs::equivalent(p.path, path, ec); }))
+        continue;
+      Result r = run({path, "-c", "import sys; print(sys.version_info[0] * 100 + sys.version_info[1])"});
+      int version = r.status == 0 ? std::atoi(r.out.c_str()) : 0;
+      if (version / 100 == 3) out.push_back(Python{path, version % 100});
+    }
+    std::sort(out.begin(), out.end(), [](const Python& a, const Python& b) { return a.minor < b.minor; });
+    return out;
+  }();
+  return found;
+}
+
 std::vector<std::string> python_sample(const std::string& script, const std::vector<std::string>& args) {
   std::vector<std::string> command{MEMTRACE_PYTHON, python_sample_path(script)};
   command.insert(command.end(), args.begin(), args.end());

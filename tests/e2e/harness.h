@@ -24,6 +24,14 @@ Result run_traced(const std::string& dir, const std::vector<std::string>& comman
 // The same for one of the C++ samples.
 Result run_sample(const std::string& dir, const std::string& sample, const std::vector<std::string>& args = {},
                   const std::vector<std::string>& memtrace_options = {});
+// Every CPython 3 on this machine: Debian's /usr/bin/python3 and each pyenv version (and the
+// one the build found), with its minor version.
+struct Python {
+  std::string path;
+  int minor = 0;
+};
+const std::vector<Python>& pythons();
+
 // The command that runs a Python sample.
 std::vector<std::string> python_sample(const std::string& script, const std::vector<std::string>& args = {});
 std::string python_sample_path(const std::string& script);

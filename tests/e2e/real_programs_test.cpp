@@ -87,26 +87,11 @@ TEST(RealPrograms, TwoRuntimesEachCallerReachesItsOwnCopy) {
   EXPECT_NE(mallocs[3]["result"], 0);
 }
 
-// Every Python this machine has: Debian's and the pyenv versions.
-std::vector<std::string> pythons() {
-  std::vector<std::string> found;
-  for (const char* candidate : {"/usr/bin/python3", MEMTRACE_PYTHON})
-    if (fs::exists(candidate)) found.push_back(candidate);
-  std::error_code ec;
-  fs::path pyenv = fs::path(std::getenv("HOME") ? std::getenv("HOME") : "/root") / ".pyenv/versions";
-  for (const auto& entry : fs::directory_iterator(pyenv, ec)) {
-    fs::path python = entry.path() / "bin/python3";
-    if (fs::exists(python)) found.push_back(python.string());
-  }
-  std::sort(found.begin(), found.end());
-  found.erase(std::unique(found.begin(), found.end()), found.end());
-  return found;
-}
-
 TEST(RealPrograms, CxxExceptionsInPythonKeepTheToolchainsUnwinder) {
   // python3 loads no libgcc_s of its own: whatever memtrace brings must not take over
   // _Unwind_RaiseException and _Unwind_Resume from it (LD_DEBUG shows every binding).
-  for (const std::string& python : pythons()) {
+  for (const e2e::Python& interpreter : e2e::pythons()) {
+    const std::string& python = interpreter.path;
     SCOPED_TRACE(python);
     std::string dir = e2e::temp_dir("exceptions");
     fs::create_directories(dir + "/bindings");

@@ -24,8 +24,9 @@ struct FrameView {
   bool inlined = false;
 };
 
-// How report sites are grouped: by the innermost user frame (Python if there is one), by the
-// innermost Python frame, by the innermost native frame, by the whole stack, or by API alone.
+// How report sites are grouped: by the innermost frame of the user's code (the innermost Python
+// frame outside the standard library and installed packages, if there is one), by the innermost
+// Python frame, by the innermost native frame, by the whole stack, or by API alone.
 enum class SiteGrouping { kUser, kPython, kNative, kStack, kApi };
 
 class StackView {
@@ -44,6 +45,9 @@ class StackView {
   static bool is_cuda_module(const std::string& module);
   // Frames of the CUDA libraries, and of NVTX's header-only functions: cut from the top of stacks.
   static bool is_library_frame(const FrameView& frame);
+  // Python code that is not the user's: the standard library, site-packages and dist-packages.
+  // The default site of an allocation is the innermost Python frame outside them.
+  static bool is_python_library(const std::string& file);
 
  private:
   const TraceReader& reader_;
