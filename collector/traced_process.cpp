@@ -68,6 +68,7 @@ void TracedProcess::mark_ended() {
   drain();
   Work work;
   work.kind = Work::Kind::kEnded;
+  work.thread_drops = ring_.thread_drops();
   submit(std::move(work));
   if (socket_ >= 0) {
     ::close(socket_);
@@ -156,7 +157,7 @@ void TracedProcess::handle(Work& work) {
       for (uint64_t seq : work.records.dropped) sequencer_.skip(seq, emit);
       work.records.replay(*this);
       break;
-    case Work::Kind::kEnded: ended_in_worker(); break;
+    case Work::Kind::kEnded: ended_in_worker(work.thread_drops); break;
     case Work::Kind::kSnapshot: snapshots_.take(work.reason, work.time_ns, replay_); break;
     case Work::Kind::kFlush: writer_->flush(); break;
     case Work::Kind::kFinish: finish_in_worker(work); break;
@@ -216,10 +217,12 @@ void TracedProcess::on_device(int32_t ordinal, std::string name, uint64_t total_
 }
 
 // Calls the process was inside when it died: the device may have done them. They go in the
-// trace as interrupted, so nothing the device counted is missing from it.
-void TracedProcess::ended_in_worker() {
+// trace as interrupted, so nothing the device counted is missing from it. A call whose thread
+// dropped an event after it started is not one: that event ended it, and is counted as lost.
+void TracedProcess::ended_in_worker(const std::unordered_map<uint32_t, uint64_t>& thread_drops) {
   sequencer_.flush([this](const RingEvent& e) { record(e); });
   for (const auto& [tid, call] : in_flight_) {
+    if (auto drop = thread_drops.find(tid); drop != thread_drops.end() && drop->second > call.second) continue;
     RingEvent e;
     e.event.tid = tid;
     e.event.api = static_cast<Api>(call.first);

@@ -77,11 +77,12 @@ class TracedProcess : private RecordSink {
     std::optional<int> exit_status;
     std::string end_reason;
     pb::Footer footer;
+    std::unordered_map<uint32_t, uint64_t> thread_drops;  // kEnded: RingConsumer::thread_drops()
   };
   void submit(Work work);
   void work_loop();
   void handle(Work& work);
-  void ended_in_worker();
+  void ended_in_worker(const std::unordered_map<uint32_t, uint64_t>& thread_drops);
   void finish_in_worker(Work& work);
 
   void record(const RingEvent& raw);

@@ -122,6 +122,16 @@ size_t RingConsumer::drain(RecordSink& sink, bool producer_gone) {
   return events;
 }
 
+std::unordered_map<uint32_t, uint64_t> RingConsumer::thread_drops() const {
+  std::unordered_map<uint32_t, uint64_t> drops;
+  for (const auto& slot : ring_.header->thread_drops) {
+    uint32_t tid = slot.tid.load(std::memory_order_acquire);
+    uint64_t t_ns = slot.t_ns.load(std::memory_order_acquire);
+    if (tid != 0 && t_ns != 0) drops[tid] = t_ns;
+  }
+  return drops;
+}
+
 void RingConsumer::take_dropped(std::vector<uint64_t>& out) {
   ring::RingHeader* h = ring_.header;
   uint64_t count = h->dropped_log_count.load(std::memory_order_acquire);

@@ -131,11 +131,33 @@ Producer::Reserved Producer::publish(uint32_t type, const void* first, const voi
   return r;
 }
 
-void Producer::count_dropped(uint64_t seq) {
+void Producer::count_dropped(uint64_t seq, uint32_t tid) {
   RingHeader* h = ring_.header;
   uint64_t i = h->dropped_log_count.fetch_add(1, std::memory_order_relaxed);
   if (i < kDroppedLogSize) h->dropped_log[i].store(seq + 1, std::memory_order_release);  // 0: not written yet
+  note_thread_drop(tid);
   h->dropped_events.fetch_add(1, std::memory_order_release);
+}
+
+// Only thread TID writes the slot it claimed, so its time needs no more than a store.
+void Producer::note_thread_drop(uint32_t tid) {
+  RingHeader* h = ring_.header;
+  for (size_t probe = 0; probe < kThreadDropSlots; ++probe) {
+    RingHeader::ThreadDrop& slot = h->thread_drops[(tid + probe) % kThreadDropSlots];
+    uint32_t owner = slot.tid.load(std::memory_order_acquire);
+    if (owner == 0) {
+      uint32_t expected = 0;
+      if (slot.tid.compare_exchange_strong(expected, tid, std::memory_order_acq_rel))
+        owner = tid;
+      else
+        owner = expected;
+    }
+    if (owner == tid) {
+      slot.t_ns.store(monotonic_ns(), std::memory_order_release);
+      return;
+    }
+  }
+  h->thread_drops_unplaced.fetch_add(1, std::memory_order_relaxed);
 }
 
 }  // namespace memtrace::ring

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,8 @@ struct Python {
   std::string path;
   int minor = 0;
 };
+// How a test's parameter reads in its name's listing: the interpreter.
+inline void PrintTo(const Python& python, std::ostream* out) { *out << python.path; }
 const std::vector<Python>& pythons();
 
 // The command that runs a Python sample.

@@ -107,10 +107,10 @@ TEST(RingProducer, AFullRingHoldsTheProducerUpToTheBoundThenItsEventsAreDropped)
   while (ring.publish(published)) ++published;  // nobody drains: the ring fills, then one stall
   EXPECT_EQ(published, (64u << 10) / ring::kSlotBytes);
   EXPECT_GE(ring.consumer->longest_wait_ns(), 50'000'000u) << "gave up before the bound";
-  ring.producer.count_dropped(published);
+  ring.producer.count_dropped(published, 7);
   // Once stalled, the next record gives up at once instead of waiting again.
   EXPECT_FALSE(ring.publish(published + 1));
-  ring.producer.count_dropped(published + 1);
+  ring.producer.count_dropped(published + 1, 7);
 
   std::vector<uint64_t> dropped;
   ring.consumer->take_dropped(dropped);
@@ -120,6 +120,26 @@ TEST(RingProducer, AFullRingHoldsTheProducerUpToTheBoundThenItsEventsAreDropped)
   ring.consumer->drain(out, false);
   EXPECT_EQ(out.events.size(), published);
   EXPECT_TRUE(ring.publish(published + 2)) << "room again: no longer stalled";
+}
+
+TEST(RingProducer, EachThreadsLatestDropIsKnownForAsManyThreadsAsItHasRoomFor) {
+  TestRing ring(64 << 10);
+  uint64_t before = ring::monotonic_ns();
+  ring.producer.count_dropped(0, 7);
+  ring.producer.count_dropped(1, 7 + ring::kThreadDropSlots);  // the same first slot: the next one
+  uint64_t first_of_7 = ring.consumer->thread_drops().at(7);
+  ring.producer.count_dropped(2, 7);
+  auto drops = ring.consumer->thread_drops();
+  EXPECT_EQ(drops.size(), 2u);
+  EXPECT_GE(first_of_7, before);
+  EXPECT_GE(drops.at(7), first_of_7) << "the latest drop of thread 7";
+  EXPECT_GE(drops.at(7 + ring::kThreadDropSlots), before);
+
+  for (uint32_t tid = 1000; tid < 1000 + ring::kThreadDropSlots; ++tid) ring.producer.count_dropped(3, tid);
+  drops = ring.consumer->thread_drops();
+  EXPECT_EQ(drops.size(), ring::kThreadDropSlots) << "every slot taken, each by one thread";
+  EXPECT_EQ(drops.count(7), 1u);
+  EXPECT_EQ(ring.consumer->dropped_events(), 3u + ring::kThreadDropSlots) << "all counted, placed or not";
 }
 
 TEST(RingProducer, AConsumerThatHungUpIsNoticedInsteadOfWaitedFor) {

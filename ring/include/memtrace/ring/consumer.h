@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "memtrace/ring/protocol.h"
@@ -62,6 +63,9 @@ class RingConsumer {
   uint64_t longest_wait_ns() const { return ring_.header->longest_wait_ns.load(std::memory_order_acquire); }
   // Sequence numbers of events the producer dropped, from the first not yet taken.
   void take_dropped(std::vector<uint64_t>& out);
+  // When each thread's latest dropped event was dropped, by tid (CLOCK_MONOTONIC), for the
+  // threads the ring had room to note.
+  std::unordered_map<uint32_t, uint64_t> thread_drops() const;
 
  private:
   bool deliver(const unsigned char* first, uint32_t slots, uint64_t tail, RecordSink& sink);

@@ -39,11 +39,13 @@ class Producer {
   void write(uint64_t index, uint32_t type, uint32_t slots, const void* first, const void* payload, size_t bytes);
   // Reserves and writes; what reserve() said.
   Reserved publish(uint32_t type, const void* first, const void* payload, size_t bytes);
-  // An event the producer could not deliver: the consumer need not wait for SEQ.
-  void count_dropped(uint64_t seq);
+  // An event of thread TID the producer could not deliver: the consumer need not wait for SEQ,
+  // and knows the thread's call ended.
+  void count_dropped(uint64_t seq, uint32_t tid);
 
  private:
   bool consumer_gone() const;
+  void note_thread_drop(uint32_t tid);
   void note_wait(uint64_t started_ns);
 
   Mapping ring_;

@@ -36,6 +36,7 @@ inline constexpr size_t kSlotBytes = 128;
 inline constexpr size_t kHeaderBytes = 4096;
 inline constexpr size_t kDefaultDataBytes = 8u << 20;
 inline constexpr size_t kDroppedLogSize = 256;
+inline constexpr size_t kThreadDropSlots = 64;
 
 // Slot states. A record is one or more slots; only its first slot says how many. The later
 // (continuation) slots each carry kContinuationBytes of the record's payload after their state.
@@ -72,6 +73,14 @@ struct RingHeader {
   // not wait for them. When the log is full the collector learns of the rest from dropped_events.
   std::atomic<uint64_t> dropped_log_count;
   std::atomic<uint64_t> dropped_log[kDroppedLogSize];
+  // Each thread's latest dropped event, so the collector does not take the call it ended for one
+  // the process died inside. A slot is claimed once per thread (tid 0: free); threads that found
+  // no free slot are counted in thread_drops_unplaced.
+  struct ThreadDrop {
+    std::atomic<uint32_t> tid;
+    std::atomic<uint64_t> t_ns;  // when it was dropped (CLOCK_MONOTONIC)
+  } thread_drops[kThreadDropSlots];
+  std::atomic<uint64_t> thread_drops_unplaced;
 };
 static_assert(sizeof(RingHeader) <= kHeaderBytes);
 static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free,
