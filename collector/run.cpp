@@ -390,7 +390,8 @@ int run_command(const RunOptions& options) {
   // NVTX marks, ranges and memory regions: the injector is also an NVTX tool. A tool the user
   // already attached (Nsight Systems) keeps its place: NVTX takes one.
   if (!std::getenv("NVTX_INJECTION64_PATH")) set_env(environment, "NVTX_INJECTION64_PATH", injector.string());
-  if (options.python_stacks) set_env(environment, "PYTHONPATH", (libs / "python").string(), true);  // the shim
+  // The shim: ctypes programs reach the interposers through it, Python stacks or not.
+  set_env(environment, "PYTHONPATH", (libs / "python").string(), true);
   set_env(environment, env::kStackDepth, std::to_string(options.stack_depth));
   set_env(environment, env::kMaxStallMs, std::to_string(options.max_stall_ns / 1'000'000));
   set_env(environment, env::kNativeStacks, options.native_stacks ? "1" : "0");

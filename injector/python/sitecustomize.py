@@ -1,4 +1,4 @@
-"""memtrace's Python shim, put on PYTHONPATH by `memtrace run`.
+"""memtrace's Python shim, put on PYTHONPATH by `memtrace run` (with or without Python stacks).
 
 At start-up, holding the GIL, it lets memtrace's injector check that it reads this interpreter's
 frames right, so that the frames of threads that release the GIL (as PyTorch does around every
@@ -75,6 +75,8 @@ def _route_cuda_lookups():
 
 
 def _check_frames():
+    if os.environ.get("MEMTRACE_PYTHON_STACKS") == "0":
+        return  # --no-python-stacks
     try:
         import ctypes
         ctypes.PyDLL(None).memtrace_python_ready()  # PyDLL: called with the GIL held
