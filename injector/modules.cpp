@@ -122,10 +122,11 @@ int scan_module(dl_phdr_info* info, size_t, void* data) {
   return 0;
 }
 
-bool known(const std::vector<Range>& ranges, uint64_t address) {
+// The range holding ADDRESS, if any.
+const Range* known(const std::vector<Range>& ranges, uint64_t address) {
   auto it =
       std::upper_bound(ranges.begin(), ranges.end(), address, [](uint64_t a, const Range& r) { return a < r.start; });
-  return it != ranges.begin() && address < std::prev(it)->end;
+  return it != ranges.begin() && address < std::prev(it)->end ? &*std::prev(it) : nullptr;
 }
 
 }  // namespace
@@ -153,7 +154,12 @@ void forget_reported_modules() {
 void ensure_modules_reported(const uint64_t* addresses, int count) {
   const std::vector<Range>* ranges = g_ranges.load(std::memory_order_acquire);
   bool rescan = !ranges || g_unloaded.load(std::memory_order_relaxed);
-  for (int i = 0; i < count && !rescan; ++i) rescan = !known(*ranges, addresses[i]);
+  const Range* last = nullptr;  // neighbouring frames are mostly in one module: tried first
+  for (int i = 0; i < count && !rescan; ++i) {
+    if (last && addresses[i] >= last->start && addresses[i] < last->end) continue;
+    last = known(*ranges, addresses[i]);
+    rescan = !last;
+  }
   if (!rescan) return;
   // An unknown frame: a module loaded since the last scan, or code outside any module.
   if (ranges && !g_unloaded.load(std::memory_order_relaxed)) {

@@ -65,9 +65,9 @@ bool load(const Memory& m, uint64_t address, T& out) {
 
 // One Python frame: its code object and the byte offset of the instruction it stands at (negative
 // for a frame not started yet).
-struct PythonFrame {
-  uint64_t code = 0;
-  int64_t offset = 0;
+struct PythonFrame {  // no initializers: arrays of them are filled, not cleared, on every event
+  uint64_t code;
+  int64_t offset;
 };
 
 // The frames of the thread whose PyThreadState is TSTATE, innermost first, at most MAX; frames a
