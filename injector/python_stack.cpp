@@ -140,13 +140,14 @@ uint64_t fingerprint(const CodeFields& c) {
 }
 
 // The id of the code object at CODE, described to the collector the first time it is seen.
-uint64_t code_id(uint64_t code) {
+// CACHE is this thread's t_code_cache, looked up once per stack (each lookup is a call).
+uint64_t code_id(uint64_t code, CachedCode* cache) {
   const PythonLayout& l = g_layout;
   DirectMemory m;
   CodeFields fields;
   if (!read_code(l, m, code, fields)) return 0;
   const uint64_t print = fingerprint(fields), generation = g_codes_generation.load(std::memory_order_relaxed);
-  CachedCode& cached = t_code_cache[(code >> 4) & (kCacheSlots - 1)];
+  CachedCode& cached = cache[(code >> 4) & (kCacheSlots - 1)];
   if (cached.address == code && cached.fingerprint == print && cached.generation == generation) return cached.id;
 
   std::lock_guard lock(g_codes_mutex);
@@ -269,8 +270,9 @@ void capture_python(int max_frames, StackCapture& stack) {
     PythonFrame frames[kMaxPythonFrames];
     int n = read_frames(g_layout, DirectMemory(), reinterpret_cast<uint64_t>(py->this_thread_state()), py->code_type,
                         frames, max_frames);
+    CachedCode* cache = t_code_cache;
     for (int i = 0; i < n; ++i) {
-      uint64_t id = code_id(frames[i].code);
+      uint64_t id = code_id(frames[i].code, cache);
       if (!id) continue;
       stack.python[2 * stack.python_count] = id;
       stack.python[2 * stack.python_count + 1] = static_cast<uint64_t>(frames[i].offset);
