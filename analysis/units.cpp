@@ -1,5 +1,6 @@
 #include "memtrace/analysis/units.h"
 
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -41,12 +42,15 @@ std::optional<uint64_t> parse_size(std::string_view text) {
   if (end == s.c_str() || !std::isfinite(value) || value < 0) return std::nullopt;
   std::string unit(end);
   while (!unit.empty() && unit.front() == ' ') unit.erase(0, 1);
+  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  // KB, MB, GB, TB are decimal, as disks and the SI write them; KiB, MiB, GiB, TiB binary, as
+  // CUDA and PyTorch report memory; a bare K, M, G, T is binary, as in ulimit and docker.
   static const struct {
     const char* name;
     double scale;
-  } kUnits[] = {{"", 1},         {"B", 1},       {"K", 0x1p10},   {"KB", 0x1p10}, {"KiB", 0x1p10},
-                {"M", 0x1p20},   {"MB", 0x1p20}, {"MiB", 0x1p20}, {"G", 0x1p30},  {"GB", 0x1p30},
-                {"GiB", 0x1p30}, {"T", 0x1p40},  {"TB", 0x1p40},  {"TiB", 0x1p40}};
+  } kUnits[] = {{"", 1},      {"b", 1},        {"k", 0x1p10}, {"kb", 1e3},  {"kib", 0x1p10}, {"m", 0x1p20},
+                {"mb", 1e6},  {"mib", 0x1p20}, {"g", 0x1p30}, {"gb", 1e9},  {"gib", 0x1p30}, {"t", 0x1p40},
+                {"tb", 1e12}, {"tib", 0x1p40}, {"p", 0x1p50}, {"pb", 1e15}, {"pib", 0x1p50}};
   for (const auto& u : kUnits) {
     if (unit == u.name) {
       double bytes = value * u.scale;

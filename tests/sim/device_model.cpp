@@ -12,31 +12,18 @@
 #include <string>
 #include <vector>
 
+#include "memtrace/analysis/units.h"
+
 namespace sim {
 namespace {
 
 constexpr uint64_t kDefaultCapacity = 80ull << 30;
 constexpr uint64_t kDefaultContextOverhead = 300ull << 20;
 
-// "80GiB", "512MiB", "4G", "1000000": the sizes people write.
-uint64_t parse_size(const char* text, uint64_t fallback) {
-  if (!text || !*text) return fallback;
-  char* end = nullptr;
-  double value = std::strtod(text, &end);
-  if (end == text || value < 0) return fallback;
-  std::string unit(end);
-  uint64_t scale = 1;
-  if (unit == "K" || unit == "KiB" || unit == "k")
-    scale = 1ull << 10;
-  else if (unit == "M" || unit == "MiB")
-    scale = 1ull << 20;
-  else if (unit == "G" || unit == "GiB")
-    scale = 1ull << 30;
-  else if (unit == "T" || unit == "TiB")
-    scale = 1ull << 40;
-  else if (!unit.empty() && unit != "B")
-    return fallback;
-  return static_cast<uint64_t>(value * static_cast<double>(scale));
+// A size from the environment, read as memtrace's options read sizes; FALLBACK when unset or not one.
+uint64_t size_from_environment(const char* name, uint64_t fallback) {
+  const char* text = std::getenv(name);
+  return text && *text ? memtrace::parse_size(text).value_or(fallback) : fallback;
 }
 
 struct Allocation {
@@ -82,8 +69,8 @@ struct Model {
     devices = count ? std::atoi(count) : 1;
     if (devices < 0) devices = 0;
     if (devices > 64) devices = 64;
-    capacity = parse_size(std::getenv("MEMTRACE_SIM_CAPACITY"), kDefaultCapacity);
-    overhead = parse_size(std::getenv("MEMTRACE_SIM_CONTEXT_BYTES"), kDefaultContextOverhead);
+    capacity = size_from_environment("MEMTRACE_SIM_CAPACITY", kDefaultCapacity);
+    overhead = size_from_environment("MEMTRACE_SIM_CONTEXT_BYTES", kDefaultContextOverhead);
     if (overhead > capacity / 4) overhead = capacity / 4;
     state.assign(static_cast<size_t>(devices), DeviceState());
   }

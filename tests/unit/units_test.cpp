@@ -29,6 +29,15 @@ TEST(Units, ParsesSizesAsPeopleWriteThem) {
   EXPECT_EQ(parse_size("1.5T"), 3ull << 39);
   EXPECT_EQ(parse_size("1000000"), 1000000u);
   EXPECT_EQ(parse_size("2e9"), 2000000000u);
+  // Decimal units are powers of 10, binary ones powers of 2, in any case.
+  EXPECT_EQ(parse_size("1GB"), 1000000000u);
+  EXPECT_EQ(parse_size("2gb"), 2000000000u);
+  EXPECT_EQ(parse_size("1.5 MB"), 1500000u);
+  EXPECT_EQ(parse_size("4kB"), 4000u);
+  EXPECT_EQ(parse_size("3TB"), 3000000000000u);
+  EXPECT_EQ(parse_size("2gib"), 2ull << 30);
+  EXPECT_EQ(parse_size("2g"), 2ull << 30);
+  EXPECT_EQ(parse_size("7 b"), 7u);
   EXPECT_FALSE(parse_size(""));
   EXPECT_FALSE(parse_size("lots"));
   EXPECT_FALSE(parse_size("-1G"));

@@ -12,7 +12,8 @@ namespace memtrace {
 std::string format_bytes(uint64_t bytes);
 // "0.532 s", "12.3 ms", "850 us".
 std::string format_duration_ns(uint64_t ns);
-// "80GiB", "80 GiB", "512MiB", "4G", "1.5T", "1000000", "2e9": sizes as people write them.
+// "80GiB", "80 GiB", "512MiB", "4G", "1.5T", "1000000", "2e9", "2GB": sizes as people write them,
+// in any case. KB/MB/GB/TB are powers of 10; KiB/MiB/GiB/TiB and a bare K/M/G/T powers of 2.
 std::optional<uint64_t> parse_size(std::string_view text);
 
 // "30s", "500ms", "5m", "1h", "2.5" (seconds).

@@ -1,0 +1,56 @@
+// What a new user trips over in the first hour, with the commands they typed: units, limits that
+// cannot be measured, runs that add to old ones, sites that read alike, exit codes, the time
+// added at exit, timelines, reruns in CI, help, estimate's assumptions and wording.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "harness.h"
+
+namespace {
+
+nlohmann::json command_json(const std::vector<std::string>& argv) {
+  e2e::Result r = e2e::run(argv);
+  EXPECT_EQ(r.status, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
+  EXPECT_FALSE(j.is_discarded()) << r.out;
+  return j;
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// The training-loop sample, traced once for the tests that only read it.
+class TrainLoop : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(e2e::temp_dir("train-loop"));
+    e2e::Result r = e2e::run_sample(*dir_, "train_loop");
+    ASSERT_EQ(r.status, 0) << r.err;
+    peak_ = command_json({e2e::kMemtrace, "peak", "--json", traces()})["processes"][0]["devices"][0]["peak_bytes"];
+  }
+  static std::string traces() { return *dir_ + "/traces"; }
+  static std::string* dir_;
+  static uint64_t peak_;
+};
+std::string* TrainLoop::dir_ = nullptr;
+uint64_t TrainLoop::peak_ = 0;
+
+// 1. GB is 10^9 bytes, GiB 2^30, in any case.
+TEST_F(TrainLoop, DecimalUnitsArePowersOfTen) {
+  ASSERT_GT(peak_, 0u);
+  // Just above and just below the peak, in decimal megabytes: read as MiB, both would pass.
+  const std::string above = std::to_string(peak_ / 1000 + 1) + "kB", below = std::to_string(peak_ / 1000) + "KB";
+  EXPECT_EQ(e2e::run({e2e::kMemtrace, "check", traces(), "--max-peak", above}).status, 0);
+  e2e::Result failed = e2e::run({e2e::kMemtrace, "check", traces(), "--max-peak", below});
+  EXPECT_EQ(failed.status, 1) << failed.out;
+  EXPECT_EQ(e2e::run({e2e::kMemtrace, "check", traces(), "--max-peak", "1gb"}).status, 0);
+  EXPECT_EQ(e2e::run({e2e::kMemtrace, "check", traces(), "--max-peak", "0.5GB"}).status, 1);
+
+  const std::string dir = e2e::temp_dir("decimal-capacity");
+  ASSERT_EQ(e2e::run_sample(dir, "hold", {"--buffers", "1", "--hold-ms", "0"}, {"--sim-capacity", "2GB"}).status, 0);
+  EXPECT_EQ(e2e::report_json(dir + "/traces")["processes"][0]["devices"][0]["total_bytes"], 2000000000u);
+}
+
+}  // namespace
