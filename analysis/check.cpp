@@ -28,6 +28,7 @@ uint64_t largest_peak(const std::vector<ProcessAnalysis>& processes, const Devic
 }
 
 std::string limit_line(const CheckResult::Limit& l) {
+  if (!l.unmeasured.empty()) return "UNMEASURED  " + l.name + ": " + l.unmeasured;
   auto value = [&](uint64_t bytes, double percent) {
     if (!l.in_percent()) return format_bytes(bytes);
     char text[32];
@@ -56,6 +57,8 @@ CheckResult check(const std::vector<ProcessAnalysis>& processes, const CheckLimi
                   const std::vector<ProcessAnalysis>* baseline) {
   CheckResult r;
   auto add = [&](CheckResult::Limit l) {
+    if (!l.unmeasured.empty()) l.passed = false;
+    r.measured &= l.unmeasured.empty();
     r.passed &= l.passed;
     r.limits.push_back(std::move(l));
   };
@@ -79,12 +82,20 @@ CheckResult check(const std::vector<ProcessAnalysis>& processes, const CheckLimi
   if (limits.max_growth_per_step) {
     uint64_t growth = 0;
     std::vector<CheckResult::Site> sites;
-    for (const ProcessAnalysis& p : processes)
+    std::string unmeasured;  // when no process has the steps to measure growth over: the first's reason
+    bool measured = false;
+    for (const ProcessAnalysis& p : processes) {
+      std::string why = growth_unmeasured(p.step_starts.size(), p.step_pattern);
+      measured |= why.empty();
+      if (unmeasured.empty()) unmeasured = why;
       for (const SiteGrowth& g : p.growth) {
         growth = std::max(growth, g.bytes_per_step);
         if (sites.size() < 5) sites.push_back({g.bytes_per_step, std::string(api_name(g.site.api)), g.location});
       }
-    add(bytes_limit("max-growth-per-step", *limits.max_growth_per_step, growth, std::move(sites)));
+    }
+    CheckResult::Limit l = bytes_limit("max-growth-per-step", *limits.max_growth_per_step, growth, std::move(sites));
+    if (!measured) l.unmeasured = processes.empty() ? "no process to measure" : unmeasured;
+    add(std::move(l));
   }
   if (limits.max_regression_percent && baseline) {
     const DeviceReport* at = nullptr;
@@ -110,36 +121,47 @@ nlohmann::json to_json(const CheckResult& result) {
     for (const CheckResult::Site& s : l.sites)
       sites.push_back({{"bytes", s.bytes}, {"api", s.api}, {"location", s.location}});
     nlohmann::json limit = {{"name", l.name}, {"passed", l.passed}, {"sites", sites}};
+    if (!l.unmeasured.empty()) limit["unmeasured"] = l.unmeasured;
     limit["limit"] = l.in_percent() ? nlohmann::json(l.limit_percent) : nlohmann::json(l.limit_bytes);
     limit["actual"] = l.in_percent() ? nlohmann::json(l.actual_percent) : nlohmann::json(l.actual_bytes);
     if (!l.detail.empty()) limit["detail"] = l.detail;
     list.push_back(std::move(limit));
   }
-  return {{"passed", result.passed}, {"limits", list}};
+  return {{"passed", result.passed}, {"measured", result.measured}, {"limits", list}};
 }
 
 std::string to_text(const CheckResult& result) {
   std::string out;
   for (const CheckResult::Limit& l : result.limits) {
     out += limit_line(l) + "\n";
-    if (l.passed) continue;
+    if (l.passed || !l.unmeasured.empty()) continue;
     for (const CheckResult::Site& s : l.sites)
       out += "          " + pad(format_bytes(s.bytes), 11, true) + "  " + s.api + "  " + s.location + "\n";
   }
-  out += result.passed ? "memtrace check: every limit holds\n" : "memtrace check: a limit is broken\n";
+  out += result.passed     ? "memtrace check: every limit holds\n"
+         : result.measured ? "memtrace check: a limit is broken\n"
+                           : "memtrace check: a limit could not be measured on this run\n";
   return out;
 }
 
 std::string check_junit(const CheckResult& result) {
-  size_t failures = 0;
-  for (const CheckResult::Limit& l : result.limits) failures += l.passed ? 0 : 1;
+  size_t failures = 0, errors = 0;  // a limit that could not be measured is an error, not a failure
+  for (const CheckResult::Limit& l : result.limits) {
+    errors += l.unmeasured.empty() ? 0 : 1;
+    failures += l.passed || !l.unmeasured.empty() ? 0 : 1;
+  }
   std::string out =
       "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n  <testsuite name=\"memtrace check\" tests=\"" +
-      std::to_string(result.limits.size()) + "\" failures=\"" + std::to_string(failures) + "\" errors=\"0\">\n";
+      std::to_string(result.limits.size()) + "\" failures=\"" + std::to_string(failures) + "\" errors=\"" +
+      std::to_string(errors) + "\">\n";
   for (const CheckResult::Limit& l : result.limits) {
     out += "    <testcase classname=\"memtrace\" name=\"" + escape_xml(l.name) + "\"";
     if (l.passed) {
       out += "/>\n";
+      continue;
+    }
+    if (!l.unmeasured.empty()) {
+      out += ">\n      <error message=\"" + escape_xml(limit_line(l)) + "\"/>\n    </testcase>\n";
       continue;
     }
     std::string detail;

@@ -13,6 +13,7 @@ struct Totals {
   std::map<int32_t, uint64_t> peak;  // by device, summed over processes
   uint64_t leaked = 0;
   uint64_t growth_per_step = 0;
+  std::string growth_unmeasured;  // when no process has the steps to measure it: the first's reason
   std::map<std::pair<std::string, std::string>, const SiteTotal*> sites;  // at peak, (api, location)
   std::map<std::pair<std::string, std::string>, uint64_t> site_bytes;
 };
@@ -26,7 +27,11 @@ std::string site_name(const SiteTotal& s, SiteGrouping grouping) {
 
 Totals totals(const std::vector<ProcessAnalysis>& processes, SiteGrouping grouping) {
   Totals t;
+  bool measured = false;
   for (const ProcessAnalysis& p : processes) {
+    std::string why = growth_unmeasured(p.step_starts.size(), p.step_pattern);
+    measured |= why.empty();
+    if (t.growth_unmeasured.empty()) t.growth_unmeasured = why;
     for (const DeviceReport& d : p.report.devices) {
       t.peak[d.device] += d.peak_bytes;
       t.leaked += d.live_at_exit_bytes;
@@ -38,6 +43,7 @@ Totals totals(const std::vector<ProcessAnalysis>& processes, SiteGrouping groupi
     }
     for (const SiteGrowth& g : p.growth) t.growth_per_step += g.bytes_per_step;
   }
+  if (measured) t.growth_unmeasured.clear();
   return t;
 }
 
@@ -66,6 +72,12 @@ DiffView diff_view(const std::vector<ProcessAnalysis>& base, const std::vector<P
   for (auto& [d, unused] : ordinals) view.peaks.push_back({d, {b.peak[d], n.peak[d]}});
   view.live_at_exit = {b.leaked, n.leaked};
   view.growth_per_step = {b.growth_per_step, n.growth_per_step};
+  if (!b.growth_unmeasured.empty() && b.growth_unmeasured == n.growth_unmeasured)
+    view.growth_unmeasured = "each run " + b.growth_unmeasured;
+  else if (!b.growth_unmeasured.empty())
+    view.growth_unmeasured = "the base run " + b.growth_unmeasured;
+  else if (!n.growth_unmeasured.empty())
+    view.growth_unmeasured = "the new run " + n.growth_unmeasured;
   std::map<std::pair<std::string, std::string>, bool> keys;
   for (auto& [k, v] : b.site_bytes) keys[k] = true;
   for (auto& [k, v] : n.site_bytes) keys[k] = true;
@@ -96,10 +108,10 @@ nlohmann::json to_json(const DiffView& view) {
     c["stack"] = stack_json(s.stack);
     sites.push_back(std::move(c));
   }
-  return {{"peak", devices},
-          {"live_at_exit", change_json(view.live_at_exit)},
-          {"growth_per_step", change_json(view.growth_per_step)},
-          {"sites_at_peak", sites}};
+  nlohmann::json out = {{"peak", devices}, {"live_at_exit", change_json(view.live_at_exit)}, {"sites_at_peak", sites}};
+  out["growth_per_step"] = view.growth_unmeasured.empty() ? change_json(view.growth_per_step) : nlohmann::json();
+  if (!view.growth_unmeasured.empty()) out["growth_per_step_unmeasured"] = view.growth_unmeasured;
+  return out;
 }
 
 std::string to_text(const DiffView& view) {
@@ -113,7 +125,10 @@ std::string to_text(const DiffView& view) {
   for (const DiffView::DevicePeak& d : view.peaks)
     out += line("peak reserved, device " + std::to_string(d.device), d.peak);
   out += line("live at exit", view.live_at_exit);
-  out += line("growth per step", view.growth_per_step);
+  if (view.growth_unmeasured.empty())
+    out += line("growth per step", view.growth_per_step);
+  else
+    out += "  " + pad("growth per step", 28) + "not measured (" + view.growth_unmeasured + ")\n";
   if (view.sites.empty()) return out + "\nthe sites at the peak hold the same bytes\n";
   out += "\nsites at the peak that changed (largest growth first):\n";
   for (const DiffView::SiteChange& s : view.sites) {

@@ -16,9 +16,15 @@ void GrowthTracker::observe(Series& s, uint64_t bytes) {
   s.seen = boundaries_;
 }
 
+std::string growth_unmeasured(uint64_t steps, const std::string& pattern) {
+  if (steps >= kStepsToMeasureGrowth) return {};
+  return "needs " + std::to_string(kStepsToMeasureGrowth) + " steps or more (found " + std::to_string(steps) +
+         " matching /" + pattern + "/; name them with --step REGEX)";
+}
+
 std::vector<SiteGrowth> GrowthTracker::growing() const {
   std::vector<SiteGrowth> out;
-  if (boundaries_ < 3) return out;
+  if (boundaries_ < kStepsToMeasureGrowth) return out;
   const uint64_t intervals = boundaries_;  // from the trace's start
   for (const auto& [key, s] : series_) {
     if (s.last == 0 || s.rises < std::max<uint64_t>(2, (intervals + 1) / 2) || s.falls * 10 > intervals) continue;

@@ -21,6 +21,10 @@ nlohmann::json growth_json(const SiteGrowth& g) {
           {"stack", stack_json(g.stack)}};
 }
 
+std::string kind_name(LeaksView::Kind kind) {
+  return kind == LeaksView::Kind::kGrowing ? "growing" : kind == LeaksView::Kind::kKept ? "kept" : "live";
+}
+
 }  // namespace
 
 LeaksView leaks_view(const std::vector<ProcessAnalysis>& processes) {
@@ -31,12 +35,18 @@ LeaksView leaks_view(const std::vector<ProcessAnalysis>& processes) {
     process.complete = p.report.complete;
     process.steps = p.step_starts.size();
     process.step_pattern = p.step_pattern;
+    process.growth_unmeasured = growth_unmeasured(process.steps, p.step_pattern);
     process.growth = p.growth;
     std::set<std::pair<Api, std::string>> growing;  // (api, location)
     for (const SiteGrowth& g : p.growth) growing.emplace(g.site.api, g.location);
     for (const DeviceReport& d : p.report.devices) {
       LeaksView::Device device{d.device, d.live_at_exit_bytes, d.live_at_exit_count, {}};
-      for (const SiteTotal& s : d.exit_sites) device.sites.push_back({s, growing.count({s.site.api, s.location}) > 0});
+      for (const SiteTotal& s : d.exit_sites) {
+        LeaksView::Kind kind = !process.growth_unmeasured.empty()            ? LeaksView::Kind::kLive
+                               : growing.count({s.site.api, s.location}) > 0 ? LeaksView::Kind::kGrowing
+                                                                             : LeaksView::Kind::kKept;
+        device.sites.push_back({s, kind});
+      }
       view.live_at_exit_bytes += d.live_at_exit_bytes;
       process.devices.push_back(std::move(device));
     }
@@ -55,7 +65,7 @@ nlohmann::json to_json(const LeaksView& view) {
       nlohmann::json sites = nlohmann::json::array();
       for (const LeaksView::Site& s : d.sites) {
         nlohmann::json site = site_json(s.site);
-        site["kind"] = s.growing ? "growing" : "kept";
+        site["kind"] = kind_name(s.kind);
         sites.push_back(std::move(site));
       }
       devices.push_back({{"device", d.device},
@@ -67,6 +77,7 @@ nlohmann::json to_json(const LeaksView& view) {
     process.update({{"complete", p.complete},
                     {"steps", p.steps},
                     {"step_pattern", p.step_pattern},
+                    {"growth_measured", p.growth_unmeasured.empty()},
                     {"devices", devices},
                     {"growth", growth}});
     out["processes"].push_back(std::move(process));
@@ -81,17 +92,20 @@ std::string to_text(const LeaksView& view) {
     if (!out.empty()) out += "\n";
     out += process_heading(p.id);
     if (!p.complete) out += "  (the trace was cut short: live at its end, not at the process's end)\n";
+    bool any_site = false;
+    for (const LeaksView::Device& d : p.devices) any_site |= !d.sites.empty();
+    if (!p.growth_unmeasured.empty() && any_site)
+      out += "  (without steps, growth cannot be told from memory allocated once: sites are marked live)\n";
     for (const LeaksView::Device& d : p.devices) {
       out += "  device " + std::to_string(d.device) + ": " + format_bytes(d.live_bytes) + " live at exit in " +
              std::to_string(d.live_count) + " allocations\n";
       for (const LeaksView::Site& s : d.sites)
         out += "    " + pad(format_bytes(s.site.bytes), 11, true) + pad(std::to_string(s.site.count), 8, true) + "  " +
-               pad(s.growing ? "GROWING" : "kept", 9) + pad(std::string(api_name(s.site.site.api)), 24) +
-               s.site.location + "\n";
+               pad(s.kind == LeaksView::Kind::kGrowing ? "GROWING" : kind_name(s.kind), 9) +
+               pad(std::string(api_name(s.site.site.api)), 24) + s.site.location + "\n";
     }
-    if (p.steps < 3) {
-      out += "  growth per step: needs 3 steps or more (found " + std::to_string(p.steps) + " matching /" +
-             p.step_pattern + "/; name them with --step REGEX)\n";
+    if (!p.growth_unmeasured.empty()) {
+      out += "  growth per step: " + p.growth_unmeasured + "\n";
       continue;
     }
     if (p.growth.empty()) {

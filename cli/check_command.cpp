@@ -1,5 +1,5 @@
 // memtrace check PATH: for CI, 0 when the run is within every limit, 1 when one is broken, 2 for
-// bad use or an unreadable trace.
+// bad use, an unreadable trace, or a limit the run gives nothing to measure (growth without steps).
 #include <cstdio>
 #include <memory>
 #include <tuple>
@@ -59,7 +59,7 @@ int check_run(CheckCli& c) {
   CheckResult result = check(processes, limits, c.baseline.empty() ? nullptr : &baseline);
   if (!c.junit.empty() && !write_new_file("check", c.junit, check_junit(result))) return kExitUsage;
   show(c.analysis.json, result);
-  return result.passed ? 0 : 1;
+  return result.passed ? 0 : result.measured ? 1 : kExitUsage;  // a limit with nothing to measure is not met
 }
 
 }  // namespace

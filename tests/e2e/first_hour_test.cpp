@@ -54,3 +54,41 @@ TEST_F(TrainLoop, DecimalUnitsArePowersOfTen) {
 }
 
 }  // namespace
+
+// 2. A limit the run gives nothing to measure does not pass: growth per step without steps.
+TEST(NoSteps, GrowthIsNotMeasuredAndSaysWhy) {
+  const std::string dir = e2e::temp_dir("no-steps"), traces = dir + "/traces", junit = dir + "/check.xml";
+  ASSERT_EQ(e2e::run_sample(dir, "leak", {"--iterations", "5"}).status, 0);
+  e2e::Result check = e2e::run(
+      {e2e::kMemtrace, "check", traces, "--max-growth-per-step", "1MiB", "--max-peak", "1TiB", "--junit", junit});
+  EXPECT_EQ(check.status, 2) << check.out << check.err;
+  EXPECT_TRUE(contains(check.out, "UNMEASURED  max-growth-per-step: needs 3 steps or more (found 0")) << check.out;
+  EXPECT_TRUE(contains(check.out, "ok      max-peak")) << check.out;  // the others are still evaluated
+  EXPECT_FALSE(contains(check.out, "within 1.00 MiB")) << check.out;
+  std::ifstream in(junit);
+  std::stringstream xml;
+  xml << in.rdbuf();
+  EXPECT_TRUE(contains(xml.str(), "tests=\"2\" failures=\"0\" errors=\"1\"")) << xml.str();
+  EXPECT_TRUE(contains(xml.str(), "<error message=\"UNMEASURED")) << xml.str();
+  nlohmann::json j =
+      nlohmann::json::parse(e2e::run({e2e::kMemtrace, "check", "--json", traces, "--max-growth-per-step", "1MiB"}).out);
+  EXPECT_FALSE(j["passed"].get<bool>());
+  EXPECT_FALSE(j["measured"].get<bool>());
+
+  // diff: no "0 B -> 0 B" for a figure neither run has.
+  e2e::Result diff = e2e::run({e2e::kMemtrace, "diff", traces, traces});
+  EXPECT_TRUE(contains(diff.out, "growth per step             not measured (each run needs 3 steps")) << diff.out;
+  nlohmann::json d = command_json({e2e::kMemtrace, "diff", "--json", traces, traces});
+  EXPECT_TRUE(d["growth_per_step"].is_null());
+  EXPECT_TRUE(contains(d["growth_per_step_unmeasured"], "needs 3 steps")) << d.dump(2);
+
+  // leaks: what is live at exit is only "live", neither kept nor growing.
+  nlohmann::json leaks = command_json({e2e::kMemtrace, "leaks", "--json", traces});
+  const auto& p = leaks["processes"][0];
+  EXPECT_FALSE(p["growth_measured"].get<bool>());
+  ASSERT_FALSE(p["devices"][0]["sites"].empty());
+  for (const auto& s : p["devices"][0]["sites"]) EXPECT_EQ(s["kind"], "live") << s.dump(2);
+  e2e::Result text = e2e::run({e2e::kMemtrace, "leaks", traces});
+  EXPECT_FALSE(contains(text.out, "kept")) << text.out;
+  EXPECT_TRUE(contains(text.out, "sites are marked live")) << text.out;
+}

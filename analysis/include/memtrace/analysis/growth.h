@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -27,6 +28,11 @@ struct SiteGrowth {
   std::string location;
   std::vector<FrameView> stack;
 };
+
+// Growth is told from memory kept only over this many steps or more.
+constexpr uint64_t kStepsToMeasureGrowth = 3;
+// Why growth per step cannot be measured over STEPS steps named by /PATTERN/; empty when it can.
+std::string growth_unmeasured(uint64_t steps, const std::string& pattern);
 
 class GrowthTracker {
  public:

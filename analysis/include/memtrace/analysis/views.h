@@ -45,9 +45,12 @@ std::string to_text(const PeakView& view);
 
 // memtrace leaks: what was live at the end by site, kept or growing, and the growth per step.
 struct LeaksView {
+  // What a site live at exit is: growing step by step, allocated and kept, or, without the steps
+  // to tell them apart, only live.
+  enum class Kind { kLive, kKept, kGrowing };
   struct Site {
     SiteTotal site;
-    bool growing = false;
+    Kind kind = Kind::kLive;
   };
   struct Device {
     int32_t device = -1;
@@ -59,6 +62,7 @@ struct LeaksView {
     bool complete = true;
     size_t steps = 0;
     std::string step_pattern;
+    std::string growth_unmeasured;  // why growth could not be told from memory kept; empty when it could
     std::vector<Device> devices;
     std::vector<SiteGrowth> growth;
   };
@@ -111,6 +115,7 @@ struct DiffView {
   };
   std::vector<DevicePeak> peaks;
   Change live_at_exit, growth_per_step;
+  std::string growth_unmeasured;  // why growth per step is not compared (a side without steps); empty when it is
   std::vector<SiteChange> sites;  // at the peak, largest growth first
 };
 DiffView diff_view(const std::vector<ProcessAnalysis>& base, const std::vector<ProcessAnalysis>& next,
@@ -135,11 +140,13 @@ struct CheckResult {
     double limit_percent = 0, actual_percent = 0;
     bool in_percent() const { return name == "max-regression"; }
     bool passed = true;
+    std::string unmeasured;   // why the run gives nothing to hold against the limit: it does not pass
     std::string detail;       // what the figures compare, when there is more to say
     std::vector<Site> sites;  // the largest, to look at when it is broken
   };
   std::vector<Limit> limits;
-  bool passed = true;
+  bool passed = true;    // every limit measured and held
+  bool measured = true;  // every limit could be measured (exit 2 when not)
 };
 CheckResult check(const std::vector<ProcessAnalysis>& processes, const CheckLimits& limits,
                   const std::vector<ProcessAnalysis>* baseline);
