@@ -63,6 +63,8 @@ Command add_run_command(CLI::App& app) {
   auto c = std::make_shared<RunCli>();
   CLI::App* cmd = app.add_subcommand("run", "Run CMD and record every CUDA allocation and free it makes");
   cmd->add_option("-o,--output", c->run.output_dir, "Folder for the traces (default: a new memtrace-DATE-TIME)");
+  cmd->add_flag("--append", c->run.append,
+                "With -o: add this run's traces to a folder that holds another run's (as more processes of one job)");
   cmd->add_flag("--sim", c->run.sim, "Run on the simulated CUDA device (no GPU needed)");
   c->capacity_option = cmd->add_option("--sim-capacity", c->sim_capacity, "Memory per simulated device, e.g. 80GiB");
   c->devices_option =

@@ -86,16 +86,32 @@ fs::path library_dir() {
   return exe.parent_path().parent_path() / "lib";
 }
 
-// Creates the output folder (0700, or as --umask says). For the default name, finds one not taken yet.
+bool holds_traces(const std::string& dir) {
+  std::error_code ec;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir, ec))
+    if (entry.path().extension() == ".memtrace") return true;
+  return false;
+}
+
+// Creates the output folder (0700, or as --umask says). For the default name, finds one not taken
+// yet. An existing folder is used only when it holds no traces, or when asked to add to them: the
+// analyses take a folder's traces as one job's processes.
 bool make_output_dir(const RunOptions& options, std::string& dir, bool& created, std::string& error) {
   created = false;
   const mode_t dir_mode = options.umask ? 0777 & ~*options.umask : 0700;
   if (!options.output_dir.empty()) {
     dir = options.output_dir;
     std::error_code ec;
-    if (fs::is_directory(dir, ec))
-      return ::access(dir.c_str(), W_OK | X_OK) == 0 ||
-             (error = "cannot write to output folder " + dir + ": " + std::strerror(errno), false);
+    if (fs::is_directory(dir, ec)) {
+      if (::access(dir.c_str(), W_OK | X_OK) != 0)
+        return error = "cannot write to output folder " + dir + ": " + std::strerror(errno), false;
+      if (!options.append && holds_traces(dir))
+        return error = "output folder " + dir +
+                       " already holds the traces of another run; choose a new folder, or add --append to "
+                       "add this run's traces to them",
+               false;
+      return true;
+    }
     fs::path parent = fs::path(dir).parent_path();
     if (!parent.empty()) fs::create_directories(parent, ec);
     if (::mkdir(dir.c_str(), dir_mode) != 0) {

@@ -92,3 +92,24 @@ TEST(NoSteps, GrowthIsNotMeasuredAndSaysWhy) {
   EXPECT_FALSE(contains(text.out, "kept")) << text.out;
   EXPECT_TRUE(contains(text.out, "sites are marked live")) << text.out;
 }
+
+// 3. A second run into the same folder is refused, unless asked to add to it.
+TEST(OutputFolder, HoldingAnotherRunsTracesIsRefusedUnlessAppending) {
+  const std::string dir = e2e::temp_dir("reused"), traces = dir + "/traces";
+  ASSERT_EQ(e2e::run_sample(dir, "hold", {"--buffers", "1", "--hold-ms", "0"}).status, 0);
+  e2e::Result again = e2e::run_sample(dir, "hold", {"--buffers", "2", "--hold-ms", "0"});
+  EXPECT_EQ(again.status, 125);
+  EXPECT_TRUE(contains(again.err, "already holds the traces of another run")) << again.err;
+  EXPECT_TRUE(contains(again.err, "--append")) << again.err;
+  EXPECT_EQ(std::count(again.err.begin(), again.err.end(), '\n'), 1) << again.err;  // one line
+  EXPECT_EQ(command_json({e2e::kMemtrace, "peak", "--json", traces})["processes"].size(), 1u);
+
+  e2e::Result appended = e2e::run_sample(dir, "hold", {"--buffers", "2", "--hold-ms", "0"}, {"--append"});
+  EXPECT_EQ(appended.status, 0) << appended.err;
+  EXPECT_EQ(command_json({e2e::kMemtrace, "peak", "--json", traces})["processes"].size(), 2u);
+
+  // A folder that exists but holds no traces is used as it is.
+  const std::string empty = e2e::temp_dir("empty-output");
+  std::filesystem::create_directories(empty + "/traces");
+  EXPECT_EQ(e2e::run_sample(empty, "hold", {"--buffers", "1", "--hold-ms", "0"}).status, 0);
+}

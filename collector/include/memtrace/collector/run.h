@@ -20,9 +20,9 @@ struct RunOptions {
   uint64_t snapshot_every_ns = 0;  // 0: no periodic snapshots
   bool snapshot_at_peak = false;
   uint64_t max_stall_ns = 10'000'000'000ull;  // how long a program waits for a stalled collector
-  bool redact_args = false;
-  std::optional<unsigned> umask;  // output permissions: folders 0777 & ~umask, files 0666 & ~umask  // traces keep the
-                                  // program's name and its arguments' positions only
+  bool redact_args = false;                   // traces keep the program's name and its arguments' positions only
+  std::optional<unsigned> umask;              // output permissions: folders 0777 & ~umask, files 0666 & ~umask
+  bool append = false;                        // an output folder may already hold another run's traces
   bool native_stacks = true;
   bool python_stacks = true;
   std::vector<std::string> command;
