@@ -169,7 +169,10 @@ std::string report_text(const std::vector<ProcessReport>& processes) {
     if (p.incomplete_records)
       out += "  WARNING: " + std::to_string(p.incomplete_records) + " events were cut off by the process's death\n";
 
-    out += "\n  " + pad("API", 26) + pad("calls", 10, true) + pad("failed", 10, true) + pad("bytes", 12, true) + "\n";
+    if (p.calls.empty())
+      out += "\n  the program used CUDA (it initialised CUDA or asked for its devices) but made no allocation call\n";
+    else
+      out += "\n  " + pad("API", 26) + pad("calls", 10, true) + pad("failed", 10, true) + pad("bytes", 12, true) + "\n";
     for (const auto& [api, c] : p.calls)
       out += "  " + pad(std::string(api_name(api)), 26) + pad(std::to_string(c.calls), 10, true) +
              pad(std::to_string(c.failed), 10, true) + pad(format_bytes(c.bytes), 12, true) + "\n";
@@ -194,7 +197,7 @@ std::string report_text(const std::vector<ProcessReport>& processes) {
         if (s.stack_flags & pb::STACK_PYTHON_NO_GIL) out += std::string(57, ' ') + "(GIL not held: no Python frames)\n";
       }
     }
-    if (p.devices.empty()) out += "\n  no device memory was allocated\n";
+    if (p.devices.empty() && !p.calls.empty()) out += "\n  no device memory was allocated\n";
     if (!p.oom_events.empty()) {
       out += "\n  out of memory " + std::to_string(p.oom_events.size()) + " time" +
              (p.oom_events.size() > 1 ? "s" : "") + ":\n";

@@ -345,6 +345,19 @@ int Collector::loop() {
   return *child_status_;
 }
 
+// Why a traced process holds no device memory in its trace, in a few words.
+std::string no_memory_why(const ProcessReport& r) {
+  uint64_t calls = 0, failed = 0;
+  for (const auto& [api, counts] : r.calls)
+    if (api_info(api).op == Op::kAlloc && api_info(api).layer == Layer::kReserved) {
+      calls += counts.calls;
+      failed += counts.failed;
+    }
+  if (calls == 0) return "used CUDA, allocated no device memory";
+  if (failed == calls) return "no device memory: every allocation failed";
+  return "no device memory";
+}
+
 void print_summary(const std::vector<ProcessReport>& reports, const std::vector<std::string>& snapshots,
                    const std::string& dir) {
   std::fprintf(stderr, "memtrace: %zu traced process%s, traces in %s/\n", reports.size(),
@@ -352,8 +365,10 @@ void print_summary(const std::vector<ProcessReport>& reports, const std::vector<
   for (const ProcessReport& r : reports) {
     std::string line = "  pid " + std::to_string(r.pid) + " (" + std::to_string(r.events) + " events";
     if (r.end_reason.rfind("killed", 0) == 0) line += ", " + r.end_reason;
+    if (r.exit_status && *r.exit_status != 0 && r.end_reason.rfind("killed", 0) != 0)
+      line += ", exit status " + std::to_string(*r.exit_status);
     line += ")";
-    if (r.devices.empty()) line += ": no device memory";
+    if (r.devices.empty()) line += ": " + no_memory_why(r);
     for (const DeviceReport& d : r.devices)
       line += "; device " + std::to_string(d.device) + ": peak reserved " + format_bytes(d.peak_bytes) + " at " +
               format_duration_ns(d.peak_time_ns);

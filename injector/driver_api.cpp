@@ -42,6 +42,8 @@ CUresult alloc_from_pool(uint64_t caller, Real<decltype(&cuMemAllocFromPoolAsync
                       ordering);
 }
 
+Real<decltype(&cuInit)> real_cuInit("cuInit", Library::kDriver);
+Real<decltype(&cuDeviceGetCount)> real_cuDeviceGetCount("cuDeviceGetCount", Library::kDriver);
 Real<decltype(&cuMemAlloc)> real_cuMemAlloc("cuMemAlloc_v2", Library::kDriver);
 Real<decltype(&cuMemFree)> real_cuMemFree("cuMemFree_v2", Library::kDriver);
 Real<decltype(&cuMemAllocAsync)> real_cuMemAllocAsync("cuMemAllocAsync", Library::kDriver);
@@ -64,6 +66,18 @@ Real<decltype(&cuMemAddressReserve)> real_cuMemAddressReserve("cuMemAddressReser
 Real<decltype(&cuMemAddressFree)> real_cuMemAddressFree("cuMemAddressFree", Library::kDriver);
 
 }  // namespace
+
+MEMTRACE_EXPORT CUresult cuInit(unsigned int flags) {
+  const uint64_t caller = MEMTRACE_CALLER;
+  note_cuda_use();
+  return call_real<kMissing>(real_cuInit, caller, flags);
+}
+
+MEMTRACE_EXPORT CUresult cuDeviceGetCount(int* count) {
+  const uint64_t caller = MEMTRACE_CALLER;
+  note_cuda_use();
+  return call_real<kMissing>(real_cuDeviceGetCount, caller, count);
+}
 
 MEMTRACE_EXPORT CUresult cuMemAlloc(CUdeviceptr* dptr, size_t bytesize) {
   Call call(Api::kCuMemAlloc, MEMTRACE_CALLER);

@@ -73,6 +73,16 @@ class Call {
   uint64_t seq_ = 0;
 };
 
+// A call that uses CUDA without allocating (cuInit, asking how many devices there are): nothing
+// is recorded, but the first one connects to memtrace, so that a program that only asked, or
+// stopped before it allocated, still leaves a trace with its ending. Only such pure queries are
+// interposed: a call that changes a runtime's state (cudaSetDevice) reached through a tail call
+// would be sent to the runtime of the caller's caller, which may be another copy.
+inline void note_cuda_use() {
+  if (t_depth++ == 0) session_active();
+  --t_depth;
+}
+
 // Calls the real function CALLER would have reached, or answers MISSING when there is none.
 template <auto kMissing, typename Fn, typename... Args>
 auto call_real(RealFunction<Fn>& real, uint64_t caller, Args... args) {

@@ -57,8 +57,15 @@ Real<decltype(&cudaHostAlloc)> real_cudaHostAlloc("cudaHostAlloc", Library::kRun
 Real<decltype(&cudaFreeHost)> real_cudaFreeHost("cudaFreeHost", Library::kRuntime);
 Real<decltype(&cudaMallocPitch)> real_cudaMallocPitch("cudaMallocPitch", Library::kRuntime);
 Real<decltype(&cudaMalloc3D)> real_cudaMalloc3D("cudaMalloc3D", Library::kRuntime);
+Real<decltype(&cudaGetDeviceCount)> real_cudaGetDeviceCount("cudaGetDeviceCount", Library::kRuntime);
 
 }  // namespace
+
+MEMTRACE_EXPORT cudaError_t cudaGetDeviceCount(int* count) {
+  const uint64_t caller = MEMTRACE_CALLER;
+  note_cuda_use();
+  return call_real<kMissing>(real_cudaGetDeviceCount, caller, count);
+}
 
 MEMTRACE_EXPORT cudaError_t cudaMalloc(void** devPtr, size_t size) {
   Call call(Api::kCudaMalloc, MEMTRACE_CALLER);

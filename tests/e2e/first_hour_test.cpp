@@ -113,3 +113,27 @@ TEST(OutputFolder, HoldingAnotherRunsTracesIsRefusedUnlessAppending) {
   std::filesystem::create_directories(empty + "/traces");
   EXPECT_EQ(e2e::run_sample(empty, "hold", {"--buffers", "1", "--hold-ms", "0"}).status, 0);
 }
+
+// 4. A program that only asked for devices, or whose allocations all failed, keeps its trace,
+// and the summary says what happened.
+TEST(NoDeviceMemory, TheTraceIsKeptAndSaysWhatHappened) {
+  const std::string asked = e2e::temp_dir("asked-for-devices");
+  e2e::Result one_device = e2e::run_sample(asked, "multi_device");  // needs two, finds one, exits 2
+  EXPECT_EQ(one_device.status, 2);
+  EXPECT_FALSE(contains(one_device.err, "never used CUDA")) << one_device.err;
+  EXPECT_TRUE(contains(one_device.err, "(0 events, exit status 2): used CUDA, allocated no device memory"))
+      << one_device.err;
+  nlohmann::json report = e2e::report_json(asked + "/traces");
+  ASSERT_EQ(report["processes"].size(), 1u);
+  EXPECT_EQ(report["processes"][0]["exit_status"], 2);
+  e2e::Result text = e2e::run({e2e::kMemtrace, "report", asked + "/traces"});
+  EXPECT_TRUE(
+      contains(text.out, "used CUDA (it initialised CUDA or asked for its devices) but made no allocation call"))
+      << text.out;
+
+  const std::string failed = e2e::temp_dir("every-allocation-failed");
+  e2e::Result full = e2e::run_sample(failed, "hold", {"--hold-ms", "0"}, {"--sim-capacity", "1MiB"});
+  EXPECT_EQ(full.status, 2);
+  EXPECT_TRUE(contains(full.err, "(1 events, exit status 2): no device memory: every allocation failed")) << full.err;
+  EXPECT_EQ(e2e::report_json(failed + "/traces")["processes"][0]["events"]["cudaMalloc"]["failed"], 1u);
+}

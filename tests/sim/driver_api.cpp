@@ -547,14 +547,18 @@ CUresult cuGetErrorName(CUresult error, const char** str) {
 
 CUresult cuGetErrorString(CUresult error, const char** str) { return cuGetErrorName(error, str); }
 
+namespace {
+void sim_library_marker() {}
+}  // namespace
+
 // Looks NAME up among this library's own functions, newest ABI the caller's version allows
 // first, as the driver does. Our own handle keeps an interposer's definition out of the answer.
 CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags,
                              CUdriverProcAddressQueryResult* status) {
   if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
   static void* self = [] {
-    Dl_info info{};
-    ::dladdr(reinterpret_cast<void*>(&cuInit), &info);
+    Dl_info info{};  // found by a function of ours no one interposes (&cuInit may be memtrace's)
+    ::dladdr(reinterpret_cast<void*>(&sim_library_marker), &info);
     return ::dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
   }();
   struct Versioned {
