@@ -34,18 +34,10 @@ FragView frag_view(const std::vector<ProcessAnalysis>& processes) {
     process.id = process_id(p.report);
     process.layers_known = p.has_heaps;
     for (const FragmentationPoint& f : p.fragmentation) process.points.push_back({f, advice(f)});
-    // Reserved minus allocated over time, per device, from the timeline.
-    for (const TimelineSeries& reserved : p.timeline) {
-      if (reserved.layer != Layer::kReserved) continue;
-      for (const TimelineSeries& allocated : p.timeline) {
-        if (allocated.layer != Layer::kAllocated || allocated.device != reserved.device) continue;
-        FragView::Unused unused{reserved.device, {}};
-        for (size_t i = 0; i < reserved.points.size() && i < allocated.points.size(); ++i) {
-          uint64_t r = reserved.points[i].last_bytes, a = allocated.points[i].last_bytes;
-          unused.points.push_back({reserved.points[i].t_ns, r, a, r > a ? r - a : 0});
-        }
-        process.reserved_minus_allocated.push_back(std::move(unused));
-      }
+    for (const TimelineSeries& series : p.free_in_heaps) {
+      FragView::FreeInHeaps free{series.device, {}};
+      for (const TimelinePoint& point : series.points) free.points.push_back({point.t_ns, point.max_bytes});
+      process.free_in_heaps.push_back(std::move(free));
     }
     view.processes.push_back(std::move(process));
   }
@@ -70,12 +62,11 @@ nlohmann::json to_json(const FragView& view) {
                         {"request_bytes", f.request_bytes},
                         {"advice", point.advice}});
     }
-    nlohmann::json cache = nlohmann::json::array();
-    for (const FragView::Unused& u : p.reserved_minus_allocated)
-      cache.push_back(
-          {{"device", u.device}, {"columns", {"t_ns", "reserved", "allocated", "unused"}}, {"points", u.points}});
+    nlohmann::json free = nlohmann::json::array();
+    for (const FragView::FreeInHeaps& f : p.free_in_heaps)
+      free.push_back({{"device", f.device}, {"columns", {"t_ns", "free_bytes"}}, {"points", f.points}});
     nlohmann::json process = process_json(p.id);
-    process.update({{"layers_known", p.layers_known}, {"points", points}, {"reserved_minus_allocated", cache}});
+    process.update({{"layers_known", p.layers_known}, {"points", points}, {"free_in_heaps", free}});
     out["processes"].push_back(std::move(process));
   }
   return out;
@@ -105,15 +96,16 @@ std::string to_text(const FragView& view) {
       if (f.when == "oom") out += "         out of memory asking for " + format_bytes(f.request_bytes) + "\n";
       if (!point.advice.empty()) out += "    " + point.advice + "\n";
     }
-    for (const FragView::Unused& u : p.reserved_minus_allocated) {  // the allocator's cache over time
+    for (const FragView::FreeInHeaps& f : p.free_in_heaps) {  // the allocator's cache over time
       uint64_t most = 0, at = 0;
-      for (const auto& point : u.points)
-        if (point[3] > most) {
-          most = point[3];
+      for (const auto& point : f.points)
+        if (point[1] > most) {
+          most = point[1];
           at = point[0];
         }
-      out += "  device " + std::to_string(u.device) + ": reserved but not allocated peaked at " + format_bytes(most) +
-             " around " + format_duration_ns(at) + " (memtrace timeline shows both layers)\n";
+      out += "  device " + std::to_string(f.device) + ": free inside the allocator's heaps peaked at " +
+             format_bytes(most) + " around " + format_duration_ns(at) +
+             " (only what it described as its segments counts; memory reserved outside them does not)\n";
     }
   }
   return out;

@@ -72,7 +72,7 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
   PhaseTracker phases(*reader, options.step_pattern);
   GrowthTracker growth;
   FragmentationTracker heaps;
-  Timeline timeline;
+  Timeline timeline, free_in_heaps;
   std::map<int32_t, FragmentationPoint> at_peak;
 
   auto fragmentation_point = [&](const char* when, uint64_t t, int32_t device) {
@@ -105,6 +105,8 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
       out.has_allocated = true;
       allocated.add(step);
       heaps.add(event, step, replay);
+      if (options.timeline && step.device >= 0)
+        free_in_heaps.record(step.device, Layer::kAllocated, event.t_ns, heaps.free_space(step.device).free_bytes);
     } else if (event.op() == Op::kMark) {
       size_t steps = phases.step_starts().size();
       phases.add(event);
@@ -156,6 +158,7 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
                    [](const FragmentationPoint& a, const FragmentationPoint& b) { return a.t_ns < b.t_ns; });
   if (options.timeline) {
     out.timeline = timeline.series(report.end_time_ns);
+    out.free_in_heaps = free_in_heaps.series(report.end_time_ns);
     out.timeline_bucket_ns = timeline.bucket_ns();
   }
   return true;

@@ -49,6 +49,9 @@ struct ProcessAnalysis {
   bool has_heaps = false;
   std::vector<FragmentationPoint> fragmentation;
   std::vector<TimelineSeries> timeline;
+  // Per device, the bytes free inside the allocator's heaps over time (what it described as its
+  // segments, less the blocks it handed out); memory reserved outside any heap is not in it.
+  std::vector<TimelineSeries> free_in_heaps;
   uint64_t timeline_bucket_ns = 0;
 };
 

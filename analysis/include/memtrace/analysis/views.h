@@ -80,15 +80,15 @@ struct FragView {
     FragmentationPoint point;
     std::string advice;  // what would help, when fragmentation is the problem
   };
-  struct Unused {  // per device: (t_ns, reserved, allocated, reserved - allocated)
+  struct FreeInHeaps {  // per device, over time: (t_ns, the most free inside the heaps then)
     int32_t device = -1;
-    std::vector<std::array<uint64_t, 4>> points;
+    std::vector<std::array<uint64_t, 2>> points;
   };
   struct Process {
     ProcessId id;
     bool layers_known = false;
     std::vector<Point> points;
-    std::vector<Unused> reserved_minus_allocated;
+    std::vector<FreeInHeaps> free_in_heaps;
   };
   std::vector<Process> processes;
 };
