@@ -85,7 +85,7 @@ DiffView diff_view(const std::vector<ProcessAnalysis>& base, const std::vector<P
     uint64_t before = b.site_bytes[k], after = n.site_bytes[k];
     if (before == after) continue;
     const SiteTotal* shown = n.sites.count(k) ? n.sites[k] : b.sites[k];
-    view.sites.push_back({{before, after}, k.first, shown->location, shown->stack});
+    view.sites.push_back({{before, after}, k.first, shown->location, shown->stack, shown->named_frame});
   }
   std::stable_sort(
       view.sites.begin(), view.sites.end(),
@@ -134,11 +134,7 @@ std::string to_text(const DiffView& view) {
   for (const DiffView::SiteChange& s : view.sites) {
     out += "  " + pad(signed_bytes(s.bytes.change()), 12, true) + "  " + pad(format_bytes(s.bytes.base), 10, true) +
            " -> " + pad(format_bytes(s.bytes.next), 10, true) + "  " + s.api + "  " + s.location + "\n";
-    int shown = 0;
-    for (const FrameView& f : s.stack) {
-      if (++shown > 4) break;
-      out += std::string(16, ' ') + f.function + "\n";
-    }
+    out += stack_text(s.stack, s.named_frame, 16, 4);
   }
   return out;
 }

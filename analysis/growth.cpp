@@ -32,6 +32,7 @@ std::vector<SiteGrowth> GrowthTracker::growing() const {
     g.device = std::get<0>(key);
     g.layer = std::get<1>(key);
     g.site = Site{std::get<2>(key), s.stack_id};
+    g.group = std::get<3>(key);
     g.bytes_per_step = s.last / intervals;
     g.first_step = s.first_rise_step;
     g.steps_rising = s.rises;

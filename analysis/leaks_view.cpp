@@ -37,14 +37,14 @@ LeaksView leaks_view(const std::vector<ProcessAnalysis>& processes) {
     process.step_pattern = p.step_pattern;
     process.growth_unmeasured = growth_unmeasured(process.steps, p.step_pattern);
     process.growth = p.growth;
-    std::set<std::pair<Api, std::string>> growing;  // (api, location)
-    for (const SiteGrowth& g : p.growth) growing.emplace(g.site.api, g.location);
+    std::set<std::pair<Api, uint64_t>> growing;  // (api, group)
+    for (const SiteGrowth& g : p.growth) growing.emplace(g.site.api, g.group);
     for (const DeviceReport& d : p.report.devices) {
       LeaksView::Device device{d.device, d.live_at_exit_bytes, d.live_at_exit_count, {}};
       for (const SiteTotal& s : d.exit_sites) {
-        LeaksView::Kind kind = !process.growth_unmeasured.empty()            ? LeaksView::Kind::kLive
-                               : growing.count({s.site.api, s.location}) > 0 ? LeaksView::Kind::kGrowing
-                                                                             : LeaksView::Kind::kKept;
+        LeaksView::Kind kind = !process.growth_unmeasured.empty()         ? LeaksView::Kind::kLive
+                               : growing.count({s.site.api, s.group}) > 0 ? LeaksView::Kind::kGrowing
+                                                                          : LeaksView::Kind::kKept;
         device.sites.push_back({s, kind});
       }
       view.live_at_exit_bytes += d.live_at_exit_bytes;
@@ -99,10 +99,12 @@ std::string to_text(const LeaksView& view) {
     for (const LeaksView::Device& d : p.devices) {
       out += "  device " + std::to_string(d.device) + ": " + format_bytes(d.live_bytes) + " live at exit in " +
              std::to_string(d.live_count) + " allocations\n";
-      for (const LeaksView::Site& s : d.sites)
+      for (const LeaksView::Site& s : d.sites) {
         out += "    " + pad(format_bytes(s.site.bytes), 11, true) + pad(std::to_string(s.site.count), 8, true) + "  " +
                pad(s.kind == LeaksView::Kind::kGrowing ? "GROWING" : kind_name(s.kind), 9) +
                pad(std::string(api_name(s.site.site.api)), 24) + s.site.location + "\n";
+        out += stack_text(s.site.stack, s.site.named_frame + 1, 10, 5);  // who called it, in one allocation
+      }
     }
     if (!p.growth_unmeasured.empty()) {
       out += "  growth per step: " + p.growth_unmeasured + "\n";
@@ -118,12 +120,7 @@ std::string to_text(const LeaksView& view) {
              pad(std::to_string(g.first_step), 5) + " rising " + std::to_string(g.steps_rising) + "/" +
              std::to_string(g.intervals) + "  " + std::string(layer_name(g.layer)) + "  " +
              std::string(api_name(g.site.api)) + "  " + g.location + "\n";
-      int shown = 0;
-      for (const FrameView& f : g.stack) {
-        if (++shown > 6) break;
-        out += std::string(10, ' ') + f.function +
-               (f.file.empty() ? "" : "  " + f.file + ":" + std::to_string(f.line)) + "\n";
-      }
+      out += stack_text(g.stack, g.named_frame, 10, 6);
     }
   }
   return out;

@@ -38,11 +38,7 @@ void resolve_devices(std::vector<DeviceReport>& devices, const TraceReader& read
       d.total_bytes = known.total_bytes();
       d.uuid = known.uuid();
     }
-    for (auto* sites : {&d.peak_sites, &d.exit_sites})
-      for (SiteTotal& s : *sites) {
-        resolve_site(s, s.site.stack_id, stacks, grouping);
-        s.stack_flags = stacks.flags(s.site.stack_id);
-      }
+    for (auto* sites : {&d.peak_sites, &d.exit_sites}) resolve_sites(*sites, stacks, grouping);
     d.peak_step = phases.step_at(d.peak_time_ns);
     d.peak_phase = phases.phase_at(d.peak_time_ns, d.peak_tid);
   }
@@ -152,6 +148,7 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
   out.step_boundaries = growth.boundaries();
   out.growth = growth.growing();
   for (SiteGrowth& g : out.growth) resolve_site(g, g.site.stack_id, stacks, options.grouping);
+  distinguish_sites(out.growth);
   out.has_heaps = heaps.any_heaps();
   for (auto& [device, p] : at_peak) out.fragmentation.insert(out.fragmentation.begin(), p);
   std::stable_sort(out.fragmentation.begin(), out.fragmentation.end(),

@@ -64,9 +64,11 @@ void ReportBuilder::add(const ReplayStep& step) {
     const uint32_t slot = slot_of(change.site.api, change.site.stack_id);
     if (d.sites.size() <= slot) d.sites.resize(slot + 1);
     SiteLive& s = d.sites[slot];
-    if (s.count == 0) s.stack_id = change.site.stack_id;
     s.bytes += static_cast<uint64_t>(change.bytes);
     if (change.bytes > 0) {
+      // The newest allocation stands for the site: the likeliest to be live still (the first
+      // may be a freed temporary of a helper whose later callers keep theirs).
+      s.stack_id = change.site.stack_id;
       ++s.count;
       ++d.count;
     } else {
@@ -88,12 +90,21 @@ void ReportBuilder::add(const ReplayStep& step) {
   }
 }
 
+void resolve_sites(std::vector<SiteTotal>& sites, const StackView& stacks, SiteGrouping grouping) {
+  for (SiteTotal& s : sites) {
+    resolve_site(s, s.site.stack_id, stacks, grouping);
+    s.stack_flags = stacks.flags(s.site.stack_id);
+  }
+  distinguish_sites(sites);
+}
+
 std::vector<SiteTotal> ReportBuilder::largest(const SiteMap& sites) const {
   std::vector<SiteTotal> out;
   for (size_t slot = 0; slot < sites.size(); ++slot)
     if (const SiteLive& live = sites[slot]; live.bytes > 0) {
       SiteTotal total;
       total.site = Site{keys_[slot].api, live.stack_id};
+      total.group = keys_[slot].stack_id;
       total.bytes = live.bytes;
       total.count = live.count;
       out.push_back(std::move(total));

@@ -61,6 +61,21 @@ nlohmann::json site_json(const SiteTotal& s) {
   return site;
 }
 
+std::string stack_text(const std::vector<FrameView>& frames, size_t first, size_t indent, size_t max_frames) {
+  std::string out;
+  size_t shown = 0;
+  for (size_t k = first; k < frames.size(); ++k) {
+    const FrameView& f = frames[k];
+    if (is_startup_frame(f)) continue;
+    if (shown++ == max_frames) {
+      out += std::string(indent, ' ') + "...\n";
+      break;
+    }
+    out += std::string(indent, ' ') + frame_label(f) + "\n";
+  }
+  return out;
+}
+
 nlohmann::json stack_json(const std::vector<FrameView>& frames) {
   nlohmann::json out = nlohmann::json::array();
   for (const FrameView& f : frames) {

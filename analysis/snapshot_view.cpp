@@ -118,10 +118,7 @@ bool read_snapshot(const std::string& path, const AnalysisOptions& options, Snap
     out.request_location = named ? frame_label(*named) : "";
   }
   out.sites = sites.live_sites(out.device >= 0 ? std::optional<int32_t>(out.device) : std::nullopt);
-  for (SiteTotal& s : out.sites) {
-    resolve_site(s, s.site.stack_id, stacks, options.grouping);
-    s.stack_flags = stacks.flags(s.site.stack_id);
-  }
+  resolve_sites(out.sites, stacks, options.grouping);
   out.diagnosis = diagnose(out);
   return true;
 }

@@ -1,7 +1,10 @@
 #include "memtrace/analysis/stacks.h"
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <map>
+#include <set>
 
 #include "memtrace.pb.h"
 
@@ -106,6 +109,61 @@ std::string frame_label(const FrameView& f) {
   std::snprintf(offset, sizeof offset, "0x%llx",
                 static_cast<unsigned long long>(f.module.empty() ? f.address : f.offset));
   return f.module.empty() ? std::string(offset) : std::filesystem::path(f.module).filename().string() + "+" + offset;
+}
+
+std::string short_function(const FrameView& f) {
+  if (f.function.empty()) return frame_label(f);
+  std::string name = f.function;
+  for (size_t at; (at = name.find("(anonymous namespace)::")) != std::string::npos;) name.erase(at, 23);
+  if (f.python) return name;
+  for (const char* suffix : {" const", " &&", " &"})  // qualifiers after the parameters
+    if (name.size() > std::strlen(suffix) &&
+        name.compare(name.size() - std::strlen(suffix), std::string::npos, suffix) == 0)
+      name.resize(name.size() - std::strlen(suffix));
+  if (!name.empty() && name.back() == ')') {  // cut the parameter list: from its matching '('
+    int depth = 0;
+    for (size_t i = name.size(); i-- > 0;) {
+      depth += name[i] == ')' ? 1 : name[i] == '(' ? -1 : 0;
+      if (depth == 0) {
+        if (i > 0) name.resize(i);
+        break;
+      }
+    }
+  }
+  return name;
+}
+
+bool is_startup_frame(const FrameView& f) {
+  return !f.python && (f.function == "_start" || f.function.rfind("__libc_start_main", 0) == 0 ||
+                       f.function == "__libc_start_call_main");
+}
+
+void distinguish_labels(const std::vector<SiteLabel>& sites) {
+  std::map<std::string, std::vector<const SiteLabel*>> alike;
+  for (const SiteLabel& s : sites) alike[*s.label].push_back(&s);
+  for (auto& [label, rows] : alike) {
+    if (rows.size() < 2) continue;
+    std::vector<std::string> extended(rows.size(), label);
+    for (size_t callers = 1;; ++callers) {
+      bool longer = false;  // some row has more callers to show
+      for (size_t r = 0; r < rows.size(); ++r) {
+        const std::vector<FrameView>& stack = *rows[r]->stack;
+        const size_t first = rows[r]->named_frame;
+        if (first >= stack.size()) continue;
+        const size_t last = std::min(first + callers, stack.size() - 1);
+        std::string chain;
+        for (size_t k = first; k <= last; ++k) chain += (k == first ? "" : " \u2190 ") + short_function(stack[k]);
+        if (!stack[last].file.empty())
+          chain += " at " + std::filesystem::path(stack[last].file).filename().string() + ":" +
+                   std::to_string(stack[last].line);
+        extended[r] = chain;
+        longer |= last + 1 < stack.size();
+      }
+      if (std::set<std::string>(extended.begin(), extended.end()).size() == rows.size() || !longer) break;
+    }
+    if (std::set<std::string>(extended.begin(), extended.end()).size() < 2) continue;  // no caller tells them apart
+    for (size_t r = 0; r < rows.size(); ++r) *rows[r]->label = extended[r];
+  }
 }
 
 }  // namespace memtrace

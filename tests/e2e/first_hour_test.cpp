@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "harness.h"
@@ -136,4 +137,48 @@ TEST(NoDeviceMemory, TheTraceIsKeptAndSaysWhatHappened) {
   EXPECT_EQ(full.status, 2);
   EXPECT_TRUE(contains(full.err, "(1 events, exit status 2): no device memory: every allocation failed")) << full.err;
   EXPECT_EQ(e2e::report_json(failed + "/traces")["processes"][0]["events"]["cudaMalloc"]["failed"], 1u);
+}
+
+// 6. Sites that read alike are told apart by their callers; text prints the merged stack from
+// the site's frame out, without the C runtime's start-up frames.
+TEST_F(TrainLoop, RowsThatReadAlikeNameTheirCallers) {
+  nlohmann::json peak = command_json({e2e::kMemtrace, "peak", "--json", "--by", "stack", traces()});
+  const auto& sites = peak["processes"][0]["devices"][0]["sites"];
+  ASSERT_EQ(sites.size(), 6u) << sites.dump(2);
+  std::set<std::string> labels;
+  for (const auto& s : sites) labels.insert(s["location"].get<std::string>());
+  EXPECT_EQ(labels.size(), 6u) << sites.dump(2);
+  const std::string source = std::string(MEMTRACE_SAMPLES_SOURCE) + "/train_loop.cpp";
+  std::ifstream in(source);
+  std::string line;
+  uint32_t number = 0, weights = 0;
+  while (std::getline(in, line) && !weights)
+    if (++number && line.find("m.weights.push_back(device_alloc(") != std::string::npos) weights = number;
+  EXPECT_EQ(labels.count("device_alloc \u2190 build_model at train_loop.cpp:" + std::to_string(weights)), 1u)
+      << sites.dump(2);
+  e2e::Result text = e2e::run({e2e::kMemtrace, "peak", "--by", "stack", traces()});
+  EXPECT_TRUE(contains(text.out, "device_alloc \u2190 forward at train_loop.cpp:")) << text.out;
+}
+
+TEST(Stacks, ALeakThroughAPythonHelperShowsWhoCalledIt) {
+  const std::string dir = e2e::temp_dir("python-leak"), traces = dir + "/traces";
+  ASSERT_EQ(e2e::run_traced(dir, e2e::python_sample("leak.py", {"5"})).status, 0);
+  const std::string accumulate =
+      "leak.py:" + std::to_string(e2e::marked_line(e2e::python_sample_path("leak.py"), "leak")) +
+      " in accumulate_stats";
+  e2e::Result leaks = e2e::run({e2e::kMemtrace, "leaks", traces});
+  EXPECT_TRUE(contains(leaks.out, "in malloc\n          " + accumulate + "\n")) << leaks.out;  // right under the site
+
+  const std::string more = e2e::temp_dir("python-leak-more");
+  ASSERT_EQ(e2e::run_traced(more, e2e::python_sample("leak.py", {"15"})).status, 0);
+  e2e::Result diff = e2e::run({e2e::kMemtrace, "diff", traces, more + "/traces"});
+  EXPECT_TRUE(contains(diff.out, accumulate)) << diff.out;  // Python frames, not empty native lines
+  EXPECT_FALSE(contains(diff.out, "\n                \n")) << diff.out;
+
+  const std::string native = e2e::temp_dir("native-leak");
+  ASSERT_EQ(e2e::run_sample(native, "leak", {"--iterations", "3"}).status, 0);
+  e2e::Result text = e2e::run({e2e::kMemtrace, "leaks", native + "/traces"});
+  EXPECT_TRUE(contains(text.out, "main at leak.cpp:")) << text.out;
+  EXPECT_FALSE(contains(text.out, "__libc_start")) << text.out;
+  EXPECT_FALSE(contains(text.out, "_start")) << text.out;
 }

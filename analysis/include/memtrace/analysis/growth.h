@@ -18,7 +18,8 @@ namespace memtrace {
 struct SiteGrowth {
   int32_t device = -1;
   Layer layer = Layer::kReserved;
-  Site site;  // the grouping key's api and one stack of the site
+  Site site;           // the grouping key's api and one stack of the site
+  uint64_t group = 0;  // what its allocations were grouped by, as SiteTotal::group
   uint64_t bytes_per_step = 0;
   uint64_t first_step = 0;  // the step in which it first grew
   uint64_t steps_rising = 0;
@@ -27,6 +28,7 @@ struct SiteGrowth {
   // Filled in against the trace's tables, as for SiteTotal.
   std::string location;
   std::vector<FrameView> stack;
+  size_t named_frame = 0;  // the frame of STACK that LOCATION names
 };
 
 // Growth is told from memory kept only over this many steps or more.

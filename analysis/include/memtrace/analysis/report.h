@@ -25,12 +25,14 @@ struct ApiCounts {
 };
 
 struct SiteTotal {
-  Site site;  // api, and the stack of one of its allocations
+  Site site;           // api, and the stack of one of its allocations
+  uint64_t group = 0;  // what its allocations were grouped by (StackView::site_key)
   uint64_t bytes = 0;
   uint64_t count = 0;
   // Filled in against the trace's tables: what names the site, and that stack as shown.
   std::string location;
   std::vector<FrameView> stack;
+  size_t named_frame = 0;  // the frame of STACK that LOCATION names
   uint32_t stack_flags = 0;
 };
 
@@ -83,6 +85,10 @@ struct ProcessReport {
   std::vector<std::string> snapshots;  // snapshot files of this process beside its trace
 };
 
+// Names each site and fills in its stack as shown (resolve_site), then tells apart the ones that
+// would read alike (distinguish_sites).
+void resolve_sites(std::vector<SiteTotal>& sites, const StackView& stacks, SiteGrouping grouping);
+
 // Builds a ProcessReport from the replay of one process's events. Sites are grouped by API and
 // by what SITE_KEY makes of their stack id (by default the stack itself). Peaks and sites are
 // those of LAYER: reserved (what the allocation APIs hold) or allocated (regions of heaps).
@@ -112,7 +118,7 @@ class ReportBuilder {
   struct SiteLive {
     uint64_t bytes = 0;
     uint64_t count = 0;
-    uint64_t stack_id = 0;  // one stack of the site, to show
+    uint64_t stack_id = 0;  // the stack of its newest allocation, to show
   };
   using SiteMap = std::vector<SiteLive>;  // by slot
   struct DeviceState {

@@ -14,6 +14,9 @@ nlohmann::json report_json(const std::vector<ProcessReport>& processes);
 std::string report_text(const std::vector<ProcessReport>& processes);
 // A stack as JSON: [{"kind","function","file","line","module",...}], innermost first.
 nlohmann::json stack_json(const std::vector<FrameView>& frames);
+// A stack as text views print it: a line per frame from FIRST outwards (Python and native, each as
+// frame_label names it), INDENT spaces in, at most MAX_FRAMES, without the C runtime's start-up.
+std::string stack_text(const std::vector<FrameView>& frames, size_t first, size_t indent, size_t max_frames);
 // A site: {"api","bytes","count","location","stack"}, and what its stack is missing, if anything.
 nlohmann::json site_json(const SiteTotal& site);
 std::string command_line(const std::vector<std::string>& command);

@@ -57,15 +57,42 @@ class StackView {
 
 // "train.py:88 in forward", "forward(int) at model.cpp:42", "libfoo.so+0x1a2b".
 std::string frame_label(const FrameView& frame);
+// A function's name as a chain of callers shows it: "device_alloc" for
+// "(anonymous namespace)::device_alloc(unsigned long)"; module+offset when it has none.
+std::string short_function(const FrameView& frame);
+// The C runtime's start-up frames (_start, __libc_start_main): below every main, said by no one.
+bool is_startup_frame(const FrameView& frame);
+
+// Labels of sites that read alike, extended with their callers until they differ:
+// "device_alloc ← load_weights at train_loop.cpp:40". Each site is its label, its stack as shown
+// and the index in it of the frame the label names.
+struct SiteLabel {
+  std::string* label;
+  const std::vector<FrameView>* stack;
+  size_t named_frame;
+};
+void distinguish_labels(const std::vector<SiteLabel>& sites);
+template <typename SiteLike>
+void distinguish_sites(std::vector<SiteLike>& sites) {
+  std::vector<SiteLabel> labels;
+  for (SiteLike& s : sites) labels.push_back({&s.location, &s.stack, s.named_frame});
+  distinguish_labels(labels);
+}
 
 // Fills in a site's stack as shown and the label that names it under GROUPING: its frame, else
 // its innermost one, else "(no stack)"; "every cudaMalloc call" when sites are APIs alone. SITE
-// is a SiteTotal or a SiteGrowth: what has `site.api`, `stack` and `location`.
+// is a SiteTotal or a SiteGrowth: what has `site.api`, `stack`, `named_frame` and `location`.
 template <typename SiteLike>
 void resolve_site(SiteLike& s, uint64_t stack_id, const StackView& stacks, SiteGrouping grouping) {
   s.stack = stacks.frames(stack_id);
   std::optional<FrameView> named = stacks.site_frame(stack_id, grouping);
   if (!named && !s.stack.empty()) named = s.stack.front();
+  s.named_frame = 0;
+  for (size_t k = 0; named && k < s.stack.size(); ++k)
+    if (s.stack[k].id == named->id) {
+      s.named_frame = k;
+      break;
+    }
   s.location = grouping == SiteGrouping::kApi ? "every " + std::string(api_name(s.site.api)) + " call"
                : named                        ? frame_label(*named)
                                               : "(no stack)";

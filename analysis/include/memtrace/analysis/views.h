@@ -112,6 +112,7 @@ struct DiffView {
     Change bytes;
     std::string api, location;
     std::vector<FrameView> stack;
+    size_t named_frame = 0;  // the frame of STACK that LOCATION names
   };
   std::vector<DevicePeak> peaks;
   Change live_at_exit, growth_per_step;
