@@ -61,9 +61,13 @@ double Estimate::component(const std::string& name) const {
 }
 
 std::optional<uint64_t> gpu_memory_of(const std::string& name) {
-  for (const auto& [key, bytes] : gpu_table())
+  std::optional<uint64_t> by_prefix;  // "H100" for H100-80GB, when no other name starts so
+  int prefixed = 0;
+  for (const auto& [key, bytes] : gpu_table()) {
     if (strcasecmp(key.c_str(), name.c_str()) == 0) return bytes;
-  return std::nullopt;
+    if (!name.empty() && strncasecmp(key.c_str(), name.c_str(), name.size()) == 0 && ++prefixed == 1) by_prefix = bytes;
+  }
+  return prefixed == 1 ? by_prefix : std::nullopt;
 }
 
 std::vector<std::string> gpu_names() {
@@ -214,7 +218,9 @@ bool estimate(const ModelShape& model, const EstimateOptions& options, Estimate&
   if (options.gpu && !out.gpu_memory) {
     out.gpu_memory = gpu_memory_of(*options.gpu);
     if (!out.gpu_memory) {
-      error = "unknown GPU '" + *options.gpu + "'";
+      error = "unknown GPU '" + *options.gpu + "'; the GPUs memtrace knows:";
+      for (const std::string& name : gpu_names()) error += " " + name;
+      error += " (or give --gpu-memory SIZE)";
       return false;
     }
   }

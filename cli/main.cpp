@@ -1,9 +1,53 @@
 // The memtrace executable: every subcommand in one program, each in a file of its own.
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <string>
 #include <vector>
 
 #include "command.h"
+#include "memtrace/collector/run.h"
 #include "options.h"
+
+namespace {
+
+// How many single-letter edits turn A into B.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// "'reprot' is not a memtrace command; did you mean report?" and the commands there are.
+int unknown_command(const std::string& name, const std::vector<memtrace::cli::Command>& commands) {
+  std::string nearest, all;
+  size_t best = SIZE_MAX;
+  for (const auto& c : commands) {
+    const std::string& candidate = c.app->get_name();
+    all += (all.empty() ? "" : ", ") + candidate;
+    size_t d = edit_distance(name, candidate);
+    if (d < best) {
+      best = d;
+      nearest = candidate;
+    }
+  }
+  std::fprintf(stderr, "memtrace: '%s' is not a memtrace command", name.c_str());
+  if (best <= std::max<size_t>(2, name.size() / 3)) std::fprintf(stderr, "; did you mean '%s'?", nearest.c_str());
+  std::fprintf(stderr, "\nthe commands: %s (memtrace --help says more)\n", all.c_str());
+  return memtrace::cli::kExitUsage;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace memtrace::cli;
@@ -17,11 +61,35 @@ int main(int argc, char** argv) {
       add_peak_command(app), add_leaks_command(app),  add_frag_command(app),     add_timeline_command(app),
       add_diff_command(app), add_check_command(app),  add_estimate_command(app), add_explain_command(app),
   };
+  // The command asked for: the first argument, unless it is an option (--help, --version).
+  const Command* chosen = nullptr;
+  if (argc > 1 && argv[1][0] != '-') {
+    for (const Command& c : commands)
+      if (c.app->get_name() == argv[1]) chosen = &c;
+    if (!chosen) return unknown_command(argv[1], commands);
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    int code = app.exit(e);
-    return code == 0 ? 0 : kExitUsage;
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    // One line for what was wrong, and the usage line of the command it was for.
+    std::fprintf(stderr, "memtrace%s%s: %s\n", chosen ? " " : "", chosen ? chosen->app->get_name().c_str() : "",
+                 e.what());
+    if (chosen) {
+      std::string help = chosen->app->help(), usage = "Usage: ";
+      size_t at = help.find(usage);
+      if (at != std::string::npos) {
+        std::string line = help.substr(at + usage.size(), help.find('\n', at) - at - usage.size());
+        size_t name = line.find(chosen->app->get_name() + " ");  // after the path memtrace was run by, if any
+        line = "memtrace " + (name == std::string::npos ? line : line.substr(name));
+        std::fprintf(stderr, "usage: %s\n", line.c_str());
+      }
+      std::fprintf(stderr, "(memtrace %s --help says more)\n", chosen->app->get_name().c_str());
+    } else {
+      std::fprintf(stderr, "(memtrace --help says more)\n");
+    }
+    // memtrace run's own failures must not read as the program's exit status.
+    return chosen == &commands.front() ? memtrace::kExitMemtraceFailedCode : kExitUsage;
   }
   for (const Command& c : commands)
     if (*c.app) return c.run();

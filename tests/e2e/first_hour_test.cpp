@@ -182,3 +182,31 @@ TEST(Stacks, ALeakThroughAPythonHelperShowsWhoCalledIt) {
   EXPECT_FALSE(contains(text.out, "__libc_start")) << text.out;
   EXPECT_FALSE(contains(text.out, "_start")) << text.out;
 }
+
+// 7. memtrace run's own failures exit 125, whatever stage finds them, never the parser's 2.
+TEST(ExitStatus, RunsOwnFailuresAre125) {
+  e2e::Result bad_option = e2e::run({e2e::kMemtrace, "run", "--sim", "--sim-devices", "0", "--", "true"});
+  EXPECT_EQ(bad_option.status, 125) << bad_option.err;
+  EXPECT_TRUE(contains(bad_option.err, "memtrace run: --sim-devices")) << bad_option.err;
+  EXPECT_EQ(e2e::run({e2e::kMemtrace, "run", "--no-such-option", "--", "true"}).status, 125);
+  EXPECT_EQ(e2e::run({e2e::kMemtrace, "run", "--sim-capacity", "lots", "--sim", "--", "true"}).status, 125);
+  // The program's own 2 is still its own.
+  const std::string dir = e2e::temp_dir("program-exits-2");
+  EXPECT_EQ(e2e::run_traced(dir, {"/bin/sh", "-c", "exit 2"}).status, 2);
+}
+
+// 11. Help for mistakes: the nearest command, the usage line, the GPUs estimate knows.
+TEST(Help, MistakesAreAnsweredWithWhatWasMeant) {
+  e2e::Result typo = e2e::run({e2e::kMemtrace, "reprot", "x"});
+  EXPECT_EQ(typo.status, 2);
+  EXPECT_TRUE(contains(typo.err, "'reprot' is not a memtrace command; did you mean 'report'?")) << typo.err;
+  EXPECT_TRUE(contains(typo.err, "run, report, snapshot")) << typo.err;
+  e2e::Result no_path = e2e::run({e2e::kMemtrace, "report"});
+  EXPECT_EQ(no_path.status, 2);
+  EXPECT_TRUE(contains(no_path.err, "usage: memtrace report [OPTIONS] path")) << no_path.err;
+  e2e::Result gpu = e2e::run({e2e::kMemtrace, "estimate", "--model", "gpt2", "--gpu", "A100"});  // two A100s
+  EXPECT_EQ(gpu.status, 2);
+  EXPECT_TRUE(contains(gpu.err, "A100-40GB A100-80GB")) << gpu.err;
+  EXPECT_TRUE(contains(gpu.err, "H100-80GB")) << gpu.err;
+  EXPECT_EQ(e2e::run({e2e::kMemtrace, "estimate", "--model", "gpt2", "--gpu", "h100"}).status, 0);  // one H100
+}

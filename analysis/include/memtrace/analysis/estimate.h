@@ -71,6 +71,7 @@ struct Estimate {
 
 // Computes the estimate; false with ERROR for options that make no sense together.
 bool estimate(const ModelShape& model, const EstimateOptions& options, Estimate& out, std::string& error);
+// A GPU's memory by its name, in any case, or by the start of one name alone ("H100").
 std::optional<uint64_t> gpu_memory_of(const std::string& name);
 std::vector<std::string> gpu_names();
 
