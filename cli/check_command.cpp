@@ -57,8 +57,8 @@ int check_run(CheckCli& c) {
     if (!load_analyses("check", b, baseline)) return kExitUsage;
   }
   CheckResult result = check(processes, limits, c.baseline.empty() ? nullptr : &baseline);
-  if (!c.junit.empty() && !write_new_file("check", c.junit, check_junit(result))) return kExitUsage;
-  show(c.analysis.json, result);
+  show(c.analysis.json, result);  // the verdict first, whatever happens to the report file
+  if (!c.junit.empty() && !write_report_file("check", c.junit, check_junit(result))) return kExitUsage;
   return result.passed ? 0 : result.measured ? 1 : kExitUsage;  // a limit with nothing to measure is not met
 }
 
@@ -76,7 +76,7 @@ Command add_check_command(CLI::App& app) {
   c->regression_option =
       cmd->add_option("--max-regression", c->max_regression, "Peak growth over --baseline allowed, in percent")
           ->check(CLI::Range(-100.0, 1e9));
-  cmd->add_option("--junit", c->junit, "Also write a JUnit XML report to this new file");
+  cmd->add_option("--junit", c->junit, "Also write a JUnit XML report to this file (replaced if there)");
   return {cmd, [c] { return check_run(*c); }};
 }
 

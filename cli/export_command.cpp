@@ -33,7 +33,7 @@ int export_folded(const ExportCli& c) {
     std::fputs(text.c_str(), stdout);
     return 0;
   }
-  return write_new_file("export", c.output, text) ? 0 : 1;
+  return write_report_file("export", c.output, text) ? 0 : 1;
 }
 
 int export_events(const ExportCli& c) {

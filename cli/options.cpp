@@ -1,9 +1,15 @@
 #include "options.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <regex>
+
+#include "memtrace/format/framing.h"
 
 namespace memtrace::cli {
 
@@ -61,16 +67,53 @@ void print(bool json, const nlohmann::json& doc, const std::string& text) {
     std::fputs(text.c_str(), stdout);
 }
 
-bool write_new_file(const char* command, const std::string& path, const std::string& text) {
-  std::FILE* f = std::fopen(path.c_str(), "wxe");
-  if (!f) {
-    std::fprintf(stderr, "memtrace %s: cannot create %s: %s\n", command, path.c_str(), std::strerror(errno));
+namespace {
+
+mode_t current_umask() {
+  mode_t mask = ::umask(0);
+  ::umask(mask);
+  return mask;
+}
+
+// A trace or snapshot: what report files must never replace.
+bool is_trace(const std::string& path) {
+  char head[sizeof framing::kMagic] = {};
+  std::FILE* f = std::fopen(path.c_str(), "rbe");
+  if (!f) return false;
+  bool trace = std::fread(head, 1, sizeof head, f) == sizeof head &&
+               std::memcmp(head, framing::kMagic, sizeof framing::kMagic) == 0;
+  std::fclose(f);
+  return trace;
+}
+
+}  // namespace
+
+bool write_report_file(const char* command, const std::string& path, const std::string& text) {
+  if (is_trace(path)) {
+    std::fprintf(stderr, "memtrace %s: %s is a memtrace trace: it is not written over\n", command, path.c_str());
     return false;
   }
-  bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  ok &= std::fclose(f) == 0;
-  if (!ok) std::fprintf(stderr, "memtrace %s: cannot write %s\n", command, path.c_str());
-  return ok;
+  // Written beside it, then renamed over it: a reader never sees half a file, and a link at PATH
+  // is replaced, not followed.
+  std::string temporary = path + ".memtrace-tmp-XXXXXX";
+  int fd = ::mkstemp(temporary.data());
+  if (fd < 0) {
+    std::fprintf(stderr, "memtrace %s: cannot write %s: %s\n", command, path.c_str(), std::strerror(errno));
+    return false;
+  }
+  ::fchmod(fd, 0644 & ~current_umask());
+  bool ok = true;
+  for (size_t done = 0; ok && done < text.size();) {
+    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    ok = n > 0;
+    if (ok) done += static_cast<size_t>(n);
+  }
+  ok &= ::close(fd) == 0;
+  if (ok && ::rename(temporary.c_str(), path.c_str()) == 0) return true;
+  std::fprintf(stderr, "memtrace %s: cannot write %s: %s\n", command, path.c_str(), std::strerror(errno));
+  ::unlink(temporary.c_str());
+  return false;
 }
 
 }  // namespace memtrace::cli

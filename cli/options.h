@@ -46,7 +46,8 @@ int analyze_and_show(const char* command, AnalysisCli& a, MakeView&& make_view) 
   show(a.json, make_view(processes));
   return 0;
 }
-// Writes TEXT to PATH, never over an existing file; false after saying why.
-bool write_new_file(const char* command, const std::string& path, const std::string& text);
+// Writes a report file (JUnit, CSV, SVG, an export): TEXT to PATH, replacing what is there, as
+// pytest's --junitxml does, so that CI reruns work; never a trace. False after saying why.
+bool write_report_file(const char* command, const std::string& path, const std::string& text);
 
 }  // namespace memtrace::cli

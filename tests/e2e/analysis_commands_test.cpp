@@ -149,9 +149,17 @@ TEST_F(StepsRun, TimelineChartCsvAndSvg) {
   std::string picture = read_file(svg);
   EXPECT_EQ(picture.rfind("<svg", 0), 0u);
   EXPECT_NE(picture.find("<title>train_step</title>"), std::string::npos);  // phases shaded
-  // Never over an existing file.
+  // A rerun replaces the report file; a trace is never written over.
+  std::filesystem::resize_file(csv, 0);
   e2e::Result again = e2e::run({e2e::kMemtrace, "timeline", traces(), "--csv", csv});
-  EXPECT_NE(again.status, 0);
+  EXPECT_EQ(again.status, 0) << again.err;
+  EXPECT_EQ(read_file(csv).rfind("pid,device,layer", 0), 0u);
+  const std::string trace = std::filesystem::directory_iterator(traces())->path().string();
+  const auto trace_size = std::filesystem::file_size(trace);
+  e2e::Result over_trace = e2e::run({e2e::kMemtrace, "timeline", traces(), "--csv", trace});
+  EXPECT_NE(over_trace.status, 0);
+  EXPECT_NE(over_trace.err.find("is a memtrace trace: it is not written over"), std::string::npos) << over_trace.err;
+  EXPECT_EQ(std::filesystem::file_size(trace), trace_size);
 }
 
 TEST_F(StepsRun, FoldedStacksAddUpToThePeakAndChromeTraceHasCountersAndRanges) {

@@ -210,3 +210,21 @@ TEST(Help, MistakesAreAnsweredWithWhatWasMeant) {
   EXPECT_TRUE(contains(gpu.err, "H100-80GB")) << gpu.err;
   EXPECT_EQ(e2e::run({e2e::kMemtrace, "estimate", "--model", "gpt2", "--gpu", "h100"}).status, 0);  // one H100
 }
+
+// 10. A CI rerun replaces its JUnit file and still prints its verdict.
+TEST_F(TrainLoop, CheckRerunsReplaceTheirJUnitFile) {
+  const std::string junit = *dir_ + "/st.xml";
+  ASSERT_EQ(e2e::run({e2e::kMemtrace, "check", traces(), "--max-peak", "1TiB", "--junit", junit}).status, 0);
+  e2e::Result rerun = e2e::run({e2e::kMemtrace, "check", traces(), "--max-peak", "1MiB", "--junit", junit});
+  EXPECT_EQ(rerun.status, 1) << rerun.err;
+  EXPECT_TRUE(contains(rerun.out, "FAILED  max-peak")) << rerun.out;
+  std::ifstream in(junit);
+  std::stringstream xml;
+  xml << in.rdbuf();
+  EXPECT_TRUE(contains(xml.str(), "failures=\"1\"")) << xml.str();
+  // A JUnit file that cannot be written: the verdict is printed all the same.
+  e2e::Result unwritable =
+      e2e::run({e2e::kMemtrace, "check", traces(), "--max-peak", "1TiB", "--junit", *dir_ + "/no/such/dir/st.xml"});
+  EXPECT_EQ(unwritable.status, 2);
+  EXPECT_TRUE(contains(unwritable.out, "memtrace check: every limit holds")) << unwritable.out;
+}
