@@ -172,7 +172,8 @@ std::string report_text(const std::vector<ProcessReport>& processes) {
     for (const auto& [api, c] : p.calls)
       if (c.interrupted)
         out += "  the process died inside " + std::to_string(c.interrupted) + " call" + (c.interrupted > 1 ? "s" : "") +
-               " of " + std::string(api_name(api)) + ": they may or may not have happened\n";
+               " of " + std::string(api_name(api)) + (c.interrupted > 1 ? ": each" : ": it") +
+               " may or may not have taken effect on the device\n";
     for (const std::string& notice : p.notices) out += "  note: " + notice + "\n";
     if (p.longest_wait_ns >= 10'000'000)  // 10 ms: below that, nobody notices
       out += "  memtrace held the program up for at most " + format_duration_ns(p.longest_wait_ns) +

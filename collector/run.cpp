@@ -298,7 +298,8 @@ int Collector::loop() {
       if (!p->backlogged()) events += p->drain();
       bool is_child = p->pid() == child_;
       if (p->ended() && (!is_child || child_status_))
-        finish(*p, is_child ? child_status_ : std::nullopt, is_child ? child_end_ : "ended");
+        finish(*p, is_child ? child_status_ : std::nullopt,
+               is_child ? child_end_ : "closed its connection (a descendant: memtrace cannot see its exit status)");
     }
     idle_ms = events ? 0 : std::min(idle_ms + 1, 5);
 

@@ -228,3 +228,14 @@ TEST_F(TrainLoop, CheckRerunsReplaceTheirJUnitFile) {
   EXPECT_EQ(unwritable.status, 2);
   EXPECT_TRUE(contains(unwritable.out, "memtrace check: every limit holds")) << unwritable.out;
 }
+
+// 13. Wording: a descendant's ending says what memtrace saw.
+TEST(Wording, ADescendantsEndingSaysWhatMemtraceSaw) {
+  const std::string dir = e2e::temp_dir("descendants");
+  ASSERT_EQ(e2e::run_sample(dir, "processes").status, 0);
+  e2e::Result text = e2e::run({e2e::kMemtrace, "report", dir + "/traces"});
+  EXPECT_FALSE(contains(text.out, "ended: ended")) << text.out;
+  EXPECT_TRUE(contains(text.out, "ended: closed its connection (a descendant: memtrace cannot see its exit status)"))
+      << text.out;
+  EXPECT_TRUE(contains(text.out, "ended: exited, exit status 0")) << text.out;  // the program itself
+}

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "memtrace/analysis/process_analysis.h"
+#include "memtrace/analysis/report_render.h"
 #include "memtrace/analysis/timeline.h"
 #include "memtrace/analysis/views.h"
 #include "memtrace/format/trace_writer.h"
@@ -279,3 +280,17 @@ TEST(Diff, NamesTheSiteThatGrew) {
 }
 
 }  // namespace
+
+TEST(Wording, CallsAProcessDiedInsideAreSaidOnce) {
+  ProcessReport p;
+  p.pid = 7;
+  p.end_reason = "killed by signal 9 (Killed)";
+  p.calls[Api::kCudaFree].interrupted = 1;
+  p.calls[Api::kCudaMalloc].interrupted = 2;
+  std::string text = report_text({p});
+  EXPECT_NE(text.find("died inside 1 call of cudaFree: it may or may not have taken effect on the device"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("died inside 2 calls of cudaMalloc: each may or may not have taken effect"), std::string::npos)
+      << text;
+}
