@@ -285,7 +285,8 @@ int Collector::loop() {
       fds.push_back({p->socket(), POLLIN | POLLRDHUP, 0});
       polled.push_back(p.get());
     }
-    ::poll(fds.data(), fds.size(), idle_ms);
+    // Once the program has ended, only its processes' workers are waited for: no dozing.
+    ::poll(fds.data(), fds.size(), child_status_ ? (processes_.empty() ? 0 : 1) : idle_ms);
     // A traced process never writes after its introduction: readable means it closed its end.
     for (size_t i = 1; i < fds.size(); ++i)
       if (fds[i].revents & (POLLIN | POLLHUP | POLLRDHUP | POLLERR)) polled[i - 1]->mark_ended();
@@ -301,7 +302,7 @@ int Collector::loop() {
         finish(*p, is_child ? child_status_ : std::nullopt,
                is_child ? child_end_ : "closed its connection (a descendant: memtrace cannot see its exit status)");
     }
-    idle_ms = events ? 0 : std::min(idle_ms + 1, 5);
+    idle_ms = events ? 0 : std::min(idle_ms + 1, 2);  // at most 2 ms: what a program's exit waits to be seen
 
     uint64_t now = clock_ns(CLOCK_MONOTONIC);
     bool periodic = snapshot_every_ns_ && now >= next_periodic;

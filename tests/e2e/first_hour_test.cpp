@@ -239,3 +239,19 @@ TEST(Wording, ADescendantsEndingSaysWhatMemtraceSaw) {
       << text.out;
   EXPECT_TRUE(contains(text.out, "ended: exited, exit status 0")) << text.out;  // the program itself
 }
+
+// 8. What made every traced process wait ~70 ms at its exit: libc's compressed separate debug
+// information, read to give glibc's own source lines. The C runtime's frames are named by their
+// symbol tables alone (the figures are in bench/exit_latency).
+TEST_F(TrainLoop, TheCRuntimesFramesAreNamedWithoutItsDebugInformation) {
+  nlohmann::json report = e2e::report_json(traces());
+  size_t libc_frames = 0;
+  for (const auto& site : report["processes"][0]["devices"][0]["top_sites_at_peak"])
+    for (const auto& frame : site["stack"])
+      if (frame["module"].get<std::string>().find("/libc.so.6") != std::string::npos) {
+        ++libc_frames;
+        EXPECT_FALSE(frame["function"].get<std::string>().empty()) << frame.dump();
+        EXPECT_EQ(frame["file"], "") << frame.dump();
+      }
+  EXPECT_GT(libc_frames, 0u) << report.dump(2);
+}
