@@ -213,6 +213,16 @@ bool compute(const ModelShape& m, const EstimateOptions& o, Estimate& e, std::st
 
 bool estimate(const ModelShape& model, const EstimateOptions& options, Estimate& out, std::string& error) {
   if (!compute(model, options, out, error)) return false;
+  out.options = options;
+  out.warnings.clear();
+  const bool train = options.mode == "train";
+  const int64_t tokens = train ? options.seq : options.context;
+  if (model.max_context > 0 && tokens > model.max_context)
+    out.warnings.push_back(std::string(train ? "the sequence length" : "the context") + " of " +
+                           std::to_string(tokens) + " tokens" +
+                           (options.given.count(train ? "seq" : "context") ? "" : " (the default)") + " exceeds " +
+                           model.name + "'s context of " + std::to_string(model.max_context) + " tokens; set " +
+                           (train ? "--seq" : "--context") + " to what you will run");
   out.gpu_name = options.gpu;
   out.gpu_memory = options.gpu_memory;
   if (options.gpu && !out.gpu_memory) {
@@ -290,6 +300,26 @@ bool estimate(const ModelShape& model, const EstimateOptions& options, Estimate&
   return true;
 }
 
+namespace {
+
+// What an estimate assumed, each default marked: "training, sequence 2048 tokens (default), ...".
+std::string assumptions_text(const EstimateOptions& o) {
+  auto item = [&](const std::string& text, const char* option) {
+    return text + (o.given.count(option) ? "" : " (default)");
+  };
+  const bool train = o.mode == "train";
+  std::string out = item(train ? "training" : "inference", "mode");
+  out += ", " + item((train ? "sequence " + std::to_string(o.seq) : "context " + std::to_string(o.context)) + " tokens",
+                     train ? "seq" : "context");
+  out += ", " + item("batch " + std::to_string(o.batch) + " per GPU", "batch");
+  out += ", " + item(o.precision, "precision");
+  if (train) out += ", " + item(o.optimizer, "optimizer");
+  out += ", " + item(std::to_string(o.gpus) + " GPU" + (o.gpus > 1 ? "s" : ""), "gpus");
+  return out;
+}
+
+}  // namespace
+
 nlohmann::json estimate_json(const Estimate& e) {
   nlohmann::json components = nlohmann::json::object(), formulas = nlohmann::json::object();
   for (const Component& c : e.components) {
@@ -309,6 +339,15 @@ nlohmann::json estimate_json(const Estimate& e) {
                         {"components", components},
                         {"formulas", formulas},
                         {"total", static_cast<uint64_t>(std::llround(e.total))}};
+  const EstimateOptions& o = e.options;
+  out["assumptions"] = {{"mode", o.mode},           {"seq", o.seq},
+                        {"context", o.context},     {"batch", o.batch},
+                        {"precision", o.precision}, {"optimizer", o.optimizer},
+                        {"gpus", o.gpus},           {"defaults", nlohmann::json::array()}};
+  for (const char* option : {"mode", "seq", "context", "batch", "precision", "optimizer", "gpus"})
+    if (!o.given.count(option)) out["assumptions"]["defaults"].push_back(option);
+  out["warnings"] = e.warnings;
+  if (e.model.max_context > 0) out["model"]["max_context"] = e.model.max_context;
   if (e.per_layer_linear > 0)
     out["activations_per_layer"] = {{"linear", static_cast<uint64_t>(std::llround(e.per_layer_linear))},
                                     {"quadratic", static_cast<uint64_t>(std::llround(e.per_layer_quadratic))}};
@@ -325,7 +364,10 @@ nlohmann::json estimate_json(const Estimate& e) {
 
 std::string estimate_text(const Estimate& e) {
   char line[512];
-  std::string out = e.model.name + ": " + fmt(e.parameters / 1e9) + "B parameters, per GPU:\n\n";
+  std::string out = e.model.name + ": " + format_count(e.parameters) + " parameters, per GPU:\n";
+  out += "  assuming " + assumptions_text(e.options) + "\n";
+  for (const std::string& w : e.warnings) out += "  WARNING: " + w + "\n";
+  out += "\n";
   for (const Component& c : e.components) {
     std::snprintf(line, sizeof line, "  %-22s %12s   %s\n", c.name.c_str(),
                   format_bytes(uint64_t(std::llround(c.bytes))).c_str(), c.formula.c_str());

@@ -14,8 +14,9 @@ std::string lower(std::string s) {
 }
 
 ModelShape llama(const char* name, int64_t layers, int64_t hidden, int64_t heads, int64_t kv_heads, int64_t vocab,
-                 int64_t intermediate) {
+                 int64_t intermediate, int64_t max_context) {
   ModelShape m;
+  m.max_context = max_context;
   m.name = name;
   m.layers = layers;
   m.hidden = hidden;
@@ -28,7 +29,7 @@ ModelShape llama(const char* name, int64_t layers, int64_t hidden, int64_t heads
 }
 
 ModelShape gpt2(const char* name, int64_t layers, int64_t hidden, int64_t heads) {
-  ModelShape m = llama(name, layers, hidden, heads, heads, 50257, 4 * hidden);
+  ModelShape m = llama(name, layers, hidden, heads, heads, 50257, 4 * hidden, 1024);
   m.positions = 1024;
   m.gated_mlp = false;
   m.tied_embeddings = true;
@@ -38,12 +39,12 @@ ModelShape gpt2(const char* name, int64_t layers, int64_t hidden, int64_t heads)
 
 const std::map<std::string, ModelShape>& presets() {
   static const std::map<std::string, ModelShape> table = {
-      {"llama-2-7b", llama("Llama-2-7B", 32, 4096, 32, 32, 32000, 11008)},
-      {"llama-2-13b", llama("Llama-2-13B", 40, 5120, 40, 40, 32000, 13824)},
-      {"llama-2-70b", llama("Llama-2-70B", 80, 8192, 64, 8, 32000, 28672)},
-      {"llama-3-8b", llama("Llama-3-8B", 32, 4096, 32, 8, 128256, 14336)},
-      {"llama-3-70b", llama("Llama-3-70B", 80, 8192, 64, 8, 128256, 28672)},
-      {"mistral-7b", llama("Mistral-7B", 32, 4096, 32, 8, 32000, 14336)},
+      {"llama-2-7b", llama("Llama-2-7B", 32, 4096, 32, 32, 32000, 11008, 4096)},
+      {"llama-2-13b", llama("Llama-2-13B", 40, 5120, 40, 40, 32000, 13824, 4096)},
+      {"llama-2-70b", llama("Llama-2-70B", 80, 8192, 64, 8, 32000, 28672, 4096)},
+      {"llama-3-8b", llama("Llama-3-8B", 32, 4096, 32, 8, 128256, 14336, 8192)},
+      {"llama-3-70b", llama("Llama-3-70B", 80, 8192, 64, 8, 128256, 28672, 8192)},
+      {"mistral-7b", llama("Mistral-7B", 32, 4096, 32, 8, 32000, 14336, 32768)},
       {"gpt2", gpt2("GPT-2", 12, 768, 12)},
       {"gpt2-medium", gpt2("GPT-2 medium", 24, 1024, 16)},
       {"gpt2-large", gpt2("GPT-2 large", 36, 1280, 20)},
@@ -100,6 +101,7 @@ std::optional<ModelShape> model_from_config(const nlohmann::json& c, std::string
   m.head_dim = get(c, {"head_dim"}, m.heads ? m.hidden / m.heads : 0);
   m.vocab = get(c, {"vocab_size"}, 0);
   m.intermediate = get(c, {"intermediate_size", "n_inner", "ffn_dim"}, 4 * m.hidden);
+  m.max_context = get(c, {"max_position_embeddings", "n_positions", "n_ctx", "seq_length"}, 0);
   std::string type = c.contains("model_type") && c["model_type"].is_string() ? c["model_type"].get<std::string>() : "";
   if (type == "gpt2") {
     m.gated_mlp = false;

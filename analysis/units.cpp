@@ -22,6 +22,25 @@ std::string format_bytes(uint64_t bytes) {
   return text;
 }
 
+std::string format_count(double count) {
+  static const char* const kUnits[] = {"", " K", " M", " B", " T"};
+  int unit = 0;
+  while (count >= 999.5 && unit < 4) {
+    count /= 1000;
+    ++unit;
+  }
+  char text[32];
+  if (unit == 0)
+    std::snprintf(text, sizeof text, "%.0f", count);
+  else
+    std::snprintf(text, sizeof text,
+                  count < 9.995   ? "%.2f%s"
+                  : count < 99.95 ? "%.1f%s"
+                                  : "%.0f%s",
+                  count, kUnits[unit]);
+  return text;
+}
+
 std::string format_duration_ns(uint64_t ns) {
   char text[32];
   if (ns >= 1'000'000'000ull)

@@ -10,6 +10,7 @@
 namespace memtrace::cli {
 
 void add_estimate_options(CLI::App* cmd, EstimateCli& e) {
+  e.command = cmd;
   cmd->add_option("--model", e.model,
                   "A built-in model: llama-2-7b, llama-2-13b, llama-2-70b, llama-3-8b, "
                   "llama-3-70b, mistral-7b, gpt2, gpt2-medium, gpt2-large, gpt2-xl");
@@ -70,6 +71,8 @@ bool resolve_estimate(const char* command, EstimateCli& e, ModelShape& model) {
     if (end == e.params.c_str() || *end || p <= 0) return fail("--params: '" + e.params + "' is not a count (try 7e9)");
     e.options.params = p;
   }
+  for (const char* option : {"mode", "seq", "context", "batch", "precision", "optimizer", "gpus"})
+    if (e.command && e.command->count(std::string("--") + option)) e.options.given.insert(option);
   if (!e.micro_batch.empty()) e.options.micro_batch = std::strtoll(e.micro_batch.c_str(), nullptr, 10);
   for (auto [text, target] :
        {std::pair{&e.cuda_context, &e.options.cuda_context}, {&e.workspace, &e.options.workspace}}) {

@@ -12,6 +12,7 @@ struct EstimateCli {
   std::string model, config, params, micro_batch, gpu, gpu_memory, cuda_context, workspace, comm_buffers;
   EstimateOptions options;
   bool json = false;
+  CLI::App* command = nullptr;  // to tell the options given from the defaults
 };
 
 void add_estimate_options(CLI::App* cmd, EstimateCli& e);

@@ -255,3 +255,28 @@ TEST_F(TrainLoop, TheCRuntimesFramesAreNamedWithoutItsDebugInformation) {
       }
   EXPECT_GT(libc_frames, 0u) << report.dump(2);
 }
+
+// 12. estimate says what it assumed, warns of a sequence the model cannot take, and writes
+// parameter counts as people do.
+TEST(Estimate, SaysItsAssumptionsAndWarnsPastTheContext) {
+  e2e::Result gpt2 = e2e::run({e2e::kMemtrace, "estimate", "--model", "gpt2"});
+  ASSERT_EQ(gpt2.status, 0) << gpt2.err;
+  EXPECT_TRUE(contains(gpt2.out, "GPT-2: 124 M parameters")) << gpt2.out;
+  EXPECT_TRUE(contains(gpt2.out,
+                       "assuming training (default), sequence 2048 tokens (default), batch 1 per GPU "
+                       "(default), bf16 (default), adamw (default), 1 GPU (default)"))
+      << gpt2.out;
+  EXPECT_TRUE(contains(gpt2.out,
+                       "WARNING: the sequence length of 2048 tokens (the default) exceeds GPT-2's context "
+                       "of 1024 tokens"))
+      << gpt2.out;
+  e2e::Result fits = e2e::run({e2e::kMemtrace, "estimate", "--model", "gpt2", "--seq", "1024", "--batch", "4"});
+  EXPECT_FALSE(contains(fits.out, "WARNING")) << fits.out;
+  EXPECT_TRUE(contains(fits.out, "sequence 1024 tokens, batch 4 per GPU, bf16 (default)")) << fits.out;
+  e2e::Result llama = e2e::run({e2e::kMemtrace, "estimate", "--model", "llama-3-8b"});
+  EXPECT_TRUE(contains(llama.out, "Llama-3-8B: 8.03 B parameters")) << llama.out;
+  nlohmann::json j = command_json({e2e::kMemtrace, "estimate", "--model", "gpt2", "--json", "--seq", "512"});
+  EXPECT_EQ(j["assumptions"]["seq"], 512);
+  EXPECT_TRUE(j["warnings"].empty());
+  EXPECT_EQ(j["model"]["max_context"], 1024);
+}

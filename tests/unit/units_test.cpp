@@ -15,6 +15,15 @@ TEST(Units, FormatsBinaryUnits) {
   EXPECT_EQ(format_bytes(624ull << 20), "624 MiB");
 }
 
+TEST(Units, FormatsCountsAsPeopleWriteThem) {
+  EXPECT_EQ(memtrace::format_count(124439808), "124 M");
+  EXPECT_EQ(memtrace::format_count(8.0302e9), "8.03 B");
+  EXPECT_EQ(memtrace::format_count(70.6e9), "70.6 B");
+  EXPECT_EQ(memtrace::format_count(1.5e9), "1.50 B");
+  EXPECT_EQ(memtrace::format_count(950), "950");
+  EXPECT_EQ(memtrace::format_count(999999), "1.00 M");
+}
+
 TEST(Units, FormatsDurations) {
   EXPECT_EQ(format_duration_ns(532'000'000), "532.0 ms");
   EXPECT_EQ(format_duration_ns(1'532'000'000), "1.532 s");

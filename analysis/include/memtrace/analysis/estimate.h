@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -14,8 +15,9 @@ namespace memtrace {
 struct ModelShape {
   std::string name;
   int64_t layers = 0, hidden = 0, heads = 0, kv_heads = 0, head_dim = 0, vocab = 0, intermediate = 0;
-  int64_t positions = 0;  // learned position embeddings (GPT-2); 0 for rotary
-  bool gated_mlp = true;  // three MLP matrices (Llama, Mistral); two with biases (GPT-2)
+  int64_t positions = 0;    // learned position embeddings (GPT-2); 0 for rotary
+  int64_t max_context = 0;  // the longest sequence it was made for, in tokens; 0 when unknown
+  bool gated_mlp = true;    // three MLP matrices (Llama, Mistral); two with biases (GPT-2)
   bool tied_embeddings = false;
   bool biases = false;
   double parameters() const;  // from the shapes
@@ -45,6 +47,7 @@ struct EstimateOptions {
   std::optional<uint64_t> comm_buffers;  // default: 1 GiB when there is more than one GPU
   std::optional<std::string> gpu;        // a name from the GPU table
   std::optional<uint64_t> gpu_memory;
+  std::set<std::string> given;  // the options set by the user ("seq", "batch", ...): the rest are defaults
 };
 
 struct Component {
@@ -64,7 +67,9 @@ struct Estimate {
     std::string option;
     double total;
   };
-  std::vector<Fix> fixes;  // when it does not fit: options that would make it, cheapest first
+  std::vector<Fix> fixes;             // when it does not fit: options that would make it, cheapest first
+  EstimateOptions options;            // what it assumed
+  std::vector<std::string> warnings;  // assumptions the model cannot meet (a sequence past its context)
   double per_layer_linear = 0, per_layer_quadratic = 0;  // training activations of one layer
   double component(const std::string& name) const;
 };
