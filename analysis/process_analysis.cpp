@@ -92,6 +92,7 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
 
   Event event;
   uint64_t last_t = 0;
+  bool changed = false;
   while (reader->next(event)) {
     ++report.events;
     last_t = event.t_ns;
@@ -115,6 +116,11 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
         p.request_bytes = event.size;
         out.fragmentation.push_back(p);
       }
+    }
+    if (!step.memory_changes.empty()) {
+      if (!changed) out.first_change_ns = event.t_ns;
+      changed = true;
+      out.last_change_ns = event.t_ns;
     }
     if (options.timeline)
       for (const MemoryChange& c : step.memory_changes)

@@ -86,7 +86,13 @@ std::optional<uint64_t> parse_duration_ns(std::string_view text) {
   double value = std::strtod(s.c_str(), &end);
   if (end == s.c_str() || !std::isfinite(value) || value < 0) return std::nullopt;
   std::string unit(end);
-  double scale = unit == "" || unit == "s" ? 1e9 : unit == "ms" ? 1e6 : unit == "m" ? 60e9 : unit == "h" ? 3600e9 : 0;
+  double scale = unit == "" || unit == "s" ? 1e9
+                 : unit == "ms"            ? 1e6
+                 : unit == "us"            ? 1e3
+                 : unit == "ns"            ? 1
+                 : unit == "m"             ? 60e9
+                 : unit == "h"             ? 3600e9
+                                           : 0;
   if (scale == 0 || value * scale >= 0x1p63) return std::nullopt;
   return static_cast<uint64_t>(value * scale);
 }

@@ -1,5 +1,7 @@
 // memtrace timeline PATH: memory over time per device and layer; CSV and SVG on request.
+#include <cstdio>
 #include <memory>
+#include <tuple>
 
 #include "command.h"
 #include "memtrace/analysis/views.h"
@@ -12,19 +14,30 @@ namespace {
 struct TimelineCli {
   AnalysisCli analysis;
   size_t width = 72;
-  std::string csv, svg;
+  std::string csv, svg, from, to;
 };
 
 int timeline(TimelineCli& c) {
+  TimeWindow window;
+  for (auto [text, bound, flag] : {std::tuple{&c.from, &window.from, "--from"}, {&c.to, &window.to, "--to"}}) {
+    if (text->empty()) continue;
+    auto parsed = parse_time_bound(*text);
+    if (!parsed) {
+      std::fprintf(stderr, "memtrace timeline: %s: '%s' is not a time or a step (try 1.5s, 250ms or step:3)\n", flag,
+                   text->c_str());
+      return kExitUsage;
+    }
+    *bound = *parsed;
+  }
   c.analysis.options.timeline = true;
   std::vector<ProcessAnalysis> processes;
   if (!load_analyses("timeline", c.analysis, processes)) return 1;
-  if (!c.csv.empty() && !write_report_file("timeline", c.csv, timeline_csv(processes))) return 1;
-  if (!c.svg.empty() && !write_report_file("timeline", c.svg, timeline_svg(processes))) return 1;
+  if (!c.csv.empty() && !write_report_file("timeline", c.csv, timeline_csv(processes, window))) return 1;
+  if (!c.svg.empty() && !write_report_file("timeline", c.svg, timeline_svg(processes, window))) return 1;
   if (c.analysis.json)
-    print(true, timeline_json(processes), "");
+    print(true, timeline_json(processes, window), "");
   else
-    print(false, nullptr, timeline_text(processes, c.width));
+    print(false, nullptr, timeline_text(processes, c.width, window));
   return 0;
 }
 
@@ -35,6 +48,10 @@ Command add_timeline_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("timeline", "Memory over time per device and layer");
   add_analysis_options(cmd, c->analysis, false);
   cmd->add_option("--width", c->width, "Columns of the terminal chart (default 72)")->check(CLI::Range(10, 1000));
+  cmd->add_option("--from", c->from,
+                  "Start at this time since the program started (1.5s, 250ms) or at a step's start (step:3); "
+                  "default: where memory first changed");
+  cmd->add_option("--to", c->to, "End at this time, or at a step's end (step:5); default: where memory last changed");
   cmd->add_option("--csv", c->csv, "Also write the series as CSV to this file (replaced if there)");
   cmd->add_option("--svg", c->svg,
                   "Also write a standalone SVG chart, phases shaded, to this file (replaced if there)");

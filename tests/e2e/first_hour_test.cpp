@@ -280,3 +280,57 @@ TEST(Estimate, SaysItsAssumptionsAndWarnsPastTheContext) {
   EXPECT_TRUE(j["warnings"].empty());
   EXPECT_EQ(j["model"]["max_context"], 1024);
 }
+
+// 9. Timelines show the span that has events, label their axes, draw steps so they can be seen,
+// keep the legend off the data, and take --from/--to as times or steps.
+TEST(Timeline, ShowsTheSpanWithEventsAndTakesAWindow) {
+  const std::string dir = e2e::temp_dir("timeline-window"), traces = dir + "/traces";
+  ASSERT_EQ(e2e::run_sample(dir, "steps").status, 0);
+  nlohmann::json whole = command_json({e2e::kMemtrace, "timeline", "--json", traces});
+  const auto& p = whole["processes"][0];
+  const std::vector<uint64_t> steps = p["steps_ns"].get<std::vector<uint64_t>>();
+  ASSERT_EQ(steps.size(), 10u);
+  // By default: where memory changed, not the whole process (start-up and exit are left out).
+  EXPECT_GT(p["from_ns"].get<uint64_t>(), 0u);
+  EXPECT_LT(p["from_ns"].get<uint64_t>(), steps.front());
+  EXPECT_LE(p["to_ns"].get<uint64_t>(), p["end_ns"].get<uint64_t>());
+
+  // From step 3's start to step 5's end: steps 3, 4 and 5 and nothing before.
+  nlohmann::json part =
+      command_json({e2e::kMemtrace, "timeline", "--json", traces, "--from", "step:3", "--to", "step:5"});
+  EXPECT_EQ(part["processes"][0]["from_ns"], steps[3]);
+  EXPECT_EQ(part["processes"][0]["to_ns"], steps[6]);
+  const std::string csv = dir + "/part.csv", svg = dir + "/part.svg";
+  ASSERT_EQ(
+      e2e::run({e2e::kMemtrace, "timeline", traces, "--from", "step:3", "--to", "step:5", "--csv", csv, "--svg", svg})
+          .status,
+      0);
+  std::ifstream csv_in(csv);
+  std::string line;
+  std::getline(csv_in, line);
+  const uint64_t bucket = part["processes"][0]["bucket_ns"];
+  size_t rows = 0;
+  while (std::getline(csv_in, line)) {
+    ++rows;
+    uint64_t t = std::stoull(line.substr(line.find(",", line.find(",", line.find(",") + 1) + 1) + 1));
+    EXPECT_GT(t + bucket, steps[3]) << line;
+    EXPECT_LT(t, steps[6]) << line;
+  }
+  EXPECT_GT(rows, 0u);
+  std::ifstream svg_in(svg);
+  std::stringstream picture;
+  picture << svg_in.rdbuf();
+  EXPECT_TRUE(contains(picture.str(), "time since the program started")) << "the time axis is named";
+  EXPECT_TRUE(contains(picture.str(), ">device memory</text>")) << "the bytes axis is named";
+  EXPECT_TRUE(contains(picture.str(), "<title>step 4</title>")) << "steps are drawn";
+  EXPECT_FALSE(contains(picture.str(), "<title>step 1</title>")) << "outside the window";
+  // The legend stands right of the chart (x 90 to 1050), not over it.
+  size_t legend = picture.str().find(" device 0 reserved</text>");
+  ASSERT_NE(legend, std::string::npos);
+  size_t x = picture.str().rfind("<text x=\"", legend);
+  EXPECT_GE(std::stod(picture.str().substr(x + 9)), 1050.0) << picture.str().substr(x, 80);
+
+  e2e::Result bad = e2e::run({e2e::kMemtrace, "timeline", traces, "--from", "soon"});
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_TRUE(contains(bad.err, "'soon' is not a time or a step")) << bad.err;
+}

@@ -41,6 +41,7 @@ struct ProcessAnalysis {
   ProcessReport allocated;  // the allocated layer's devices, peaks and sites (when has_allocated)
   bool has_allocated = false;
   std::vector<uint64_t> step_starts;
+  uint64_t first_change_ns = 0, last_change_ns = 0;  // when memory first and last changed (no change: 0, 0)
   std::string step_pattern;
   std::vector<PhaseRange> ranges;
   uint64_t ranges_dropped = 0;

@@ -18,7 +18,7 @@ std::string format_duration_ns(uint64_t ns);
 // in any case. KB/MB/GB/TB are powers of 10; KiB/MiB/GiB/TiB and a bare K/M/G/T powers of 2.
 std::optional<uint64_t> parse_size(std::string_view text);
 
-// "30s", "500ms", "5m", "1h", "2.5" (seconds).
+// "30s", "500ms", "250us", "100ns", "5m", "1h", "2.5" (seconds).
 std::optional<uint64_t> parse_duration_ns(std::string_view text);
 
 }  // namespace memtrace

@@ -155,10 +155,25 @@ nlohmann::json to_json(const CheckResult& result);
 std::string to_text(const CheckResult& result);
 std::string check_junit(const CheckResult& result);
 
-// The timeline: a terminal chart WIDTH columns wide, a CSV, a standalone SVG with phases shaded.
-std::string timeline_text(const std::vector<ProcessAnalysis>& processes, size_t width);
-nlohmann::json timeline_json(const std::vector<ProcessAnalysis>& processes);
-std::string timeline_csv(const std::vector<ProcessAnalysis>& processes);
-std::string timeline_svg(const std::vector<ProcessAnalysis>& processes);
+// The part of a run a timeline shows: from and to a time since the program started, or a step's
+// start (from) or end (to). Unset: where memory first and last changed.
+struct TimeBound {
+  std::optional<uint64_t> t_ns;
+  std::optional<uint64_t> step;
+};
+struct TimeWindow {
+  TimeBound from, to;
+};
+// "120ms", "1.5s", "step:3"; nullopt for anything else.
+std::optional<TimeBound> parse_time_bound(const std::string& text);
+// WINDOW in a process's own times: [start, end], end > start.
+std::pair<uint64_t, uint64_t> window_ns(const ProcessAnalysis& p, const TimeWindow& window);
+
+// The timeline: a terminal chart WIDTH columns wide, a CSV, a standalone SVG with phases shaded
+// and steps drawn, each over WINDOW.
+std::string timeline_text(const std::vector<ProcessAnalysis>& processes, size_t width, const TimeWindow& window);
+nlohmann::json timeline_json(const std::vector<ProcessAnalysis>& processes, const TimeWindow& window);
+std::string timeline_csv(const std::vector<ProcessAnalysis>& processes, const TimeWindow& window);
+std::string timeline_svg(const std::vector<ProcessAnalysis>& processes, const TimeWindow& window);
 
 }  // namespace memtrace
