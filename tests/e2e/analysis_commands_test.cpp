@@ -12,14 +12,6 @@ namespace {
 
 constexpr uint64_t kMiB = 1 << 20;
 
-nlohmann::json command_json(const std::vector<std::string>& argv) {
-  e2e::Result r = e2e::run(argv);
-  EXPECT_EQ(r.status, 0) << r.err;
-  nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
-  EXPECT_FALSE(j.is_discarded()) << r.out;
-  return j;
-}
-
 std::string read_file(const std::string& path) {
   std::ifstream in(path);
   std::stringstream s;
@@ -59,7 +51,7 @@ TEST_F(StepsRun, NvtxMarksAndRangesAreRecorded) {
 }
 
 TEST_F(StepsRun, PeakIsTheLedgersWithItsStepPhaseAndSites) {
-  nlohmann::json peak = command_json({e2e::kMemtrace, "peak", "--json", traces()});
+  nlohmann::json peak = e2e::command_json({e2e::kMemtrace, "peak", "--json", traces()});
   const auto& d = peak["processes"][0]["devices"][0];
   const uint64_t ledger_peak = e2e::read_ledgers(*dir_).begin()->second.peak.at(0);
   EXPECT_EQ(d["peak_bytes"], ledger_peak);
@@ -72,7 +64,7 @@ TEST_F(StepsRun, PeakIsTheLedgersWithItsStepPhaseAndSites) {
   EXPECT_NE(d["sites"][2]["location"].get<std::string>().find("record_loss"), std::string::npos);
   EXPECT_EQ(d["sites"][2]["count"], 10u);
 
-  nlohmann::json allocated = command_json({e2e::kMemtrace, "peak", "--json", "--layer", "allocated", traces()});
+  nlohmann::json allocated = e2e::command_json({e2e::kMemtrace, "peak", "--json", "--layer", "allocated", traces()});
   const auto& a = allocated["processes"][0]["devices"][0];
   EXPECT_EQ(a["peak_bytes"], 32 * kMiB);  // the pool full of 2 MiB blocks
   bool from_fragment = false;             // the pool's own frames may be inlined into it, or not
@@ -85,7 +77,7 @@ TEST_F(StepsRun, PeakIsTheLedgersWithItsStepPhaseAndSites) {
 }
 
 TEST_F(StepsRun, LeaksSeparateGrowthFromMemoryKept) {
-  nlohmann::json leaks = command_json({e2e::kMemtrace, "leaks", "--json", traces()});
+  nlohmann::json leaks = e2e::command_json({e2e::kMemtrace, "leaks", "--json", traces()});
   const auto& p = leaks["processes"][0];
   EXPECT_EQ(p["steps"], 10u);
   ASSERT_EQ(p["growth"].size(), 1u) << p["growth"].dump(2);
@@ -107,7 +99,7 @@ TEST_F(StepsRun, LeaksSeparateGrowthFromMemoryKept) {
 }
 
 TEST_F(StepsRun, FragmentationAtTheOutOfMemory) {
-  nlohmann::json frag = command_json({e2e::kMemtrace, "frag", "--json", traces()});
+  nlohmann::json frag = e2e::command_json({e2e::kMemtrace, "frag", "--json", traces()});
   const auto& p = frag["processes"][0];
   ASSERT_TRUE(p["layers_known"].get<bool>());
   nlohmann::json oom;
@@ -222,7 +214,7 @@ TEST(Diff, TwoRunsThatDifferByAKnownSite) {
   ASSERT_EQ(e2e::run_sample(next, "leak", {"--iterations", "30"}).status, 0);
   // By stack: the sample allocates everything through one helper, the stacks tell the callers apart.
   nlohmann::json d =
-      command_json({e2e::kMemtrace, "diff", "--json", "--by", "stack", base + "/traces", next + "/traces"});
+      e2e::command_json({e2e::kMemtrace, "diff", "--json", "--by", "stack", base + "/traces", next + "/traces"});
   EXPECT_EQ(d["live_at_exit"]["change"], 20 * 64 * 1024);
   ASSERT_EQ(d["sites_at_peak"].size(), 1u) << d.dump(2);  // the batch buffer is the same in both
   EXPECT_EQ(d["sites_at_peak"][0]["change"], 20 * 64 * 1024);
@@ -242,7 +234,7 @@ TEST(Diff, TwoRunsThatDifferByAKnownSite) {
 TEST(SeveralProcesses, PeakHasPerProcessRowsTheSumAndTheImbalance) {
   const std::string dir = e2e::temp_dir("ranks");
   ASSERT_EQ(e2e::run_sample(dir, "processes").status, 0);
-  nlohmann::json peak = command_json({e2e::kMemtrace, "peak", "--json", dir + "/traces"});
+  nlohmann::json peak = e2e::command_json({e2e::kMemtrace, "peak", "--json", dir + "/traces"});
   uint64_t sum = 0, most = 0;
   size_t with_peak = 0;
   for (const auto& p : peak["processes"]) {

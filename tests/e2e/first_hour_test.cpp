@@ -12,14 +12,6 @@
 
 namespace {
 
-nlohmann::json command_json(const std::vector<std::string>& argv) {
-  e2e::Result r = e2e::run(argv);
-  EXPECT_EQ(r.status, 0) << r.err;
-  nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
-  EXPECT_FALSE(j.is_discarded()) << r.out;
-  return j;
-}
-
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 // The training-loop sample, traced once for the tests that only read it.
@@ -29,7 +21,7 @@ class TrainLoop : public ::testing::Test {
     dir_ = new std::string(e2e::temp_dir("train-loop"));
     e2e::Result r = e2e::run_sample(*dir_, "train_loop");
     ASSERT_EQ(r.status, 0) << r.err;
-    peak_ = command_json({e2e::kMemtrace, "peak", "--json", traces()})["processes"][0]["devices"][0]["peak_bytes"];
+    peak_ = e2e::command_json({e2e::kMemtrace, "peak", "--json", traces()})["processes"][0]["devices"][0]["peak_bytes"];
   }
   static std::string traces() { return *dir_ + "/traces"; }
   static std::string* dir_;
@@ -79,12 +71,12 @@ TEST(NoSteps, GrowthIsNotMeasuredAndSaysWhy) {
   // diff: no "0 B -> 0 B" for a figure neither run has.
   e2e::Result diff = e2e::run({e2e::kMemtrace, "diff", traces, traces});
   EXPECT_TRUE(contains(diff.out, "growth per step             not measured (each run needs 3 steps")) << diff.out;
-  nlohmann::json d = command_json({e2e::kMemtrace, "diff", "--json", traces, traces});
+  nlohmann::json d = e2e::command_json({e2e::kMemtrace, "diff", "--json", traces, traces});
   EXPECT_TRUE(d["growth_per_step"].is_null());
   EXPECT_TRUE(contains(d["growth_per_step_unmeasured"], "needs 3 steps")) << d.dump(2);
 
   // leaks: what is live at exit is only "live", neither kept nor growing.
-  nlohmann::json leaks = command_json({e2e::kMemtrace, "leaks", "--json", traces});
+  nlohmann::json leaks = e2e::command_json({e2e::kMemtrace, "leaks", "--json", traces});
   const auto& p = leaks["processes"][0];
   EXPECT_FALSE(p["growth_measured"].get<bool>());
   ASSERT_FALSE(p["devices"][0]["sites"].empty());
@@ -103,11 +95,11 @@ TEST(OutputFolder, HoldingAnotherRunsTracesIsRefusedUnlessAppending) {
   EXPECT_TRUE(contains(again.err, "already holds the traces of another run")) << again.err;
   EXPECT_TRUE(contains(again.err, "--append")) << again.err;
   EXPECT_EQ(std::count(again.err.begin(), again.err.end(), '\n'), 1) << again.err;  // one line
-  EXPECT_EQ(command_json({e2e::kMemtrace, "peak", "--json", traces})["processes"].size(), 1u);
+  EXPECT_EQ(e2e::command_json({e2e::kMemtrace, "peak", "--json", traces})["processes"].size(), 1u);
 
   e2e::Result appended = e2e::run_sample(dir, "hold", {"--buffers", "2", "--hold-ms", "0"}, {"--append"});
   EXPECT_EQ(appended.status, 0) << appended.err;
-  EXPECT_EQ(command_json({e2e::kMemtrace, "peak", "--json", traces})["processes"].size(), 2u);
+  EXPECT_EQ(e2e::command_json({e2e::kMemtrace, "peak", "--json", traces})["processes"].size(), 2u);
 
   // A folder that exists but holds no traces is used as it is.
   const std::string empty = e2e::temp_dir("empty-output");
@@ -142,7 +134,7 @@ TEST(NoDeviceMemory, TheTraceIsKeptAndSaysWhatHappened) {
 // 6. Sites that read alike are told apart by their callers; text prints the merged stack from
 // the site's frame out, without the C runtime's start-up frames.
 TEST_F(TrainLoop, RowsThatReadAlikeNameTheirCallers) {
-  nlohmann::json peak = command_json({e2e::kMemtrace, "peak", "--json", "--by", "stack", traces()});
+  nlohmann::json peak = e2e::command_json({e2e::kMemtrace, "peak", "--json", "--by", "stack", traces()});
   const auto& sites = peak["processes"][0]["devices"][0]["sites"];
   ASSERT_EQ(sites.size(), 6u) << sites.dump(2);
   std::set<std::string> labels;
@@ -275,7 +267,7 @@ TEST(Estimate, SaysItsAssumptionsAndWarnsPastTheContext) {
   EXPECT_TRUE(contains(fits.out, "sequence 1024 tokens, batch 4 per GPU, bf16 (default)")) << fits.out;
   e2e::Result llama = e2e::run({e2e::kMemtrace, "estimate", "--model", "llama-3-8b"});
   EXPECT_TRUE(contains(llama.out, "Llama-3-8B: 8.03 B parameters")) << llama.out;
-  nlohmann::json j = command_json({e2e::kMemtrace, "estimate", "--model", "gpt2", "--json", "--seq", "512"});
+  nlohmann::json j = e2e::command_json({e2e::kMemtrace, "estimate", "--model", "gpt2", "--json", "--seq", "512"});
   EXPECT_EQ(j["assumptions"]["seq"], 512);
   EXPECT_TRUE(j["warnings"].empty());
   EXPECT_EQ(j["model"]["max_context"], 1024);
@@ -286,7 +278,7 @@ TEST(Estimate, SaysItsAssumptionsAndWarnsPastTheContext) {
 TEST(Timeline, ShowsTheSpanWithEventsAndTakesAWindow) {
   const std::string dir = e2e::temp_dir("timeline-window"), traces = dir + "/traces";
   ASSERT_EQ(e2e::run_sample(dir, "steps").status, 0);
-  nlohmann::json whole = command_json({e2e::kMemtrace, "timeline", "--json", traces});
+  nlohmann::json whole = e2e::command_json({e2e::kMemtrace, "timeline", "--json", traces});
   const auto& p = whole["processes"][0];
   const std::vector<uint64_t> steps = p["steps_ns"].get<std::vector<uint64_t>>();
   ASSERT_EQ(steps.size(), 10u);
@@ -297,7 +289,7 @@ TEST(Timeline, ShowsTheSpanWithEventsAndTakesAWindow) {
 
   // From step 3's start to step 5's end: steps 3, 4 and 5 and nothing before.
   nlohmann::json part =
-      command_json({e2e::kMemtrace, "timeline", "--json", traces, "--from", "step:3", "--to", "step:5"});
+      e2e::command_json({e2e::kMemtrace, "timeline", "--json", traces, "--from", "step:3", "--to", "step:5"});
   EXPECT_EQ(part["processes"][0]["from_ns"], steps[3]);
   EXPECT_EQ(part["processes"][0]["to_ns"], steps[6]);
   const std::string csv = dir + "/part.csv", svg = dir + "/part.svg";

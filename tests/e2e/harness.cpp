@@ -180,10 +180,14 @@ std::map<int, nlohmann::json> sample_accounts(const std::string& out) {
   return accounts;
 }
 
-nlohmann::json report_json(const std::string& path) {
-  Result r = run({kMemtrace, "report", "--json", path});
+nlohmann::json report_json(const std::string& path) { return command_json({kMemtrace, "report", "--json", path}); }
+
+nlohmann::json command_json(const std::vector<std::string>& argv) {
+  Result r = run(argv);
   EXPECT_EQ(r.status, 0) << r.err;
-  return nlohmann::json::parse(r.out);
+  nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
+  EXPECT_FALSE(j.is_discarded()) << r.out;
+  return j;
 }
 
 }  // namespace e2e

@@ -59,6 +59,8 @@ std::map<int, Ledger> read_ledgers(const std::string& dir);
 std::map<int, nlohmann::json> sample_accounts(const std::string& out);
 
 nlohmann::json report_json(const std::string& path);
+// What a memtrace command printed with --json in ARGV; fails the test unless it exits 0 with JSON.
+nlohmann::json command_json(const std::vector<std::string>& argv);
 
 // A fresh folder under the test's temporary directory.
 std::string temp_dir(const std::string& name);
