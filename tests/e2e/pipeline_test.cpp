@@ -42,6 +42,22 @@ TEST_P(SampleTest, ReportMatchesLedgerAndSample) {
   expect_report_matches_ledger(dir, r, c.exact_peaks);
 }
 
+// The benchmarks' simulated device hands out addresses without memory (no mmap per allocation):
+// what is recorded must be the same.
+TEST(UnbackedDevice, RecordsWhatTheBackedOneDoes) {
+  std::string dir = e2e::temp_dir("unbacked");
+  e2e::Result r = e2e::run_traced(dir, {"/usr/bin/env", "MEMTRACE_SIM_UNBACKED=1", e2e::sample_path("train_loop")});
+  ASSERT_EQ(r.status, 0) << r.err;
+  expect_report_matches_ledger(dir, r, true);
+  size_t allocations = 0;
+  for (const auto& e : e2e::exported_events(dir))
+    if (e["op"] == "alloc" && e["result"] == 0) {
+      EXPECT_GE(e["addr"].get<uint64_t>(), 0x600000000000ull) << e.dump();  // the unbacked range
+      ++allocations;
+    }
+  EXPECT_GT(allocations, 0u);
+}
+
 class PythonSampleTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(PythonSampleTest, ReportMatchesLedgerAndSample) {

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <new>
@@ -19,6 +20,7 @@ namespace {
 
 constexpr uint64_t kDefaultCapacity = 80ull << 30;
 constexpr uint64_t kDefaultContextOverhead = 300ull << 20;
+constexpr uint64_t kUnbackedBase = 0x6000'0000'0000ull, kUnbackedEnd = 0x7000'0000'0000ull;
 
 // A size from the environment, read as memtrace's options read sizes; FALLBACK when unset or not one.
 uint64_t size_from_environment(const char* name, uint64_t fallback) {
@@ -58,6 +60,11 @@ struct Model {
   uint64_t overhead = kDefaultContextOverhead;
   std::vector<DeviceState> state;
   std::map<uint64_t, Allocation> allocations;
+  // MEMTRACE_SIM_UNBACKED=1: device memory is addresses alone, handed out from a range where
+  // nothing is mapped, without a system call. For benchmarks: mmap and munmap would otherwise
+  // bury the cost of the call being measured. Such memory cannot be copied to or set.
+  bool unbacked = false;
+  uint64_t next_unbacked = kUnbackedBase;
   std::map<uint64_t, Physical> handles;
   std::map<uint64_t, uint64_t> reservations;  // address -> size
   std::map<uint64_t, Mapping> mappings;
@@ -73,6 +80,8 @@ struct Model {
     overhead = size_from_environment("MEMTRACE_SIM_CONTEXT_BYTES", kDefaultContextOverhead);
     if (overhead > capacity / 4) overhead = capacity / 4;
     state.assign(static_cast<size_t>(devices), DeviceState());
+    const char* unbacked_env = std::getenv("MEMTRACE_SIM_UNBACKED");
+    unbacked = unbacked_env && std::strcmp(unbacked_env, "1") == 0;
   }
 };
 
@@ -120,6 +129,9 @@ void drop_reference(Model& m, std::map<uint64_t, Physical>::iterator it) {
 }  // namespace
 
 int device_count() { return model().devices; }
+bool backed(uint64_t addr, uint64_t bytes) {
+  return bytes == 0 || addr + bytes <= kUnbackedBase || addr >= kUnbackedEnd || !model().unbacked;
+}
 uint64_t device_capacity() { return model().capacity; }
 uint64_t context_overhead() { return model().overhead; }
 bool valid_device(int device) { return device >= 0 && device < model().devices; }
@@ -137,6 +149,15 @@ Status allocate(Memory memory, int device, uint64_t size, uint64_t* addr) {
   bool on_device = memory != Memory::kPinnedHost;
   if (on_device && !valid_device(device)) return Status::kInvalidDevice;
   if (on_device && !fits(m, device, size)) return Status::kOutOfMemory;
+  if (m.unbacked && memory == Memory::kDevice) {
+    const uint64_t step = (size + 511) / 256 * 256;  // 256-byte aligned, with a gap after each
+    if (m.next_unbacked + step > kUnbackedEnd) return Status::kOutOfMemory;
+    *addr = m.next_unbacked;
+    m.next_unbacked += step;
+    m.allocations[*addr] = Allocation{device, memory, size, 0};
+    add_live(m, device, static_cast<int64_t>(size));
+    return Status::kOk;
+  }
   size_t bytes = page_round(size == 0 ? 1 : size);
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) return Status::kOutOfMemory;
@@ -154,7 +175,7 @@ Status release(uint64_t addr, bool host_memory, uint64_t* size) {
     return Status::kInvalidValue;
   *size = it->second.size;
   if (it->second.memory != Memory::kPinnedHost) add_live(m, it->second.device, -static_cast<int64_t>(it->second.size));
-  ::munmap(reinterpret_cast<void*>(addr), it->second.mapped);
+  if (it->second.mapped) ::munmap(reinterpret_cast<void*>(addr), it->second.mapped);
   m.allocations.erase(it);
   return Status::kOk;
 }
@@ -165,7 +186,7 @@ void reset_device(int device) {
   for (auto it = m.allocations.begin(); it != m.allocations.end();) {
     if (it->second.device == device) {
       add_live(m, device, -static_cast<int64_t>(it->second.size));
-      ::munmap(reinterpret_cast<void*>(it->first), it->second.mapped);
+      if (it->second.mapped) ::munmap(reinterpret_cast<void*>(it->first), it->second.mapped);
       it = m.allocations.erase(it);
     } else {
       ++it;

@@ -15,6 +15,9 @@ inline constexpr size_t kVmmGranularity = 2u << 20;
 inline constexpr size_t kPitchAlignment = 512;
 
 int device_count();
+// Whether [ADDR, ADDR+BYTES) can be read and written: not memory handed out unbacked
+// (MEMTRACE_SIM_UNBACKED=1, for benchmarks).
+bool backed(uint64_t addr, uint64_t bytes);
 uint64_t device_capacity();   // bytes per device
 uint64_t context_overhead();  // bytes every device shows as used
 bool valid_device(int device);

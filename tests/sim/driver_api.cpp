@@ -510,11 +510,13 @@ CUresult cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice dev) {
 }
 
 CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
+  if (!sim::backed(dst, bytes) || !sim::backed(src, bytes)) return CUDA_ERROR_INVALID_VALUE;
   std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<void*>(src), bytes);
   return CUDA_SUCCESS;
 }
 
 CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, size_t count) {
+  if (!sim::backed(dst, count)) return CUDA_ERROR_INVALID_VALUE;
   std::memset(reinterpret_cast<void*>(dst), value, count);
   return CUDA_SUCCESS;
 }
