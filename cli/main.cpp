@@ -54,6 +54,7 @@ int main(int argc, char** argv) {
   CLI::App app{
       "memtrace: a GPU memory profiler for CUDA programs.\n"
       "Record with `memtrace run -- CMD`, then read the traces with `memtrace report`."};
+  app.name("memtrace");  // in help and usage lines, whatever path it was run by
   app.set_version_flag("--version", "memtrace " MEMTRACE_VERSION);
   app.require_subcommand(1);
   const std::vector<Command> commands = {
@@ -61,6 +62,10 @@ int main(int argc, char** argv) {
       add_peak_command(app), add_leaks_command(app),  add_frag_command(app),     add_timeline_command(app),
       add_diff_command(app), add_check_command(app),  add_estimate_command(app), add_explain_command(app),
   };
+  if (argc < 2) {  // nothing asked: what there is to ask
+    std::fprintf(stderr, "%s", app.help().c_str());
+    return kExitUsage;
+  }
   // The command asked for: the first argument, unless it is an option (--help, --version).
   const Command* chosen = nullptr;
   if (argc > 1 && argv[1][0] != '-') {

@@ -193,6 +193,10 @@ TEST(Help, MistakesAreAnsweredWithWhatWasMeant) {
   EXPECT_EQ(typo.status, 2);
   EXPECT_TRUE(contains(typo.err, "'reprot' is not a memtrace command; did you mean 'report'?")) << typo.err;
   EXPECT_TRUE(contains(typo.err, "run, report, snapshot")) << typo.err;
+  e2e::Result nothing = e2e::run({e2e::kMemtrace});
+  EXPECT_EQ(nothing.status, 2);
+  EXPECT_TRUE(contains(nothing.err, "Usage: memtrace [OPTIONS] SUBCOMMAND")) << nothing.err;
+  EXPECT_TRUE(contains(nothing.err, "leaks")) << nothing.err;
   e2e::Result no_path = e2e::run({e2e::kMemtrace, "report"});
   EXPECT_EQ(no_path.status, 2);
   EXPECT_TRUE(contains(no_path.err, "usage: memtrace report [OPTIONS] path")) << no_path.err;
