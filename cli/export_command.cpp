@@ -1,8 +1,6 @@
 // memtrace export --format jsonl|folded|chrome PATH: every event, or stacks, or a Chrome/Perfetto
 // trace, for other tools.
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <memory>
 
 #include "command.h"
@@ -48,21 +46,15 @@ int export_events(const ExportCli& c) {
     std::fprintf(stderr, "memtrace export: %s\n", error.c_str());
     return 1;
   }
-  std::FILE* out = stdout;
-  if (!c.output.empty() && c.output != "-") {
-    out = std::fopen(c.output.c_str(), "wxe");  // never over an existing file
-    if (!out) {
-      std::fprintf(stderr, "memtrace export: cannot create %s: %s\n", c.output.c_str(), std::strerror(errno));
-      return 1;
-    }
-  }
+  ReportFile file;
+  std::FILE* out = file.open("export", c.output);
+  if (!out) return 1;
   std::vector<std::string> warnings;
   bool ok = c.format == "chrome" ? export_chrome(traces, out, warnings, error)
                                  : export_jsonl(traces, out, c.keep_cuda, warnings, error);
-  if (out != stdout) std::fclose(out);
   for (const auto& w : warnings) std::fprintf(stderr, "memtrace export: %s\n", w.c_str());
   if (!ok) std::fprintf(stderr, "memtrace export: %s\n", error.c_str());
-  return ok ? 0 : 1;
+  return ok && file.commit() ? 0 : 1;
 }
 
 }  // namespace

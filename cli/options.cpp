@@ -88,32 +88,54 @@ bool is_trace(const std::string& path) {
 
 }  // namespace
 
-bool write_report_file(const char* command, const std::string& path, const std::string& text) {
+ReportFile::~ReportFile() {
+  if (file_) {  // never committed: the file at its path stays as it was
+    std::fclose(file_);
+    ::unlink(temporary_.c_str());
+  }
+}
+
+std::FILE* ReportFile::open(const char* command, const std::string& path) {
+  command_ = command;
+  path_ = path;
+  if (path.empty() || path == "-") return stdout;
   if (is_trace(path)) {
     std::fprintf(stderr, "memtrace %s: %s is a memtrace trace: it is not written over\n", command, path.c_str());
-    return false;
+    return nullptr;
   }
   // Written beside it, then renamed over it: a reader never sees half a file, and a link at PATH
   // is replaced, not followed.
-  std::string temporary = path + ".memtrace-tmp-XXXXXX";
-  int fd = ::mkstemp(temporary.data());
-  if (fd < 0) {
+  temporary_ = path + ".memtrace-tmp-XXXXXX";
+  int fd = ::mkstemp(temporary_.data());
+  if (fd >= 0) ::fchmod(fd, 0644 & ~current_umask());
+  file_ = fd >= 0 ? ::fdopen(fd, "w") : nullptr;
+  if (!file_) {
     std::fprintf(stderr, "memtrace %s: cannot write %s: %s\n", command, path.c_str(), std::strerror(errno));
-    return false;
+    if (fd >= 0) {
+      ::close(fd);
+      ::unlink(temporary_.c_str());
+    }
   }
-  ::fchmod(fd, 0644 & ~current_umask());
-  bool ok = true;
-  for (size_t done = 0; ok && done < text.size();) {
-    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    ok = n > 0;
-    if (ok) done += static_cast<size_t>(n);
-  }
-  ok &= ::close(fd) == 0;
-  if (ok && ::rename(temporary.c_str(), path.c_str()) == 0) return true;
-  std::fprintf(stderr, "memtrace %s: cannot write %s: %s\n", command, path.c_str(), std::strerror(errno));
-  ::unlink(temporary.c_str());
+  return file_;
+}
+
+bool ReportFile::commit() {
+  if (!file_) return path_.empty() || path_ == "-" ? std::fflush(stdout) == 0 : false;
+  bool ok = !std::ferror(file_);
+  ok &= std::fclose(file_) == 0;
+  file_ = nullptr;
+  if (ok && ::rename(temporary_.c_str(), path_.c_str()) == 0) return true;
+  std::fprintf(stderr, "memtrace %s: cannot write %s: %s\n", command_, path_.c_str(), std::strerror(errno));
+  ::unlink(temporary_.c_str());
   return false;
+}
+
+bool write_report_file(const char* command, const std::string& path, const std::string& text) {
+  ReportFile file;
+  std::FILE* out = file.open(command, path);
+  if (!out) return false;
+  std::fwrite(text.data(), 1, text.size(), out);
+  return file.commit();
 }
 
 }  // namespace memtrace::cli

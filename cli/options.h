@@ -46,8 +46,27 @@ int analyze_and_show(const char* command, AnalysisCli& a, MakeView&& make_view) 
   show(a.json, make_view(processes));
   return 0;
 }
-// Writes a report file (JUnit, CSV, SVG, an export): TEXT to PATH, replacing what is there, as
-// pytest's --junitxml does, so that CI reruns work; never a trace. False after saying why.
+// A report file (JUnit, CSV, SVG, an export) written as it is made: it replaces what is at its
+// path, as pytest's --junitxml does, so that CI reruns work, but never a trace; written beside
+// and renamed over, so a reader never sees half of one, and nothing is replaced unless commit()
+// succeeds. The path "-" or "" is standard output.
+class ReportFile {
+ public:
+  ReportFile() = default;
+  ReportFile(const ReportFile&) = delete;
+  ReportFile& operator=(const ReportFile&) = delete;
+  ~ReportFile();
+  // Where to write; null after saying why it cannot (COMMAND names memtrace's command).
+  std::FILE* open(const char* command, const std::string& path);
+  // Puts the file in its place; false after saying why.
+  bool commit();
+
+ private:
+  const char* command_ = "";
+  std::string path_, temporary_;
+  std::FILE* file_ = nullptr;
+};
+// TEXT as a report file at PATH. False after saying why.
 bool write_report_file(const char* command, const std::string& path, const std::string& text);
 
 }  // namespace memtrace::cli

@@ -225,6 +225,30 @@ TEST_F(TrainLoop, CheckRerunsReplaceTheirJUnitFile) {
   EXPECT_TRUE(contains(unwritable.out, "memtrace check: every limit holds")) << unwritable.out;
 }
 
+// 10. Every export replaces what is at its path too (the streamed ones as well), but never a trace.
+TEST_F(TrainLoop, ExportsReplaceWhatIsAtTheirPathButNeverATrace) {
+  for (const std::string format : {"jsonl", "chrome", "folded"}) {
+    const std::string file = *dir_ + "/export." + format;
+    { std::ofstream(file) << "from an earlier run\n"; }
+    e2e::Result r = e2e::run({e2e::kMemtrace, "export", "--format", format, "-o", file, traces()});
+    EXPECT_EQ(r.status, 0) << format << ": " << r.err;
+    std::ifstream in(file);
+    std::string first;
+    std::getline(in, first);
+    EXPECT_NE(first, "from an earlier run") << format;
+    EXPECT_FALSE(first.empty()) << format;
+  }
+  std::string trace;
+  for (const auto& entry : std::filesystem::directory_iterator(traces())) trace = entry.path().string();
+  const auto size = std::filesystem::file_size(trace);
+  e2e::Result over = e2e::run({e2e::kMemtrace, "export", "--format", "jsonl", "-o", trace, traces()});
+  EXPECT_EQ(over.status, 1);
+  EXPECT_TRUE(contains(over.err, "is a memtrace trace: it is not written over")) << over.err;
+  EXPECT_EQ(std::filesystem::file_size(trace), size);
+  for (const auto& entry : std::filesystem::directory_iterator(*dir_))  // no temporary left behind
+    EXPECT_FALSE(contains(entry.path().filename().string(), "memtrace-tmp")) << entry.path();
+}
+
 // 13. Wording: a descendant's ending says what memtrace saw.
 TEST(Wording, ADescendantsEndingSaysWhatMemtraceSaw) {
   const std::string dir = e2e::temp_dir("descendants");
