@@ -11,6 +11,7 @@
 #include <iterator>
 
 #include "memtrace/format/framing.h"
+#include "memtrace/format/utf8.h"
 
 namespace memtrace {
 
@@ -22,7 +23,12 @@ std::unique_ptr<TraceWriter> TraceWriter::create(const std::string& path, std::s
     return nullptr;
   }
   if (mode != 0600) ::fchmod(fd, mode);  // created private, opened up only as asked
-  std::unique_ptr<TraceWriter> writer(new TraceWriter(fd, path, compression));
+  return create_on(fd, path, error, compression);
+}
+
+std::unique_ptr<TraceWriter> TraceWriter::create_on(int fd, const std::string& name, std::string& error,
+                                                    int compression) {
+  std::unique_ptr<TraceWriter> writer(new TraceWriter(fd, name, compression));
   unsigned char head[framing::kFileHeaderBytes] = {};
   std::memcpy(head, framing::kMagic, sizeof framing::kMagic);
   framing::put_u32(head + 8, framing::kFormatVersion);
@@ -150,20 +156,40 @@ void TraceWriter::write_chunk(const pb::Chunk& chunk) {
   write_bytes(bytes.data(), bytes.size());
 }
 
+namespace {
+void make_valid(std::string* text) {
+  if (!is_valid_utf8(*text)) *text = valid_utf8(*text);
+}
+void make_valid(pb::Device& device) {
+  make_valid(device.mutable_name());
+  make_valid(device.mutable_uuid());
+}
+}  // namespace
+
 void TraceWriter::write_header(const pb::TraceHeader& header) {
   pb::Chunk chunk;
   *chunk.mutable_header() = header;
+  pb::TraceHeader& h = *chunk.mutable_header();
+  for (std::string& arg : *h.mutable_command()) make_valid(&arg);
+  make_valid(h.mutable_host());
+  make_valid(h.mutable_memtrace_version());
+  make_valid(h.mutable_imported_from());
+  for (pb::Device& device : *h.mutable_devices()) make_valid(device);
   chunk.mutable_header()->set_format_version(framing::kFormatVersion);
   write_chunk(chunk);
 }
 
-void TraceWriter::add_device(const pb::Device& device) { *pending_devices_.add_devices() = device; }
+void TraceWriter::add_device(const pb::Device& device) {
+  pb::Device* added = pending_devices_.add_devices();
+  *added = device;
+  make_valid(*added);
+}
 
 uint64_t TraceWriter::intern_string(std::string_view value) {
   auto [it, inserted] = strings_.try_emplace(std::string(value), strings_.size() + 1);
   if (inserted) {
     if (pending_strings_.values_size() == 0) pending_strings_.set_first_id(it->second);
-    pending_strings_.add_values(std::string(value));
+    pending_strings_.add_values(valid_utf8(value));
     string_values_.emplace_back(value);
   }
   return it->second;
@@ -246,7 +272,7 @@ void TraceWriter::encode_events(const std::vector<Event>& events, pb::EventBatch
     any_stack |= e.stack_id != 0;
     any_result |= e.result != 0;
     any_layer |= e.layer != Layer::kReserved;  // an absent layer column means "reserved"
-    any_memory |= e.device_total != 0;
+    any_memory |= e.device_total != 0 || e.device_free != 0;
     any_flags |= e.flags != 0;
   }
   uint64_t prev_t = 0, prev_addr = 0;
@@ -321,6 +347,8 @@ void TraceWriter::flush() {
 
 void TraceWriter::finish(pb::Footer footer) {
   flush();
+  make_valid(footer.mutable_end_reason());
+  for (std::string& notice : *footer.mutable_notices()) make_valid(&notice);
   footer.set_events(events_written_);
   pb::Chunk chunk;
   *chunk.mutable_footer() = std::move(footer);

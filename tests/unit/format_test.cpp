@@ -246,6 +246,54 @@ TEST(Format, NewerVersionIsRefusedByName) {
   fs::remove(path);
 }
 
+// A program's argument, a file or function name, a device's name: whatever bytes they are, the
+// trace reads (protobuf refuses strings that are not UTF-8), and shows each stray byte as \xNN.
+TEST(Format, TextThatIsNotUtf8StaysReadable) {
+  std::string path = fs::temp_directory_path() / ("memtrace-utf8-" + std::to_string(::getpid()) + ".memtrace");
+  fs::remove(path);
+  std::string error;
+  {
+    auto writer = TraceWriter::create(path, error);
+    ASSERT_TRUE(writer) << error;
+    pb::TraceHeader header;
+    header.add_command("train");
+    header.add_command("caf\xe9");               // Latin-1
+    header.add_command("\xe2\x82\xac ok");       // UTF-8
+    header.add_command("\xed\xa0\x80\xc0\xaf");  // a surrogate, an overlong '/'
+    writer->write_header(header);
+    pb::Device device;
+    device.set_name("GPU \xff");
+    writer->add_device(device);
+    FrameInfo frame;
+    frame.python = true;
+    frame.function = "f\x80";
+    frame.file = "/data/\xfe.py";
+    Event e = sample_events(1)[0];
+    e.stack_id = writer->intern_stack({writer->intern_frame(frame)});
+    writer->add(e);
+    pb::Footer footer;
+    footer.set_end_reason("exited \xff");
+    writer->finish(footer);
+  }
+  auto reader = TraceReader::open(path, error);
+  ASSERT_TRUE(reader) << error;
+  Event e;
+  ASSERT_TRUE(reader->next(e)) << reader->problem();
+  EXPECT_EQ(reader->header().command(1), "caf\\xe9");
+  EXPECT_EQ(reader->header().command(2), "\xe2\x82\xac ok");
+  EXPECT_EQ(reader->header().command(3), "\\xed\\xa0\\x80\\xc0\\xaf");
+  const pb::Frame* f = reader->frame(reader->stack(e.stack_id)->front());
+  ASSERT_TRUE(f);
+  EXPECT_EQ(reader->string(f->function()), "f\\x80");
+  EXPECT_EQ(reader->string(f->file()), "/data/\\xfe.py");
+  while (reader->next(e)) {
+  }
+  ASSERT_TRUE(reader->footer()) << reader->problem();
+  EXPECT_EQ(reader->footer()->end_reason(), "exited \\xff");
+  EXPECT_EQ(reader->header().devices(0).name(), "GPU \\xff");
+  fs::remove(path);
+}
+
 TEST(Format, TraceWithoutFooterSaysSo) {
   std::string path = write_trace("nofooter", sample_events(50), false);
   std::string error;

@@ -32,6 +32,10 @@ class TraceWriter {
   // (whatever the process's umask). Returns null and sets ERROR when it cannot.
   static std::unique_ptr<TraceWriter> create(const std::string& path, std::string& error, int compression = 1,
                                              unsigned mode = 0600);
+  // The same on FD, open for writing (a memfd, say), which the writer then owns; NAME is for
+  // messages.
+  static std::unique_ptr<TraceWriter> create_on(int fd, const std::string& name, std::string& error,
+                                                int compression = 1);
   ~TraceWriter();
   TraceWriter(const TraceWriter&) = delete;
   TraceWriter& operator=(const TraceWriter&) = delete;
