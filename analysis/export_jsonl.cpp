@@ -9,6 +9,7 @@
 #include "memtrace/analysis/replay.h"
 #include "memtrace/analysis/report_render.h"
 #include "memtrace/analysis/stacks.h"
+#include "memtrace/analysis/trace_set.h"
 #include "memtrace/format/trace_reader.h"
 
 namespace memtrace {
@@ -93,7 +94,7 @@ bool export_jsonl(const std::vector<std::string>& traces, std::FILE* out, bool k
   std::vector<std::unique_ptr<Source>> sources;
   for (const auto& path : traces) {
     auto source = std::make_unique<Source>();
-    source->reader = TraceReader::open(path, error);
+    source->reader = open_trace(path, error);
     if (!source->reader) return false;
     source->stacks = std::make_unique<StackView>(*source->reader, keep_cuda_frames);
     source->advance();

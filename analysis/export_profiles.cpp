@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "memtrace/analysis/replay.h"
+#include "memtrace/analysis/trace_set.h"
 
 namespace memtrace {
 
@@ -45,7 +46,7 @@ bool export_chrome(const std::vector<std::string>& traces, std::FILE* out, std::
     std::fputs(e.dump().c_str(), out);
   };
   for (const std::string& path : traces) {
-    std::unique_ptr<TraceReader> reader = TraceReader::open(path, error);
+    std::unique_ptr<TraceReader> reader = open_trace(path, error);
     if (!reader) return false;
     const int pid = reader->header().pid();
     std::string name;

@@ -19,16 +19,19 @@ bool PhaseTracker::is_step(uint64_t name_id) {
 void PhaseTracker::add_mark(const Event& e) {
   switch (e.api) {
     case Api::kNvtxMark:
+    case Api::kShimMark:
       if (is_step(e.name)) step_starts_.push_back(e.t_ns);
       break;
-    case Api::kNvtxRangePush: {
+    case Api::kNvtxRangePush:
+    case Api::kShimRangePush: {
       if (is_step(e.name)) step_starts_.push_back(e.t_ns);
       auto& stack = pushed_[e.tid];
       stack.push_back(
           PhaseRange{e.t_ns, 0, e.tid, static_cast<uint32_t>(stack.size()), std::string(reader_.string(e.name))});
       break;
     }
-    case Api::kNvtxRangePop: {
+    case Api::kNvtxRangePop:
+    case Api::kShimRangePop: {
       auto it = pushed_.find(e.tid);
       if (it == pushed_.end() || it->second.empty()) break;
       close(std::move(it->second.back()), e.t_ns);

@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <system_error>
+
+#include "memtrace/analysis/trace_set.h"
 
 namespace memtrace {
 
@@ -50,7 +53,7 @@ void resolve_devices(std::vector<DeviceReport>& devices, const TraceReader& read
 
 bool analyze_process(const std::string& path, const AnalysisOptions& options, ProcessAnalysis& out,
                      std::string& error) {
-  std::unique_ptr<TraceReader> reader = TraceReader::open(path, error);
+  std::unique_ptr<TraceReader> reader = open_trace(path, error);
   if (!reader) return false;
   reader->prefetch();  // one core reads and unpacks chunks while this one analyzes
   out = ProcessAnalysis();
@@ -70,6 +73,9 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
   FragmentationTracker heaps;
   Timeline timeline, free_in_heaps;
   std::map<int32_t, FragmentationPoint> at_peak;
+  // An allocator describes the segment it just reserved right after reserving it (cudaMalloc,
+  // then PyTorch's segment_alloc): a peak's free space counts that segment too.
+  std::optional<int32_t> peak_awaiting_heap;
 
   auto fragmentation_point = [&](const char* when, uint64_t t, int32_t device) {
     FragmentationPoint p;
@@ -110,7 +116,16 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
       if (phases.step_starts().size() != steps) growth.boundary(boundary);
     }
     if (heaps.any_heaps()) {
-      if (reserved.new_peak()) at_peak[step.device] = fragmentation_point("peak", event.t_ns, step.device);
+      if (reserved.new_peak()) {
+        at_peak[step.device] = fragmentation_point("peak", event.t_ns, step.device);
+        peak_awaiting_heap = step.device;
+      } else if (peak_awaiting_heap && event.kind == MemKind::kHeap && event.op() == Op::kAlloc &&
+                 step.device == *peak_awaiting_heap) {
+        at_peak[step.device] = fragmentation_point("peak", at_peak[step.device].t_ns, step.device);
+        peak_awaiting_heap.reset();
+      } else if (event.layer == Layer::kReserved || event.kind == MemKind::kHeap) {
+        peak_awaiting_heap.reset();
+      }
       if (event.result == kOutOfMemoryResult && event.op() == Op::kAlloc) {
         FragmentationPoint p = fragmentation_point("oom", event.t_ns, event.device);
         p.request_bytes = event.size;

@@ -1,5 +1,7 @@
 #include "memtrace/analysis/replay.h"
 
+#include <iterator>
+
 namespace memtrace {
 
 const ReplayStep& Replay::apply(const Event& e) {
@@ -12,8 +14,12 @@ const ReplayStep& Replay::apply(const Event& e) {
   step_.pinned_host_bytes = 0;
   if (!e.ok() || e.op() == Op::kMark) return step_;  // a failed call changes nothing, nor does a mark
   if (e.layer == Layer::kAllocated) {
-    if (e.kind == MemKind::kHeap && e.op() == Op::kAlloc)
-      heaps_[e.addr] = Heap{e.size, step_.device = heap_device(e.addr)};
+    if (e.api == Api::kTorchSegmentMap)
+      map_heap(e);
+    else if (e.api == Api::kTorchSegmentUnmap)
+      unmap_heap(e);
+    else if (e.kind == MemKind::kHeap && e.op() == Op::kAlloc)
+      heaps_[e.addr] = Heap{e.size, step_.device = event_device(e, e.addr)};
     else if (e.kind == MemKind::kHeap)
       drop_heap(e);
     else if (e.op() == Op::kAlloc)
@@ -46,7 +52,7 @@ void Replay::count_allocated(const LiveAllocation& a, uint64_t addr, int64_t sig
 
 void Replay::allocate_region(const Event& e) {
   auto heap = heaps_.find(e.heap);
-  int32_t device = heap != heaps_.end() ? heap->second.device : heap_device(e.addr);
+  int32_t device = heap != heaps_.end() ? heap->second.device : event_device(e, e.addr);
   LiveAllocation a{e.api, e.kind, device, e.size, e.stack_id, e.t_ns, e.tid, e.heap};
   step_.device = device;
   auto [it, fresh] = regions_.try_emplace(e.addr, a);
@@ -71,7 +77,41 @@ void Replay::drop_heap(const Event& e) {
   for (auto it = regions_.lower_bound(e.addr); it != regions_.end() && it->first < e.addr + heap->second.size;)
     free_region(it++);
   step_.device = heap->second.device;
-  if (e.api == Api::kNvtxMemHeapUnregister) heaps_.erase(heap);
+  if (e.api != Api::kNvtxMemHeapReset) heaps_.erase(heap);
+}
+
+void Replay::map_heap(const Event& e) {
+  int32_t device = step_.device = event_device(e, e.addr);
+  auto next = heaps_.lower_bound(e.addr);
+  uint64_t size = e.size;
+  if (next != heaps_.end() && next->first == e.addr + e.size && next->second.device == device) {
+    size += next->second.size;  // the heap after it joins
+    next = heaps_.erase(next);
+  }
+  if (next != heaps_.begin()) {
+    auto before = std::prev(next);
+    if (before->first + before->second.size == e.addr && before->second.device == device) {
+      before->second.size += size;
+      return;
+    }
+  }
+  heaps_[e.addr] = Heap{size, device};
+}
+
+void Replay::unmap_heap(const Event& e) {
+  auto it = heaps_.upper_bound(e.addr);
+  if (it == heaps_.begin()) return unmatched();
+  --it;
+  uint64_t base = it->first, end = base + it->second.size, cut_end = e.addr + e.size;
+  if (cut_end > end) return unmatched();
+  step_.device = it->second.device;
+  step_.size = e.size;
+  // Blocks in unmapped memory cannot be live; any that the trace left there go with it.
+  for (auto r = regions_.lower_bound(e.addr); r != regions_.end() && r->first < cut_end;) free_region(r++);
+  Heap heap = it->second;
+  heaps_.erase(it);
+  if (e.addr > base) heaps_[base] = Heap{e.addr - base, heap.device};
+  if (cut_end < end) heaps_[cut_end] = Heap{end - cut_end, heap.device};
 }
 
 void Replay::unmatched() {

@@ -6,6 +6,7 @@
 
 #include "memtrace.pb.h"
 #include "memtrace/analysis/report_render.h"
+#include "memtrace/analysis/trace_set.h"
 #include "memtrace/analysis/units.h"
 
 namespace memtrace {
@@ -33,8 +34,14 @@ std::string percent(uint64_t part, uint64_t whole) {
 
 std::string diagnose(const SnapshotReport& s) {
   std::string top;
-  if (!s.sites.empty()) top = "; " + percent(s.sites[0].bytes, s.live_bytes) + " from " + s.sites[0].location;
+  uint64_t shown = s.allocated_known ? s.allocated_bytes : s.live_bytes;
+  if (!s.sites.empty()) top = "; " + percent(s.sites[0].bytes, shown) + " from " + s.sites[0].location;
   std::string live = format_bytes(s.live_bytes) + " live in " + std::to_string(s.live_count) + " allocations";
+  if (s.allocated_known)
+    live = format_bytes(s.live_bytes) + " reserved, " + format_bytes(s.allocated_bytes) + " of it allocated to " +
+           std::to_string(s.allocated_count) + " tensors";
+  if (!s.imported_from.empty() && s.reason != "oom")
+    return s.imported_from + " at " + format_duration_ns(s.time_ns) + " into its trace: " + live + top + ".";
   if (s.reason != "oom") {
     std::string what = s.reason == "peak" ? "at the peak" : s.reason == "demand" ? "on demand" : "periodic";
     return "snapshot " + what + " at " + format_duration_ns(s.time_ns) + ": " + live + top + ".";
@@ -55,11 +62,43 @@ std::string diagnose(const SnapshotReport& s) {
       text += " Of the " + format_bytes(used) + " in use on the device, " + format_bytes(used - s.live_bytes) +
               " was held outside the program's allocations (CUDA context, library workspaces, other processes).";
   }
-  if (s.outcome_known)
+  if (!s.imported_from.empty())
+    ;  // a PyTorch snapshot says nothing of what came after
+  else if (s.outcome_known)
     text += s.fatal ? " The process died of it." : s.recovered ? " The process recovered." : "";
   else
     text += " The process was still running.";
   return text;
+}
+
+// A PyTorch snapshot is its final state: what was reserved and allocated to tensors then, and the
+// out-of-memory it recorded, if any (snapshots are often dumped from PyTorch's OOM observer).
+bool read_final_state(const TraceReader& reader, const StackView& stacks, const AnalysisOptions& options,
+                      const Replay& replay, const ReportBuilder& tensors, const std::optional<Event>& oom,
+                      uint64_t last_t, SnapshotReport& out) {
+  out.imported_from = reader.header().imported_from();
+  out.problem = reader.problem();
+  out.reason = oom ? "oom" : "end";
+  out.time_ns = last_t;
+  out.live_bytes = replay.reserved_bytes();
+  replay.for_each_live([&](uint64_t, const LiveAllocation& a) { out.live_count += counts_as_device_memory(a.kind); });
+  out.allocated_known = true;
+  for (const auto& [addr, region] : replay.regions()) {
+    out.allocated_bytes += region.size;
+    ++out.allocated_count;
+  }
+  if (oom) {
+    out.request = oom;
+    out.device = oom->device;
+    out.device_free_bytes = oom->device_free;
+    out.request_stack = stacks.frames(oom->stack_id);
+    auto named = stacks.site_frame(oom->stack_id, SiteGrouping::kUser);
+    out.request_location = named ? frame_label(*named) : "";
+  }
+  out.sites = tensors.live_sites();
+  resolve_sites(out.sites, stacks, options.grouping);
+  out.diagnosis = diagnose(out);
+  return true;
 }
 
 }  // namespace
@@ -80,7 +119,7 @@ std::vector<std::string> find_snapshots(const std::string& path, std::string& er
 }
 
 bool read_snapshot(const std::string& path, const AnalysisOptions& options, SnapshotReport& out, std::string& error) {
-  auto reader = TraceReader::open(path, error);
+  auto reader = open_trace(path, error);
   if (!reader) return false;
   out = SnapshotReport();
   out.path = path;
@@ -89,12 +128,23 @@ bool read_snapshot(const std::string& path, const AnalysisOptions& options, Snap
 
   // The live allocations, grouped by site as every report groups them, on the snapshot's device
   // (all devices together otherwise). A snapshot's events are the allocations live then.
-  ReportBuilder sites(options.top_sites,
-                      [&](uint64_t stack_id) { return stacks.site_key(stack_id, options.grouping); });
+  auto key = [&](uint64_t stack_id) { return stacks.site_key(stack_id, options.grouping); };
+  ReportBuilder sites(options.top_sites, key);
+  ReportBuilder tensors(options.top_sites, key, Layer::kAllocated);
   Replay replay;
   Event e;
-  while (reader->next(e)) sites.add(replay.apply(e));
+  std::optional<Event> oom;
+  uint64_t last_t = 0;
+  while (reader->next(e)) {
+    const ReplayStep& step = replay.apply(e);
+    sites.add(step);
+    tensors.add(step);
+    if (e.api == Api::kTorchOom) oom = e;
+    last_t = e.t_ns;
+  }
   const std::optional<pb::Snapshot>& info = reader->snapshot();
+  if (!info && !reader->header().imported_from().empty())
+    return read_final_state(*reader, stacks, options, replay, tensors, oom, last_t, out);
   if (!info) {
     error = path + " is a trace, not a snapshot (use memtrace report)";
     return false;
@@ -134,7 +184,8 @@ nlohmann::json snapshot_json(const SnapshotReport& s) {
                {"stack", stack_json(s.request_stack)}};
   nlohmann::json sites = nlohmann::json::array();
   for (const SiteTotal& site : s.sites) sites.push_back(site_json(site));
-  nlohmann::json layers = {{"reserved", s.live_bytes}, {"allocated", nullptr}};
+  nlohmann::json layers = {{"reserved", s.live_bytes},
+                           {"allocated", s.allocated_known ? nlohmann::json(s.allocated_bytes) : nlohmann::json()}};
   layers["device"] = s.device_total_bytes ? nlohmann::json(s.device_total_bytes - s.device_free_bytes) : nullptr;
   return {{"pid", s.pid},
           {"device", s.device},
@@ -152,11 +203,13 @@ nlohmann::json snapshot_json(const SnapshotReport& s) {
           {"sites", sites},
           {"recent_events", s.recent_events},
           {"diagnosis", s.diagnosis},
+          {"imported_from", s.imported_from},
           {"path", s.path}};
 }
 
 std::string snapshot_text(const SnapshotReport& s) {
-  std::string out = s.path + " (process " + std::to_string(s.pid) + ")\n" + s.diagnosis + "\n";
+  std::string out =
+      s.path + (s.imported_from.empty() ? " (process " + std::to_string(s.pid) + ")" : "") + "\n" + s.diagnosis + "\n";
   if (!s.problem.empty()) out += "WARNING: " + s.problem + "\n";
   if (s.request) {
     out += "\nthe failed request: " + std::string(api_name(s.request->api)) + " of " + format_bytes(s.request->size) +
@@ -167,7 +220,7 @@ std::string snapshot_text(const SnapshotReport& s) {
   for (const SiteTotal& site : s.sites) {
     out += "  " + format_bytes(site.bytes) + " in " + std::to_string(site.count) + " (" +
            std::string(api_name(site.site.api)) + ") at " + site.location + "\n";
-    for (size_t i = 1; i < site.stack.size() && i < 6; ++i) out += "      " + frame_label(site.stack[i]) + "\n";
+    out += stack_text(site.stack, site.named_frame + 1, 6, 5);  // from the site's frame outwards
   }
   return out;
 }

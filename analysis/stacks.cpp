@@ -15,6 +15,21 @@ bool StackView::is_library_frame(const FrameView& f) {
   return !f.python && (is_cuda_module(f.module) || f.file.find("/nvtx3/") != std::string::npos);
 }
 
+bool StackView::is_framework_plumbing(const FrameView& f) {
+  if (f.python) return false;
+  std::string name = std::filesystem::path(f.module).filename().string();
+  bool torch_module = name.rfind("libtorch", 0) == 0 || name.rfind("libc10", 0) == 0;
+  if (f.function.empty()) return torch_module;  // module+offset inside PyTorch says nothing to its user
+  // PyTorch's allocator, dispatcher and autograd engine, the C++ library and the threads' start:
+  // between the allocation and the operator or backward function that asked for it.
+  for (const char* prefix :
+       {"c10::", "at::", "void at::", "at::TensorBase ", "torch::autograd::VariableType",
+        "torch::autograd::Engine::", "torch::autograd::Node::", "torch::autograd::python::", "torch::CapturedTraceback",
+        "torch::unwind", "std::", "void std::", "execute_native_thread_routine", "start_thread", "clone", "pthread_"})
+    if (f.function.rfind(prefix, 0) == 0) return true;
+  return false;
+}
+
 bool StackView::is_cuda_module(const std::string& module) {
   std::string name = std::filesystem::path(module).filename().string();
   for (const char* prefix : {"libcuda.so", "libcudart.so", "libcupti.so", "libmemtrace_inject.so"})
@@ -77,7 +92,8 @@ std::optional<FrameView> StackView::site_frame(uint64_t stack_id, SiteGrouping g
       if (!library_python) library_python = std::move(f);  // all Python frames are libraries': the innermost
       continue;
     }
-    if (!f.python && !native && !is_library_frame(f)) {
+    if (!f.python && !native && !is_library_frame(f) &&
+        (grouping != SiteGrouping::kUser || !is_framework_plumbing(f))) {
       if (grouping == SiteGrouping::kNative) return f;
       native = std::move(f);
     }

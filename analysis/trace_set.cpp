@@ -1,14 +1,70 @@
 #include "memtrace/analysis/trace_set.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <system_error>
 
+#include "memtrace/analysis/pickle.h"
 #include "memtrace/analysis/process_analysis.h"
+#include "memtrace/analysis/torch_snapshot.h"
 
 namespace memtrace {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// A PyTorch snapshot becomes a trace in memory (a memfd), read back as any trace is.
+std::unique_ptr<TraceReader> open_torch_snapshot(const std::string& path, std::string& error) {
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) {
+    error = "cannot read " + path;
+    return nullptr;
+  }
+  int fd = ::memfd_create("memtrace-torch-snapshot", MFD_CLOEXEC);
+  int writer_fd = fd >= 0 ? ::dup(fd) : -1;
+  if (writer_fd < 0) {
+    error = "cannot read " + path + ": " + std::strerror(errno);
+    if (fd >= 0) ::close(fd);
+    return nullptr;
+  }
+  std::unique_ptr<TraceWriter> writer = TraceWriter::create_on(writer_fd, path, error);
+  bool ok = writer && import_torch_snapshot(bytes, path, *writer, error);
+  writer.reset();
+  std::FILE* file = ok ? ::fdopen(fd, "rb") : nullptr;
+  if (!file) {
+    if (ok) error = "cannot read " + path + ": " + std::strerror(errno);
+    ::close(fd);
+    return nullptr;
+  }
+  return TraceReader::open(file, path, error);
+}
+
+}  // namespace
+
+std::unique_ptr<TraceReader> open_trace(const std::string& path, std::string& error) {
+  char head[8] = {};
+  {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+      error = "cannot open " + path + ": " + std::strerror(errno);
+      return nullptr;
+    }
+    in.read(head, sizeof head);
+  }
+  if (pickle::looks_like_pickle(std::string_view(head, sizeof head))) return open_torch_snapshot(path, error);
+  std::unique_ptr<TraceReader> reader = TraceReader::open(path, error);
+  if (!reader && std::memcmp(head, "MEMTRACE", 8) != 0) error += ", nor a PyTorch memory snapshot (a pickle)";
+  return reader;
+}
 
 std::vector<std::string> find_traces(const std::string& path, std::string& error) {
   std::error_code ec;

@@ -1,10 +1,11 @@
-// memtrace export --format jsonl|folded|chrome PATH: every event, or stacks, or a Chrome/Perfetto
-// trace, for other tools.
+// memtrace export --format jsonl|folded|chrome|memory-viz PATH: every event, or stacks, or a
+// Chrome/Perfetto trace, or a PyTorch memory snapshot, for other tools.
 #include <cstdio>
 #include <memory>
 
 #include "command.h"
 #include "memtrace/analysis/export_jsonl.h"
+#include "memtrace/analysis/export_memory_viz.h"
 #include "memtrace/analysis/export_profiles.h"
 #include "memtrace/analysis/trace_set.h"
 #include "options.h"
@@ -16,7 +17,40 @@ namespace {
 struct ExportCli {
   std::string path, format = "jsonl", output, at = "peak";
   bool keep_cuda = false;
+  size_t max_entries = MemoryVizOptions().max_entries;
 };
+
+int export_memory_viz(const ExportCli& c) {
+  if (c.output.empty() || c.output == "-") {
+    std::fprintf(stderr, "memtrace export: --format memory-viz needs -o FILE (FILE.pickle, or FILE.json for JSON)\n");
+    return kExitUsage;
+  }
+  std::string error;
+  std::vector<std::string> traces = find_traces(c.path, error);
+  if (traces.empty()) {
+    std::fprintf(stderr, "memtrace export: %s\n", error.c_str());
+    return 1;
+  }
+  if (traces.size() > 1) {
+    std::fprintf(stderr, "memtrace export: a memory-viz snapshot holds one process, and %s holds %zu: name one of\n",
+                 c.path.c_str(), traces.size());
+    for (const auto& t : traces) std::fprintf(stderr, "  %s\n", t.c_str());
+    return kExitUsage;
+  }
+  MemoryVizOptions options;
+  options.max_entries = c.max_entries;
+  options.keep_cuda_frames = c.keep_cuda;
+  options.json = c.output.size() > 5 && c.output.compare(c.output.size() - 5, 5, ".json") == 0;
+  std::string document;
+  std::vector<std::string> warnings;
+  bool ok = memtrace::export_memory_viz(traces.front(), options, document, warnings, error);
+  for (const auto& w : warnings) std::fprintf(stderr, "memtrace export: %s\n", w.c_str());
+  if (!ok) {
+    std::fprintf(stderr, "memtrace export: %s\n", error.c_str());
+    return 1;
+  }
+  return write_report_file("export", c.output, document) ? 0 : 1;
+}
 
 int export_folded(const ExportCli& c) {
   AnalysisCli a;
@@ -35,11 +69,13 @@ int export_folded(const ExportCli& c) {
 }
 
 int export_events(const ExportCli& c) {
-  if (c.format != "jsonl" && c.format != "folded" && c.format != "chrome") {
-    std::fprintf(stderr, "memtrace export: unknown format '%s' (known: jsonl, folded, chrome)\n", c.format.c_str());
+  if (c.format != "jsonl" && c.format != "folded" && c.format != "chrome" && c.format != "memory-viz") {
+    std::fprintf(stderr, "memtrace export: unknown format '%s' (known: jsonl, folded, chrome, memory-viz)\n",
+                 c.format.c_str());
     return kExitUsage;
   }
   if (c.format == "folded") return export_folded(c);
+  if (c.format == "memory-viz") return export_memory_viz(c);
   std::string error;
   std::vector<std::string> traces = find_traces(c.path, error);
   if (traces.empty()) {
@@ -65,8 +101,13 @@ Command add_export_command(CLI::App& app) {
   cmd->add_option("path", c->path, "An output folder or one .memtrace file")->required();
   cmd->add_option("--format", c->format,
                   "jsonl: one JSON object per event; folded: stacks for flame graphs (flamegraph.pl, "
-                  "speedscope); chrome: a Chrome/Perfetto trace")
+                  "speedscope); chrome: a Chrome/Perfetto trace; memory-viz: a PyTorch memory snapshot for "
+                  "pytorch.org/memory_viz (a pickle; JSON when FILE ends in .json)")
       ->required();
+  cmd->add_option("--max-entries", c->max_entries,
+                  "memory-viz: the events kept per device, the last ones, as PyTorch's max_entries (default "
+                  "200000; the viewer slows down past a few hundred thousand)")
+      ->check(CLI::Range(size_t(1), size_t(1) << 40));
   cmd->add_option("--at", c->at, "folded: what was live at the peak (default) or at the end")
       ->check(CLI::IsMember({"peak", "end"}));
   cmd->add_option("-o,--output", c->output, "Output file (default: standard output)");

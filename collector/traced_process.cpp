@@ -187,8 +187,8 @@ void TracedProcess::record(const RingEvent& raw) {
 void TracedProcess::on_event(RingEvent& event, const uint64_t* native, size_t native_count, const uint64_t* python,
                              size_t python_count, std::string_view name) {
   in_flight_.erase(event.event.tid);
-  // A mark's name goes in the string table now; the event carries its id.
-  event.event.name = event.event.op() == Op::kMark ? writer_->intern_string(name) : 0;
+  // A name (marks, ranges, categories) goes in the string table now; the event carries its id.
+  event.event.name = api_info(event.event.api).aux == AuxField::kName ? writer_->intern_string(name) : 0;
   event.event.stack_id =
       stacks_.intern(native, native_count, python, python_count, event.python_state, event.stack_truncated);
   sequencer_.push(event, [this](const RingEvent& e) { record(e); });

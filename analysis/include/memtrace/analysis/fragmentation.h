@@ -45,6 +45,12 @@ class FragmentationTracker {
   void add_gap(DeviceGaps& d, uint64_t bytes);
   void remove_gap(DeviceGaps& d, uint64_t bytes);
   std::map<uint64_t, HeapState>::iterator heap_of(uint64_t heap_base, uint64_t addr);
+  // Expandable segments (PyTorch's segment_map and segment_unmap): a heap grows, shrinks, splits.
+  void map_range(const Event& e, const Replay& replay);
+  void unmap_range(const Event& e);
+  // The free space before a heap's first region, and after its last.
+  static uint64_t head_gap(uint64_t base, const HeapState& heap);
+  static uint64_t tail_gap(uint64_t base, const HeapState& heap);
 
   std::map<uint64_t, HeapState> heaps_;  // by base address
   std::map<int32_t, DeviceGaps> devices_;

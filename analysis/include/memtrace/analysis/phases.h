@@ -30,7 +30,7 @@ class PhaseTracker {
   // STEP_PATTERN: a regular expression the whole name of a step's mark or range must match.
   PhaseTracker(const TraceReader& reader, const std::string& step_pattern);
 
-  // Feeds one event; only NVTX marks and range edges matter.
+  // Feeds one event; only marks and range edges matter (NVTX's, and memtrace's Python shim's).
   void add(const Event& e) {
     if (e.op() == Op::kMark) add_mark(e);
   }

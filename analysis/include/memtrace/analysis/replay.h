@@ -63,7 +63,8 @@ struct MemoryChange {
   uint64_t heap = 0;
 };
 
-// An allocator's pool, as it described it through NVTX: the range its regions lie in.
+// An allocator's pool, as it described it (through NVTX, or PyTorch's own events): the range its
+// regions lie in.
 struct Heap {
   uint64_t size = 0;
   int32_t device = -1;
@@ -88,7 +89,7 @@ class Replay {
 
   // Device memory live per device now (reserved layer).
   const std::map<int32_t, uint64_t>& device_bytes() const { return device_bytes_; }
-  const std::unordered_map<uint64_t, Heap>& heaps() const { return heaps_; }
+  const std::map<uint64_t, Heap>& heaps() const { return heaps_; }
   // What LAYER (reserved or allocated) holds on DEVICE now.
   uint64_t live_bytes(Layer layer, int32_t device) const {
     const auto& bytes = layer == Layer::kAllocated ? allocated_bytes_ : device_bytes_;
@@ -109,6 +110,8 @@ class Replay {
     for (const auto& [handle, h] : handles_) fn(handle, h.allocation);
     for (const auto& [addr, a] : reservations_) fn(addr, a);
   }
+  // The allocated layer's live regions (blocks handed out of the heaps), by address.
+  const std::map<uint64_t, LiveAllocation>& regions() const { return regions_; }
 
  private:
   struct Handle {
@@ -129,6 +132,11 @@ class Replay {
   int32_t heap_device(uint64_t base) const;
   void unmatched();
   void drop_heap(const Event& e);  // heap unregister or reset
+  // An expandable segment's mapping: extends the heap it touches (both, when it fills the gap
+  // between two), or starts one; an unmapping shrinks or splits the heap it lies in.
+  void map_heap(const Event& e);
+  void unmap_heap(const Event& e);
+  int32_t event_device(const Event& e, uint64_t addr) const { return e.device >= 0 ? e.device : heap_device(addr); }
   void count_allocated(const LiveAllocation& a, uint64_t addr, int64_t sign);
 
   ReplayStep step_;
@@ -140,7 +148,7 @@ class Replay {
   std::unordered_map<uint64_t, Handle> handles_;  // VMM physical, by handle
   std::map<uint64_t, Mapping> mappings_;          // VMM mappings, by address
   std::unordered_map<uint64_t, LiveAllocation> reservations_;
-  std::unordered_map<uint64_t, Heap> heaps_;    // by base address
+  std::map<uint64_t, Heap> heaps_;              // by base address
   std::map<uint64_t, LiveAllocation> regions_;  // the allocated layer, by address
   std::map<int32_t, uint64_t> device_bytes_;
   std::map<int32_t, uint64_t> allocated_bytes_;

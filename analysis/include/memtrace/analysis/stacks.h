@@ -45,6 +45,10 @@ class StackView {
   static bool is_cuda_module(const std::string& module);
   // Frames of the CUDA libraries, and of NVTX's header-only functions: cut from the top of stacks.
   static bool is_library_frame(const FrameView& frame);
+  // PyTorch's own C++ between an allocation and the operator or backward function that made it
+  // (its allocator, dispatcher, autograd engine; libstdc++; a thread's start): passed over when a
+  // user's site is named after a native frame (a backward pass's thread runs no Python).
+  static bool is_framework_plumbing(const FrameView& frame);
   // Python code that is not the user's: the standard library, site-packages and dist-packages.
   // The default site of an allocation is the innermost Python frame outside them.
   static bool is_python_library(const std::string& file);

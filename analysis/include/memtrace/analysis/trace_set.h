@@ -10,6 +10,10 @@
 
 namespace memtrace {
 
+// Opens what PATH names as a trace: a memtrace trace (.memtrace, .memsnap), or a PyTorch memory
+// snapshot pickle, read as the trace it describes. Null with ERROR set (one sentence) otherwise.
+std::unique_ptr<TraceReader> open_trace(const std::string& path, std::string& error);
+
 // The trace files PATH names, in a stable order; empty with ERROR set when there are none.
 std::vector<std::string> find_traces(const std::string& path, std::string& error);
 

@@ -53,7 +53,32 @@ enum class Api : uint16_t {
   kNvtxMemHeapReset = 35,  // every region of the heap is gone; the heap stays
   kNvtxMemRegionRegister = 36,
   kNvtxMemRegionUnregister = 37,
-  kCount = 38,
+  // PyTorch's caching allocator, as it reports itself (its trace tracker, or a snapshot's trace):
+  // the allocated layer. Blocks handed to tensors (alloc; free: the tensor let go of it;
+  // free_completed: the block is back in the cache, once the streams that used it are done), the
+  // segments it carves them from (heaps: alloc/free, and map/unmap for expandable segments), and
+  // the out-of-memory it raised (an alloc that failed: size requested, device_free).
+  kTorchAlloc = 38,
+  kTorchFree = 39,
+  kTorchFreeCompleted = 40,
+  kTorchSegmentAlloc = 41,
+  kTorchSegmentFree = 42,
+  kTorchSegmentMap = 43,
+  kTorchSegmentUnmap = 44,
+  kTorchOom = 45,
+  // What a tensor at addr is (name: parameter, gradient, optimizer_state, input, ...), as the
+  // Python shim saw it.
+  kTorchCategory = 46,
+  // Marks and ranges of memtrace's Python shim (steps from the optimizer, forward and backward),
+  // read as NVTX's are.
+  kShimMark = 47,
+  kShimRangePush = 48,
+  kShimRangePop = 49,
+  // The reserved layer of an imported PyTorch snapshot: its segments (what cudaMalloc or cuMemMap
+  // gave the allocator).
+  kSnapshotSegment = 50,
+  kSnapshotSegmentFree = 51,
+  kCount = 52,
 };
 
 // What a recorded object is. Each kind has its own address space in the live set: a VMM mapping
@@ -75,7 +100,8 @@ enum class MemKind : uint8_t {
 // hands out of what it reserved).
 enum class Layer : uint8_t { kUnknown = 0, kDevice = 1, kReserved = 2, kAllocated = 3 };
 
-// kMark: an NVTX mark or range edge; it changes no memory. Its name is the string id in aux.
+// kMark: a mark, a range edge, a category; it changes no memory. A name, when it has one, is the
+// string id in aux.
 enum class Op : uint8_t { kAlloc = 0, kFree = 1, kMark = 2 };
 
 // What else is known of one event (a bit set, stored in traces).
@@ -140,6 +166,20 @@ inline constexpr ApiInfo kApiTable[] = {
     {"nvtxMemHeapReset", Op::kFree, MemKind::kHeap, Layer::kAllocated},
     {"nvtxMemRegionsRegister", Op::kAlloc, MemKind::kDevice, Layer::kAllocated, AuxField::kHeap},
     {"nvtxMemRegionsUnregister", Op::kFree, MemKind::kDevice, Layer::kAllocated},
+    {"torch.alloc", Op::kAlloc, MemKind::kDevice, Layer::kAllocated},
+    {"torch.free", Op::kFree, MemKind::kDevice, Layer::kAllocated},
+    {"torch.free_completed", Op::kMark, MemKind::kDevice, Layer::kAllocated},
+    {"torch.segment_alloc", Op::kAlloc, MemKind::kHeap, Layer::kAllocated},
+    {"torch.segment_free", Op::kFree, MemKind::kHeap, Layer::kAllocated},
+    {"torch.segment_map", Op::kAlloc, MemKind::kHeap, Layer::kAllocated},
+    {"torch.segment_unmap", Op::kFree, MemKind::kHeap, Layer::kAllocated},
+    {"torch.oom", Op::kAlloc, MemKind::kDevice, Layer::kAllocated},
+    {"torch.category", Op::kMark, MemKind::kUnknown, Layer::kAllocated, AuxField::kName},
+    {"memtrace.mark", Op::kMark, MemKind::kUnknown, Layer::kUnknown, AuxField::kName},
+    {"memtrace.range_push", Op::kMark, MemKind::kUnknown, Layer::kUnknown, AuxField::kName},
+    {"memtrace.range_pop", Op::kMark, MemKind::kUnknown, Layer::kUnknown, AuxField::kName},
+    {"snapshot.segment", Op::kAlloc, MemKind::kDevice},
+    {"snapshot.segment_free", Op::kFree, MemKind::kDevice},
 };
 static_assert(std::size(kApiTable) == static_cast<size_t>(Api::kCount));
 

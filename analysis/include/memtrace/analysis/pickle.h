@@ -1,0 +1,116 @@
+// Python pickles of plain data, read and written without Python: what PyTorch's memory
+// snapshots are (`torch.cuda.memory._dump_snapshot`: dicts, lists, tuples, numbers, strings).
+// The reader never runs an opcode that imports or calls anything (GLOBAL, REDUCE, BUILD, ...):
+// a pickle that asks for one is refused with a sentence naming the byte. It trusts nothing: every
+// length is checked against what is left, and values shared through the memo stay shared (a
+// pickle that nests one list in itself a thousand times costs a thousand references, not 2^1000
+// copies), so memory grows with the file, never faster.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace memtrace::pickle {
+
+// kInt holds 64 bits (from -2^63 to 2^64-1: read sizes and addresses as unsigned); kBigInt is an
+// integer wider than that, whose value is not kept.
+enum class Kind : uint8_t { kNone, kBool, kInt, kBigInt, kFloat, kString, kBytes, kList, kTuple, kDict, kSet };
+
+// A value of a parsed pickle: an index into its Document.
+using Ref = uint32_t;
+
+class Document {
+ public:
+  // Every accessor takes any Ref: one that names no value (kNoValue) is None.
+  static constexpr Ref kNoValue = ~Ref{0};
+  Ref root() const { return root_; }
+  Kind kind(Ref v) const { return node(v).kind; }
+  bool is(Ref v, Kind k) const { return node(v).kind == k; }
+  // kInt and kBool (0/1); 0 for anything else. As unsigned: the same 64 bits.
+  int64_t integer(Ref v) const;
+  uint64_t unsigned_integer(Ref v) const { return static_cast<uint64_t>(integer(v)); }
+  // kFloat, kInt, kBool; 0 for anything else.
+  double number(Ref v) const;
+  // kString and kBytes; empty for anything else.
+  std::string_view text(Ref v) const;
+  // The items of a list, tuple or set; empty for anything else.
+  const std::vector<Ref>& items(Ref v) const;
+  // The entries of a dict, in the order the pickle gave them; empty for anything else.
+  const std::vector<std::pair<Ref, Ref>>& entries(Ref v) const;
+  // The value under string KEY of dict V, or none.
+  bool find(Ref v, std::string_view key, Ref& out) const;
+  size_t size() const { return nodes_.size(); }
+
+ private:
+  friend class Parser;
+  struct Node {
+    Kind kind;
+    uint32_t index;     // string, list or dict: where it is kept
+    int64_t integer;    // kInt, kBool
+    double number = 0;  // kFloat
+  };
+  const Node& node(Ref v) const {
+    static const Node kNone{Kind::kNone, 0, 0};
+    return v < nodes_.size() ? nodes_[v] : kNone;
+  }
+  std::vector<Node> nodes_;
+  std::vector<std::string> strings_;
+  std::vector<std::vector<Ref>> lists_;
+  std::vector<std::vector<std::pair<Ref, Ref>>> dicts_;
+  Ref root_ = 0;
+};
+
+// Parses BYTES as one pickle (protocols 0 to 5). False with ERROR set (one sentence naming the
+// byte offset) when it is not one, or asks for anything but plain data.
+bool parse(std::string_view bytes, Document& out, std::string& error);
+
+// Whether BYTES start as a pickle of protocol 2 or later does (what PyTorch writes).
+bool looks_like_pickle(std::string_view bytes);
+
+// Writes plain data as a protocol 4 pickle, with only the opcodes that Python's pickle.dump
+// writes for such data and that PyTorch's memory_viz page reads (its own unpickler knows a few
+// dozen). Strings are memoized, so a file name repeated a million times is written once; any other
+// value can be memoized under a key of the caller's (a stack shared by many events).
+class Writer {
+ public:
+  Writer();
+  void none();
+  void boolean(bool v);
+  void integer(int64_t v);
+  void real(double v);
+  void str(std::string_view v);
+  // Containers: begin, write the items (a dict's: key, value, key, value, ...), end.
+  void begin_list();
+  void end_list();
+  void begin_dict();
+  void end_dict();
+  void tuple2(int64_t a, int64_t b);
+  // Writes the value memoized under KEY and returns true; false when there is none (write it,
+  // then memoize(KEY)).
+  bool recall(uint64_t key);
+  void memoize(uint64_t key);
+  // The document: everything written, and STOP.
+  std::string finish();
+
+ private:
+  struct Open {
+    bool dict;
+    bool marked = false;
+    uint32_t items = 0;  // in the current batch
+  };
+  void item();  // before every value: a mark, and a batch closed when it is full
+  void close_batch(Open& c);
+  void put_memo();
+  void get_memo(uint32_t index);
+  std::string out_;
+  std::vector<Open> open_;
+  std::unordered_map<std::string, uint32_t> strings_;
+  std::unordered_map<uint64_t, uint32_t> keys_;
+  uint32_t next_memo_ = 0;
+};
+
+}  // namespace memtrace::pickle
