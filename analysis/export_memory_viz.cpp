@@ -8,6 +8,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "memtrace/analysis/categories.h"
+#include "memtrace/analysis/phases.h"
 #include "memtrace/analysis/pickle.h"
 #include "memtrace/analysis/replay.h"
 #include "memtrace/analysis/stacks.h"
@@ -156,14 +158,19 @@ enum class Action : uint8_t {
   kSegmentFree,
   kSegmentMap,
   kSegmentUnmap,
-  kOom
+  kOom,
+  kSnapshot
 };
 const char* const kActionNames[] = {"alloc",        "free_requested", "free_completed", "segment_alloc",
-                                    "segment_free", "segment_map",    "segment_unmap",  "oom"};
+                                    "segment_free", "segment_map",    "segment_unmap",  "oom",
+                                    "snapshot"};
+
+constexpr uint64_t kNoAllocation = UINT64_MAX;
 
 struct Entry {
   Action action;
   uint64_t addr, size, stream, t_ns, stack_id;
+  uint64_t allocation = kNoAllocation;  // an alloc's number, for its category
 };
 
 struct Segment {
@@ -174,7 +181,11 @@ struct Segment {
 class MemoryVizExport {
  public:
   MemoryVizExport(TraceReader& reader, const MemoryVizOptions& options)
-      : reader_(reader), options_(options), stacks_(reader, options.keep_cuda_frames) {}
+      : reader_(reader),
+        options_(options),
+        stacks_(reader, options.keep_cuda_frames),
+        phases_(reader, kDefaultStepPattern),
+        categories_(/*keep_all=*/true) {}
 
   void read(bool allocated_layer) {
     allocated_ = allocated_layer;
@@ -185,11 +196,16 @@ class MemoryVizExport {
       if (e.kind == MemKind::kHeap && e.op() == Op::kFree)
         if (auto h = replay_.heaps().find(e.addr); h != replay_.heaps().end()) heap_size = h->second.size;
       const ReplayStep& step = replay_.apply(e);
-      if (allocated_)
+      phases_.add(e);
+      if (allocated_) {
+        bool named = api_info(e.api).aux == AuxField::kName;
+        categories_.add(e, step, replay_, phases_.step_starts().size(), named ? reader_.string(e.name) : "");
         allocated_event(e, step, heap_size);
-      else
+      } else {
         reserved_event(e, step);
+      }
     }
+    categories_.finish();
   }
 
   std::string write(Sink& out, std::vector<std::string>& warnings) {
@@ -208,7 +224,16 @@ class MemoryVizExport {
       out.begin_list();
       auto it = traces_.find(device);
       if (it != traces_.end()) {
-        for (const Entry& e : it->second) write_entry(out, e);
+        bool unknown = false, any = false;
+        for (const Entry& e : it->second) {
+          std::string_view c = category(e);
+          any |= !c.empty();
+          unknown |= c == "unknown";
+          write_entry(out, e, c);
+        }
+        // The viewer needs category 'unknown' among the categories it is given (it throws
+        // otherwise): a snapshot entry, which PyTorch writes too, says it, and changes nothing.
+        if (any && !unknown) write_entry(out, Entry{Action::kSnapshot, 0, 0, 0, it->second.back().t_ns, 0}, "unknown");
         if (dropped_[device])
           warnings.push_back("device " + std::to_string(device) + ": kept the last " +
                              std::to_string(options_.max_entries) + " of " +
@@ -229,10 +254,10 @@ class MemoryVizExport {
 
  private:
   void add(int32_t device, Action action, uint64_t addr, uint64_t size, uint64_t stream, uint64_t t,
-           uint64_t stack_id = 0) {
+           uint64_t stack_id = 0, uint64_t allocation = kNoAllocation) {
     if (device < 0) return;
     auto& trace = traces_[device];
-    trace.push_back(Entry{action, addr, size, stream, t, stack_id});
+    trace.push_back(Entry{action, addr, size, stream, t, stack_id, allocation});
     if (trace.size() > options_.max_entries) {
       trace.pop_front();
       ++dropped_[device];
@@ -268,13 +293,14 @@ class MemoryVizExport {
       if (c.layer != Layer::kAllocated) continue;
       uint64_t bytes = static_cast<uint64_t>(c.bytes > 0 ? c.bytes : -c.bytes);
       if (c.bytes > 0) {
+        uint64_t allocation = ++allocations_;  // numbered as the category tracker numbers them
         // The viewer draws every block inside a segment: a region in no heap it cannot show.
         if (!inside_heap(c.addr, bytes)) {
           outside_.insert(c.addr);
           ++outside_count_;
           continue;
         }
-        add(c.device, Action::kAlloc, c.addr, bytes, e.stream, e.t_ns, c.site.stack_id);
+        add(c.device, Action::kAlloc, c.addr, bytes, e.stream, e.t_ns, c.site.stack_id, allocation - 1);
       } else if (outside_.erase(c.addr)) {
         continue;
       } else {
@@ -338,7 +364,13 @@ class MemoryVizExport {
     if (stack_id) out.keep(stack_id);
   }
 
-  void write_entry(Sink& out, const Entry& e) {
+  // An allocation's category, when the trace tells categories; empty otherwise.
+  std::string_view category(const Entry& e) const {
+    if (!categories_.known() || e.allocation == kNoAllocation) return {};
+    return category_name(categories_.category_of_allocation(e.allocation));
+  }
+
+  void write_entry(Sink& out, const Entry& e, std::string_view category) {
     out.begin_dict();
     out.key("action");
     out.str(kActionNames[static_cast<int>(e.action)]);
@@ -353,6 +385,10 @@ class MemoryVizExport {
     if (e.stack_id) {
       out.key("frames");
       frames(out, e.stack_id);
+    }
+    if (!category.empty()) {
+      out.key("category");
+      out.str(category);
     }
     out.end_dict();
   }
@@ -454,6 +490,9 @@ class MemoryVizExport {
   const MemoryVizOptions& options_;
   StackView stacks_;
   Replay replay_;
+  PhaseTracker phases_;
+  CategoryTracker categories_;
+  uint64_t allocations_ = 0;
   bool allocated_ = false;
   std::map<int32_t, std::deque<Entry>> traces_;
   std::map<int32_t, uint64_t> dropped_;

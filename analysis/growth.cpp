@@ -8,7 +8,10 @@ void GrowthTracker::observe(Series& s, uint64_t bytes) {
   // Before the first step boundary there is an implicit one at the trace's start, with nothing
   // live: a site first seen now held 0 bytes at every earlier boundary.
   if (bytes > s.last) {
-    if (s.rises++ == 0) s.first_rise_step = boundaries_ - 1;  // boundary k ends step k-1
+    if (s.rises++ == 0) {
+      s.first_rise_step = boundaries_ - 1;  // boundary k ends step k-1
+      s.before_rise = s.last;
+    }
   } else if (bytes < s.last) {
     ++s.falls;
   }
@@ -33,7 +36,8 @@ std::vector<SiteGrowth> GrowthTracker::growing() const {
     g.layer = std::get<1>(key);
     g.site = Site{std::get<2>(key), s.stack_id};
     g.group = std::get<3>(key);
-    g.bytes_per_step = s.last / intervals;
+    // The rate since it began to grow: a leak that starts in step 3 leaks per step from there.
+    g.bytes_per_step = (s.last - std::min(s.last, s.before_rise)) / (intervals - s.first_rise_step);
     g.first_step = s.first_rise_step;
     g.steps_rising = s.rises;
     g.intervals = intervals;

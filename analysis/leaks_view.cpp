@@ -39,7 +39,9 @@ LeaksView leaks_view(const std::vector<ProcessAnalysis>& processes) {
     process.growth = p.growth;
     std::set<std::pair<Api, uint64_t>> growing;  // (api, group)
     for (const SiteGrowth& g : p.growth) growing.emplace(g.site.api, g.group);
-    for (const DeviceReport& d : p.report.devices) {
+    // What the program allocated: PyTorch's tensors when the trace has them, else the reserved layer.
+    process.layer = p.pytorch ? Layer::kAllocated : Layer::kReserved;
+    for (const DeviceReport& d : (p.pytorch ? p.allocated : p.report).devices) {
       LeaksView::Device device{d.device, d.live_at_exit_bytes, d.live_at_exit_count, {}};
       for (const SiteTotal& s : d.exit_sites) {
         LeaksView::Kind kind = !process.growth_unmeasured.empty()         ? LeaksView::Kind::kLive
@@ -74,7 +76,8 @@ nlohmann::json to_json(const LeaksView& view) {
                          {"sites", sites}});
     }
     nlohmann::json process = process_json(p.id);
-    process.update({{"complete", p.complete},
+    process.update({{"layer", std::string(layer_name(p.layer))},
+                    {"complete", p.complete},
                     {"steps", p.steps},
                     {"step_pattern", p.step_pattern},
                     {"growth_measured", p.growth_unmeasured.empty()},
@@ -98,7 +101,8 @@ std::string to_text(const LeaksView& view) {
       out += "  (without steps, growth cannot be told from memory allocated once: sites are marked live)\n";
     for (const LeaksView::Device& d : p.devices) {
       out += "  device " + std::to_string(d.device) + ": " + format_bytes(d.live_bytes) + " live at exit in " +
-             std::to_string(d.live_count) + " allocations\n";
+             std::to_string(d.live_count) +
+             (p.layer == Layer::kAllocated ? " tensors (the allocated layer)\n" : " allocations\n");
       for (const LeaksView::Site& s : d.sites) {
         out += "    " + pad(format_bytes(s.site.bytes), 11, true) + pad(std::to_string(s.site.count), 8, true) + "  " +
                pad(s.kind == LeaksView::Kind::kGrowing ? "GROWING" : kind_name(s.kind), 9) +

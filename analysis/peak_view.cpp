@@ -8,15 +8,18 @@ namespace memtrace {
 
 PeakView peak_view(const std::vector<ProcessAnalysis>& processes, const PeakOptions& options) {
   PeakView view;
-  view.layer = options.layer;
+  view.by_category = options.by_category;
+  // Categories are the allocated layer's: --by category looks there whatever --layer says.
+  view.layer = options.by_category ? Layer::kAllocated : options.layer;
   uint64_t sum = 0, max = 0;
   size_t with_peak = 0;
   for (const ProcessAnalysis& p : processes) {
-    const ProcessReport& r = options.layer == Layer::kAllocated ? p.allocated : p.report;
+    const ProcessReport& r = view.layer == Layer::kAllocated ? p.allocated : p.report;
     PeakView::Process process;
     process.id = process_id(p.report);
     process.steps = p.step_starts.size();
-    process.layer_recorded = options.layer != Layer::kAllocated || p.has_allocated;
+    process.layer_recorded = view.layer != Layer::kAllocated || p.has_allocated;
+    process.categories_known = p.categories_known;
     uint64_t process_peak = 0;
     for (const DeviceReport& d : r.devices) {
       if (options.device && d.device != *options.device) continue;
@@ -47,7 +50,15 @@ nlohmann::json to_json(const PeakView& view) {
         site["share"] = d.peak_bytes ? static_cast<double>(s.bytes) / static_cast<double>(d.peak_bytes) : 0.0;
         sites.push_back(std::move(site));
       }
+      nlohmann::json categories = nlohmann::json::array();
+      for (const CategoryTotal& c : d.peak_categories)
+        categories.push_back(
+            {{"category", std::string(category_name(c.category))},
+             {"bytes", c.bytes},
+             {"count", c.count},
+             {"share", d.peak_bytes ? static_cast<double>(c.bytes) / static_cast<double>(d.peak_bytes) : 0.0}});
       nlohmann::json json = device_json(d);
+      if (view.layer == Layer::kAllocated) json["categories"] = categories;
       json.update({{"peak_bytes", d.peak_bytes},
                    {"peak_time_ns", d.peak_time_ns},
                    {"peak_step", device.step ? nlohmann::json(*device.step) : nlohmann::json(nullptr)},
@@ -56,7 +67,10 @@ nlohmann::json to_json(const PeakView& view) {
       devices.push_back(std::move(json));
     }
     nlohmann::json process = process_json(p.id);
-    process.update({{"steps", p.steps}, {"layer_recorded", p.layer_recorded}, {"devices", devices}});
+    process.update({{"steps", p.steps},
+                    {"layer_recorded", p.layer_recorded},
+                    {"categories_known", p.categories_known},
+                    {"devices", devices}});
     out["processes"].push_back(std::move(process));
   }
   if (view.all)
@@ -73,9 +87,13 @@ std::string to_text(const PeakView& view) {
     if (!out.empty()) out += "\n";
     out += process_heading(p.id);
     if (!p.layer_recorded) {
-      out += "  the allocated layer was not recorded (no allocator described its regions through NVTX)\n";
+      out +=
+          "  the allocated layer was not recorded (no PyTorch allocator events, and no allocator described its "
+          "regions through NVTX)\n";
       continue;
     }
+    if (view.by_category && !p.categories_known)
+      out += "  categories are not known: they come from PyTorch programs run under memtrace (its Python shim)\n";
     if (p.devices.empty()) out += "  no device memory in the " + layer + " layer\n";
     for (const PeakView::Device& device : p.devices) {
       const DeviceReport& d = device.report;
@@ -84,6 +102,13 @@ std::string to_text(const PeakView& view) {
       if (device.step) out += ", step " + std::to_string(*device.step);
       if (!d.peak_phase.empty()) out += ", in " + d.peak_phase;
       out += "\n";
+      if (view.by_category) {
+        out += "    " + pad("bytes", 11, true) + pad("share", 8, true) + pad("count", 8, true) + "  category\n";
+        for (const CategoryTotal& c : d.peak_categories)
+          out += "    " + pad(format_bytes(c.bytes), 11, true) + pad(percent(c.bytes, d.peak_bytes), 8, true) +
+                 pad(std::to_string(c.count), 8, true) + "  " + std::string(category_name(c.category)) + "\n";
+        continue;
+      }
       if (d.peak_sites.empty()) continue;
       out += "    " + pad("bytes", 11, true) + pad("share", 8, true) + pad("count", 8, true) + "  " + pad("api", 24) +
              "allocated at\n";

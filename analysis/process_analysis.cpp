@@ -1,6 +1,7 @@
 #include "memtrace/analysis/process_analysis.h"
 
 #include <algorithm>
+#include <climits>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -61,6 +62,11 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
   const pb::TraceHeader& h = reader->header();
   report.pid = h.pid();
   report.command.assign(h.command().begin(), h.command().end());
+  report.host = h.host();
+  if (h.has_rank()) report.rank = h.rank();
+  if (h.has_local_rank()) report.local_rank = h.local_rank();
+  if (h.has_world_size()) report.world_size = h.world_size();
+  report.imported_from = h.imported_from();
   report.trace_path = path;
 
   Replay replay;
@@ -71,11 +77,13 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
   PhaseTracker phases(*reader, options.step_pattern);
   GrowthTracker growth;
   FragmentationTracker heaps;
+  CategoryTracker categories;
   Timeline timeline, free_in_heaps;
   std::map<int32_t, FragmentationPoint> at_peak;
   // An allocator describes the segment it just reserved right after reserving it (cudaMalloc,
   // then PyTorch's segment_alloc): a peak's free space counts that segment too.
-  std::optional<int32_t> peak_awaiting_heap;
+  constexpr int32_t kNoDevice = INT32_MIN;
+  int32_t peak_awaiting_heap = kNoDevice;
 
   auto fragmentation_point = [&](const char* when, uint64_t t, int32_t device) {
     FragmentationPoint p;
@@ -104,8 +112,14 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
     last_t = event.t_ns;
     const ReplayStep& step = replay.apply(event);
     reserved.add(step);
+    if (event.layer == Layer::kAllocated || event.api == Api::kShimRangePush || event.api == Api::kShimRangePop) {
+      bool named = api_info(event.api).aux == AuxField::kName;
+      categories.add(event, step, replay, phases.step_starts().size(),
+                     named ? reader->string(event.name) : std::string_view());
+    }
+    if (event.layer == Layer::kAllocated && event.op() != Op::kMark) out.has_allocated = true;
+    out.pytorch |= from_pytorch(event.api);
     if (event.layer == Layer::kAllocated) {
-      out.has_allocated = true;
       allocated.add(step);
       heaps.add(event, step, replay);
       if (options.timeline && step.device >= 0)
@@ -119,12 +133,11 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
       if (reserved.new_peak()) {
         at_peak[step.device] = fragmentation_point("peak", event.t_ns, step.device);
         peak_awaiting_heap = step.device;
-      } else if (peak_awaiting_heap && event.kind == MemKind::kHeap && event.op() == Op::kAlloc &&
-                 step.device == *peak_awaiting_heap) {
+      } else if (event.kind == MemKind::kHeap && event.op() == Op::kAlloc && peak_awaiting_heap == step.device) {
         at_peak[step.device] = fragmentation_point("peak", at_peak[step.device].t_ns, step.device);
-        peak_awaiting_heap.reset();
-      } else if (event.layer == Layer::kReserved || event.kind == MemKind::kHeap) {
-        peak_awaiting_heap.reset();
+        peak_awaiting_heap = kNoDevice;
+      } else if (!step.memory_changes.empty() || event.kind == MemKind::kHeap) {
+        peak_awaiting_heap = kNoDevice;  // memory moved on (mapping a handle moves none)
       }
       if (event.result == kOutOfMemoryResult && event.op() == Op::kAlloc) {
         FragmentationPoint p = fragmentation_point("oom", event.t_ns, event.device);
@@ -159,6 +172,9 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
   if (out.has_allocated) {
     allocated.finish(out.allocated);
     resolve_devices(out.allocated.devices, *reader, stacks, phases, options.grouping);
+    categories.finish();
+    out.categories_known = categories.known();
+    for (DeviceReport& d : out.allocated.devices) d.peak_categories = categories.at_peak(d.device);
   }
   report.snapshots = snapshots_of(path, report.pid);
 
@@ -167,9 +183,14 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
   out.ranges = phases.ranges();
   out.ranges_dropped = phases.ranges_dropped();
   out.step_boundaries = growth.boundaries();
-  out.growth = growth.growing();
-  for (SiteGrowth& g : out.growth) resolve_site(g, g.site.stack_id, stacks, options.grouping);
-  distinguish_sites(out.growth);
+  // With PyTorch's tensors recorded, growth is what the program allocates there: its caching
+  // allocator keeps and grows its reserved segments by design.
+  for (SiteGrowth& g : growth.growing())
+    (out.pytorch && g.layer != Layer::kAllocated ? out.reserved_growth : out.growth).push_back(std::move(g));
+  for (auto* list : {&out.growth, &out.reserved_growth}) {
+    for (SiteGrowth& g : *list) resolve_site(g, g.site.stack_id, stacks, options.grouping);
+    distinguish_sites(*list);
+  }
   out.has_heaps = heaps.any_heaps();
   for (auto& [device, p] : at_peak) out.fragmentation.insert(out.fragmentation.begin(), p);
   std::stable_sort(out.fragmentation.begin(), out.fragmentation.end(),

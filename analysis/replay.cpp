@@ -24,9 +24,10 @@ const ReplayStep& Replay::apply(const Event& e) {
       drop_heap(e);
     else if (e.op() == Op::kAlloc)
       allocate_region(e);
-    else if (auto it = regions_.find(e.addr); it != regions_.end())
+    else if (auto it = regions_.find(e.addr); it != regions_.end()) {
+      step_.size = 0;  // what it freed, as free_region counts it
       free_region(it);
-    else
+    } else
       unmatched();
     return step_;
   }

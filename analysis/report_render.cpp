@@ -25,16 +25,34 @@ std::string escape_xml(const std::string& s) {
   return out;
 }
 
-ProcessId process_id(const ProcessReport& report) { return ProcessId{report.pid, report.command, report.trace_path}; }
+ProcessId process_id(const ProcessReport& r) {
+  return ProcessId{r.pid, r.command, r.trace_path, r.host, r.rank, r.local_rank, r.world_size, r.imported_from};
+}
 
-nlohmann::json process_json(const ProcessId& p) { return {{"pid", p.pid}, {"command", p.command}, {"trace", p.trace}}; }
+nlohmann::json process_json(const ProcessId& p) {
+  auto optional = [](const std::optional<int32_t>& v) { return v ? nlohmann::json(*v) : nlohmann::json(); };
+  return {{"pid", p.pid},
+          {"command", p.command},
+          {"trace", p.trace},
+          {"host", p.host},
+          {"rank", optional(p.rank)},
+          {"local_rank", optional(p.local_rank)},
+          {"world_size", optional(p.world_size)},
+          {"imported_from", p.imported_from}};
+}
 
 nlohmann::json device_json(const DeviceReport& d) {
   return {{"device", d.device}, {"name", d.name}, {"uuid", d.uuid}, {"total_bytes", d.total_bytes}};
 }
 
-std::string process_heading(const ProcessId& process) {
-  return "process " + std::to_string(process.pid) + ": " + command_line(process.command) + "\n";
+std::string process_heading(const ProcessId& p) {
+  if (!p.imported_from.empty()) return p.imported_from + " " + command_line(p.command) + "\n";
+  if (p.rank) {
+    std::string of = p.world_size ? " of " + std::to_string(*p.world_size) : "";
+    return "rank " + std::to_string(*p.rank) + of + " (process " + std::to_string(p.pid) +
+           (p.host.empty() ? "" : " on " + p.host) + "): " + command_line(p.command) + "\n";
+  }
+  return "process " + std::to_string(p.pid) + ": " + command_line(p.command) + "\n";
 }
 
 std::string percent(uint64_t part, uint64_t whole) {
@@ -64,9 +82,12 @@ nlohmann::json site_json(const SiteTotal& s) {
 std::string stack_text(const std::vector<FrameView>& frames, size_t first, size_t indent, size_t max_frames) {
   std::string out;
   size_t shown = 0;
+  bool python_seen = false;
+  for (size_t k = 0; k < first && k < frames.size(); ++k) python_seen |= frames[k].python;
   for (size_t k = first; k < frames.size(); ++k) {
     const FrameView& f = frames[k];
-    if (is_startup_frame(f)) continue;
+    python_seen |= f.python;
+    if (is_startup_frame(f) || (python_seen && is_interpreter_frame(f))) continue;
     if (shown++ == max_frames) {
       out += std::string(indent, ' ') + "...\n";
       break;
@@ -131,13 +152,11 @@ nlohmann::json report_json(const std::vector<ProcessReport>& processes) {
                             {"device", o.device},
                             {"device_free_bytes", o.device_free_bytes},
                             {"device_total_bytes", o.device_total_bytes}});
-    out["processes"].push_back({
-        {"pid", p.pid},
-        {"command", p.command},
+    nlohmann::json process = process_json(process_id(p));
+    process.update({
         {"exit_status", p.exit_status ? nlohmann::json(*p.exit_status) : nlohmann::json(nullptr)},
         {"events", events},
         {"devices", devices},
-        {"trace", p.trace_path},
         {"complete", p.complete},
         {"problem", p.problem},
         {"end_reason", p.end_reason},
@@ -152,6 +171,7 @@ nlohmann::json report_json(const std::vector<ProcessReport>& processes) {
         {"oom_events", oom_events},
         {"snapshots", p.snapshots},
     });
+    out["processes"].push_back(std::move(process));
   }
   return out;
 }
@@ -160,7 +180,7 @@ std::string report_text(const std::vector<ProcessReport>& processes) {
   std::string out;
   for (const ProcessReport& p : processes) {
     if (!out.empty()) out += "\n";
-    out += "process " + std::to_string(p.pid) + ": " + command_line(p.command) + "\n";
+    out += process_heading(process_id(p));
     out += "  ended: " + (p.end_reason.empty() ? std::string("unknown") : p.end_reason);
     if (p.exit_status) out += ", exit status " + std::to_string(*p.exit_status);
     out += "; " + std::to_string(p.events) + " events over " + format_duration_ns(p.end_time_ns) + "\n";

@@ -160,6 +160,10 @@ bool read_snapshot(const std::string& path, const AnalysisOptions& options, Snap
   out.device_total_bytes = info->device_total_bytes();
   out.live_bytes = info->reserved_bytes();
   out.live_count = info->reserved_count();
+  out.allocated_known = info->allocated_known();
+  out.allocated_bytes = info->allocated_bytes();
+  for (const auto& [addr, region] : replay.regions())
+    if (out.device < 0 || region.device == out.device) ++out.allocated_count;
   out.recent_events = reader->recent_events().size();
   if (reader->snapshot_request()) {
     out.request = reader->snapshot_request();
@@ -167,7 +171,9 @@ bool read_snapshot(const std::string& path, const AnalysisOptions& options, Snap
     auto named = stacks.site_frame(out.request->stack_id, SiteGrouping::kUser);
     out.request_location = named ? frame_label(*named) : "";
   }
-  out.sites = sites.live_sites(out.device >= 0 ? std::optional<int32_t>(out.device) : std::nullopt);
+  // With PyTorch's tensors in it, the sites are theirs: what the program itself holds.
+  const ReportBuilder& shown = out.allocated_known ? tensors : sites;
+  out.sites = shown.live_sites(out.device >= 0 ? std::optional<int32_t>(out.device) : std::nullopt);
   resolve_sites(out.sites, stacks, options.grouping);
   out.diagnosis = diagnose(out);
   return true;
@@ -213,8 +219,15 @@ std::string snapshot_text(const SnapshotReport& s) {
   if (!s.problem.empty()) out += "WARNING: " + s.problem + "\n";
   if (s.request) {
     out += "\nthe failed request: " + std::string(api_name(s.request->api)) + " of " + format_bytes(s.request->size) +
-           "\n";
-    for (const FrameView& f : s.request_stack) out += "    " + frame_label(f) + "\n";
+           (s.request_location.empty() ? "" : " at " + s.request_location) + "\n";
+    // From the user's frame outwards (--json has every frame).
+    size_t from = 0;
+    for (size_t k = 0; k < s.request_stack.size(); ++k)
+      if (frame_label(s.request_stack[k]) == s.request_location) {
+        from = k;
+        break;
+      }
+    out += stack_text(s.request_stack, from, 4, 12);
   }
   if (!s.sites.empty()) out += "\nlargest sites live then:\n";
   for (const SiteTotal& site : s.sites) {

@@ -149,6 +149,12 @@ std::string short_function(const FrameView& f) {
   return name;
 }
 
+bool is_interpreter_frame(const FrameView& f) {
+  if (f.python) return false;
+  std::string name = std::filesystem::path(f.module).filename().string();
+  return name.rfind("libpython", 0) == 0 || name.rfind("python", 0) == 0;
+}
+
 bool is_startup_frame(const FrameView& f) {
   return !f.python && (f.function == "_start" || f.function.rfind("__libc_start_main", 0) == 0 ||
                        f.function == "__libc_start_call_main");

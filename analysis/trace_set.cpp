@@ -74,9 +74,11 @@ std::vector<std::string> find_traces(const std::string& path, std::string& error
     return {};
   }
   if (!fs::is_directory(status)) return {path};
+  // A job's folder holds each node's output folder: the traces are searched for in all of them.
   std::vector<std::string> traces;
-  for (const auto& entry : fs::directory_iterator(path, ec))
-    if (entry.path().extension() == ".memtrace" && entry.is_regular_file()) traces.push_back(entry.path().string());
+  for (auto it = fs::recursive_directory_iterator(path, fs::directory_options::skip_permission_denied, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+    if (it->path().extension() == ".memtrace" && it->is_regular_file()) traces.push_back(it->path().string());
   if (ec) {
     error = "cannot read folder " + path + ": " + ec.message();
     return {};
@@ -90,12 +92,19 @@ bool analyze_path(const std::string& path, const AnalysisOptions& options, std::
                   std::vector<std::string>& warnings, std::string& error) {
   std::vector<std::string> traces = find_traces(path, error);
   if (traces.empty()) return false;
+  size_t first = out.size();
   for (const auto& trace : traces) {
     ProcessAnalysis p;
     if (!analyze_process(trace, options, p, error)) return false;
     if (!p.report.complete) warnings.push_back(trace + ": " + p.report.problem);
     out.push_back(std::move(p));
   }
+  // The ranks of a job in their order, the processes without one after them.
+  std::stable_sort(out.begin() + static_cast<std::ptrdiff_t>(first), out.end(),
+                   [](const ProcessAnalysis& a, const ProcessAnalysis& b) {
+                     if (a.report.rank.has_value() != b.report.rank.has_value()) return a.report.rank.has_value();
+                     return a.report.rank.value_or(0) < b.report.rank.value_or(0);
+                   });
   return true;
 }
 

@@ -16,8 +16,8 @@ namespace memtrace::cli {
 void add_by_option(CLI::App* cmd, std::string& by) {
   cmd->add_option("--by", by,
                   "Group sites by: user (the innermost frame of your code, Python if any; default), python, "
-                  "native, stack, api")
-      ->check(CLI::IsMember({"user", "python", "native", "stack", "api"}));
+                  "native, stack, api; peak also by category (PyTorch's parameters, gradients, ...)")
+      ->check(CLI::IsMember({"user", "python", "native", "stack", "api", "category"}));
 }
 
 void add_analysis_options(CLI::App* cmd, AnalysisCli& a, bool sites) {
@@ -41,6 +41,10 @@ SiteGrouping grouping_named(const std::string& name) {
 }
 
 bool load_analyses(const char* command, AnalysisCli& a, std::vector<ProcessAnalysis>& out) {
+  if (a.by == "category" && std::string(command) != "peak") {
+    std::fprintf(stderr, "memtrace %s: --by category: only memtrace peak groups by category\n", command);
+    return false;
+  }
   a.options.grouping = grouping_named(a.by);
   if (!a.step.empty()) {
     try {

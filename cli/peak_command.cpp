@@ -26,6 +26,7 @@ int peak(PeakCli& c) {
   PeakOptions options;
   options.layer = c.layer == "allocated" ? Layer::kAllocated : Layer::kReserved;
   if (*c.device_option) options.device = c.device;
+  options.by_category = c.analysis.by == "category";
   return analyze_and_show("peak", c.analysis, [&](const auto& processes) { return peak_view(processes, options); });
 }
 

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <climits>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -58,6 +59,26 @@ std::vector<std::string> read_cmdline(int pid) {
   std::string arg;
   while (std::getline(in, arg, '\0')) args.push_back(arg);
   return args;
+}
+
+// The process's place in a distributed job: RANK, LOCAL_RANK and WORLD_SIZE from its environment
+// (torchrun, mpirun and SLURM launchers set them). Only these: no other variable is ever read.
+void read_rank(int pid, pb::TraceHeader& header) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
+  std::string entry;
+  auto number = [](const std::string& text, int& out) {
+    char* end = nullptr;
+    long v = std::strtol(text.c_str(), &end, 10);
+    if (text.empty() || *end || v < 0 || v > INT32_MAX) return false;
+    out = static_cast<int>(v);
+    return true;
+  };
+  while (std::getline(in, entry, '\0')) {
+    int v;
+    if (entry.rfind("RANK=", 0) == 0 && number(entry.substr(5), v)) header.set_rank(v);
+    if (entry.rfind("LOCAL_RANK=", 0) == 0 && number(entry.substr(11), v)) header.set_local_rank(v);
+    if (entry.rfind("WORLD_SIZE=", 0) == 0 && number(entry.substr(11), v)) header.set_world_size(v);
+  }
 }
 
 int read_ppid(int pid) {
@@ -141,8 +162,9 @@ bool make_output_dir(const RunOptions& options, std::string& dir, bool& created,
 class Collector {
  public:
   Collector(std::string dir, pid_t child, uint64_t origin_mono, uint64_t origin_unix, ControlSocket& control,
-            const RunOptions& options)
+            const RunOptions& options, std::string shim_file)
       : dir_(std::move(dir)),
+        shim_file_(std::move(shim_file)),
         child_(child),
         origin_mono_(origin_mono),
         origin_unix_(origin_unix),
@@ -170,6 +192,7 @@ class Collector {
   std::string trace_path(int pid);
 
   std::string dir_;
+  std::string shim_file_;  // memtrace's Python shim: its frames are no part of any stack
   pid_t child_;
   uint64_t origin_mono_, origin_unix_;
   ControlSocket& control_;
@@ -229,9 +252,10 @@ void Collector::welcome() {
     header.set_origin_monotonic_ns(origin_mono_);
     header.set_process_seen_ns(clock_ns(CLOCK_MONOTONIC) - origin_mono_);
     header.set_exec_index(static_cast<uint32_t>(images_[intro->pid] - 1));
+    read_rank(intro->pid, header);
     writer->write_header(header);
     auto process = std::make_unique<TracedProcess>(intro->pid, intro->socket, intro->ring, std::move(writer), header,
-                                                   symbolizer_, snapshot_options_);
+                                                   symbolizer_, snapshot_options_, shim_file_);
     process->command.assign(header.command().begin(), header.command().end());
     if (ControlSocket::welcome(*intro)) processes_.push_back(std::move(process));
   }
@@ -459,7 +483,8 @@ int run_command(const RunOptions& options) {
     if (created) ::rmdir(dir.c_str());
     return exit_code;
   }
-  Collector collector(dir, child, origin_mono, origin_unix, *control, options);
+  Collector collector(dir, child, origin_mono, origin_unix, *control, options,
+                      (libs / "python" / "sitecustomize.py").string());
   int status = collector.loop();
   if (collector.traced() == 0) {
     std::fprintf(stderr, "memtrace: no CUDA allocations recorded: the program never used CUDA\n");

@@ -12,6 +12,7 @@ std::string SnapshotKeeper::name(const char* kind, uint32_t n) const {
 SnapshotKeeper::Live SnapshotKeeper::live_now(const Replay& replay) {
   Live live;
   replay.for_each_live([&](uint64_t addr, const LiveAllocation& a) { live.emplace_back(addr, a); });
+  for (const auto& [addr, region] : replay.regions()) live.emplace_back(addr, region);  // the allocated layer
   return live;
 }
 
@@ -36,12 +37,14 @@ void SnapshotKeeper::on_event(const Event& event, const Replay& replay) {
     peak_unsaved_ = true;
   }
 
+  if (from_pytorch(event.api)) torch_allocator_ = true;
   if (event.op() != Op::kAlloc) return;
   if (event.ok()) {
     if (!pending_.empty()) settle(false);  // it went on allocating: it recovered
     return;
   }
   if (event.result != kOutOfMemoryResult || oom_count_ >= static_cast<uint32_t>(options_.max_oom)) return;
+  if (torch_allocator_ && event.layer != Layer::kAllocated) return;
   pb::Snapshot info;
   info.set_reason(pb::Snapshot::OOM);
   info.set_time_ns(event.t_ns);
@@ -97,15 +100,24 @@ std::optional<SnapshotKeeper::Pending> SnapshotKeeper::write(const std::string& 
 
   // The live allocations, oldest first, as the events that made them.
   std::vector<Event> events;
-  uint64_t bytes = 0, count = 0;
+  uint64_t bytes = 0, count = 0, allocated = 0;
+  bool allocated_known = false;
   for (const auto& [addr, a] : live) {
     Event e = a.as_event(addr);
     e.stack_id = writer->import_stack(trace_, a.stack_id);
     events.push_back(e);
-    if (counts_as_device_memory(a.kind) && (info.device() < 0 || a.device == info.device())) {
+    bool on_device = info.device() < 0 || a.device == info.device();
+    if (e.layer == Layer::kAllocated) {
+      allocated_known = true;
+      if (on_device) allocated += a.size;
+    } else if (counts_as_device_memory(a.kind) && on_device) {
       bytes += a.size;
       ++count;
     }
+  }
+  if (allocated_known || torch_allocator_) {
+    info.set_allocated_known(true);
+    info.set_allocated_bytes(allocated);
   }
   std::sort(events.begin(), events.end(), [](const Event& x, const Event& y) { return x.t_ns < y.t_ns; });
   info.set_reserved_bytes(bytes);

@@ -68,6 +68,9 @@ class SnapshotKeeper {
   uint64_t peak_bytes_ = 0, peak_time_ = 0;
   bool peak_unsaved_ = false;
   Live at_peak_;
+  // PyTorch's caching allocator is heard from: a cudaMalloc it fails is no OOM of the program's
+  // (PyTorch frees its cache and tries again); the OOM is the one PyTorch raises (torch.oom).
+  bool torch_allocator_ = false;
 };
 
 }  // namespace memtrace

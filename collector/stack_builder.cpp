@@ -61,6 +61,7 @@ uint64_t StackBuilder::python_frame(uint64_t code, uint64_t offset) {
   auto [it, fresh] = pythons_.try_emplace({code, offset}, 0);
   if (fresh) {
     auto c = code_.find(code);
+    if (c != code_.end() && !hidden_python_file_.empty() && c->second.file == hidden_python_file_) return 0;
     FrameInfo f;
     f.python = true;
     f.function = c != code_.end() ? std::string_view(c->second.name) : "(unknown Python code)";
@@ -96,7 +97,7 @@ uint64_t StackBuilder::intern(const uint64_t* native, size_t native_count, const
   size_t next_python = 0;
   auto take_python = [&](size_t count) {
     for (size_t k = 0; k < count && next_python < python_count; ++k, ++next_python)
-      scratch_.push_back(python_frame(python[2 * next_python], python[2 * next_python + 1]));
+      if (uint64_t id = python_frame(python[2 * next_python], python[2 * next_python + 1])) scratch_.push_back(id);
   };
   scratch_.clear();
   size_t loops_seen = 0;

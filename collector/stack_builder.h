@@ -18,7 +18,9 @@ namespace memtrace {
 
 class StackBuilder {
  public:
-  StackBuilder(Symbolizer& symbolizer, TraceWriter& writer) : symbolizer_(symbolizer), writer_(writer) {}
+  // Python frames of HIDDEN_PYTHON_FILE (memtrace's own shim) are left out of every stack.
+  StackBuilder(Symbolizer& symbolizer, TraceWriter& writer, std::string hidden_python_file = {})
+      : symbolizer_(symbolizer), writer_(writer), hidden_python_file_(std::move(hidden_python_file)) {}
 
   void add_module(uint64_t bias, uint64_t start, uint64_t end, std::string path);
   void add_code(CodeDescription code);
@@ -36,11 +38,13 @@ class StackBuilder {
     std::string path;
   };
   const Native& native_frame(uint64_t address);
-  // The frame of code CODE at instruction byte OFFSET (its line, for code described by lines).
+  // The frame of code CODE at instruction byte OFFSET (its line, for code described by lines);
+  // 0 for code of the hidden file.
   uint64_t python_frame(uint64_t code, uint64_t offset);
 
   Symbolizer& symbolizer_;
   TraceWriter& writer_;
+  std::string hidden_python_file_;
   std::map<uint64_t, Module> modules_;                  // by start address; a later report replaces an overlap
   std::unordered_map<uint64_t, CodeDescription> code_;  // by id
   std::unordered_map<uint64_t, Native> natives_;

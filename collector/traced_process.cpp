@@ -24,13 +24,14 @@ std::string format_uuid(const uint8_t (&uuid)[16]) {
 }  // namespace
 
 TracedProcess::TracedProcess(int pid, int socket, ring::Mapping ring, std::unique_ptr<TraceWriter> writer,
-                             const pb::TraceHeader& header, Symbolizer& symbolizer, const SnapshotOptions& snapshots)
+                             const pb::TraceHeader& header, Symbolizer& symbolizer, const SnapshotOptions& snapshots,
+                             const std::string& hidden_python_file)
     : pid_(pid),
       socket_(socket),
       ring_(ring),
       writer_(std::move(writer)),
       origin_ns_(header.origin_monotonic_ns()),
-      stacks_(symbolizer, *writer_),
+      stacks_(symbolizer, *writer_, hidden_python_file),
       snapshots_(snapshots, header, *writer_) {
   worker_ = std::thread([this] { work_loop(); });  // last: it uses every member above
 }

@@ -56,6 +56,8 @@ class Call {
       capture_stack(stack_options(), caller, stack);
       seq_ = stamp(event);  // after the real call returned the address, and after the stack walk
       publish(event, seq_, &stack);
+      if (result == 0 && (event.kind == MemKind::kDevice || event.kind == MemKind::kVmmMapping))
+        note_reserved(event.addr, event.size);
     } else {
       if (!stamped_) seq_ = stamp(event);
       publish(event, seq_, nullptr);

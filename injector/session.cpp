@@ -206,6 +206,19 @@ void publish_started(Api api, uint64_t caller) {
   deliver(ring::kSlotStarted, &rec, nullptr, 0);
 }
 
+void record_shim_mark(Api api, uint64_t addr, std::string_view name) {
+  if (t_depth != 0 || g_state.load(std::memory_order_acquire) != kActive) return;
+  ++t_depth;
+  Event e;
+  e.api = api;
+  e.kind = api_info(api).kind;
+  e.layer = api_info(api).layer;
+  e.addr = addr;
+  uint64_t seq = stamp(e);
+  publish(e, seq, nullptr, name);
+  --t_depth;
+}
+
 void publish(const Event& event, uint64_t seq, const StackCapture* stack, std::string_view name) {
   if (g_state.load(std::memory_order_acquire) != kActive) return;
   ring::EventRecord rec;

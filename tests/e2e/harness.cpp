@@ -110,6 +110,13 @@ const std::vector<Python>& pythons() {
   return found;
 }
 
+std::vector<Python> readable_pythons() {
+  std::vector<Python> out;
+  for (const Python& p : pythons())
+    if (p.minor >= 9) out.push_back(p);
+  return out;
+}
+
 std::vector<std::string> python_sample(const std::string& script, const std::vector<std::string>& args) {
   std::vector<std::string> command{MEMTRACE_PYTHON, python_sample_path(script)};
   command.insert(command.end(), args.begin(), args.end());

@@ -34,6 +34,8 @@ struct Python {
 // How a test's parameter reads in its name's listing: the interpreter.
 inline void PrintTo(const Python& python, std::ostream* out) { *out << python.path; }
 const std::vector<Python>& pythons();
+// Those memtrace reads frames of (3.9 and later).
+std::vector<Python> readable_pythons();
 
 // The command that runs a Python sample.
 std::vector<std::string> python_sample(const std::string& script, const std::vector<std::string>& args = {});

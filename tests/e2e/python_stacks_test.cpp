@@ -51,14 +51,6 @@ bool build_extension(const e2e::Python& interpreter, const std::string& dir, std
   return cc.status == 0;
 }
 
-// Each CPython here that memtrace reads frames of (3.9 and later).
-std::vector<e2e::Python> readable_pythons() {
-  std::vector<e2e::Python> out;
-  for (const e2e::Python& p : e2e::pythons())
-    if (p.minor >= 9) out.push_back(p);
-  return out;
-}
-
 class PythonFrames : public ::testing::TestWithParam<e2e::Python> {
  protected:
   void SetUp() override { interpreter_ = GetParam(); }
@@ -182,7 +174,7 @@ TEST_P(PythonFrames, DeeperThanTheStackDepthThePythonFramesAreAllThere) {
   EXPECT_NE(frames.back().find("<module> frames.py"), std::string::npos) << frames.back();
 }
 
-INSTANTIATE_TEST_SUITE_P(CPython, PythonFrames, ::testing::ValuesIn(readable_pythons()), [](const auto& info) {
+INSTANTIATE_TEST_SUITE_P(CPython, PythonFrames, ::testing::ValuesIn(e2e::readable_pythons()), [](const auto& info) {
   return (info.param.path.rfind("/usr/", 0) == 0 ? "system_3_" : "pyenv_3_") + std::to_string(info.param.minor);
 });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(PythonFrames);  // a machine without Python 3.9+

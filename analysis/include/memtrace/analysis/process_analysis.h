@@ -40,13 +40,18 @@ struct ProcessAnalysis {
   ProcessReport report;     // the reserved layer, with calls, endings and snapshots
   ProcessReport allocated;  // the allocated layer's devices, peaks and sites (when has_allocated)
   bool has_allocated = false;
+  bool pytorch = false;           // PyTorch's caching allocator described the allocated layer
+  bool categories_known = false;  // the allocated layer's devices carry peak_categories
   std::vector<uint64_t> step_starts;
   uint64_t first_change_ns = 0, last_change_ns = 0;  // when memory first and last changed (no change: 0, 0)
   std::string step_pattern;
   std::vector<PhaseRange> ranges;
   uint64_t ranges_dropped = 0;
   uint64_t step_boundaries = 0;
-  std::vector<SiteGrowth> growth;  // sites growing step by step, largest first
+  // Sites growing step by step, largest first: of PyTorch's tensors when the trace has them (its
+  // caching allocator grows its reserved segments by design), else of both layers.
+  std::vector<SiteGrowth> growth;
+  std::vector<SiteGrowth> reserved_growth;  // with PyTorch's tensors: the reserved layer's
   bool has_heaps = false;
   std::vector<FragmentationPoint> fragmentation;
   std::vector<TimelineSeries> timeline;

@@ -30,6 +30,7 @@ struct LiveAllocation {
     e.tid = tid;
     e.api = api;
     e.kind = kind;
+    e.layer = api_info(api).layer;
     e.device = device;
     e.addr = addr;
     e.size = size;

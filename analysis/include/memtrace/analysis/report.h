@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "memtrace/analysis/categories.h"
 #include "memtrace/analysis/replay.h"
 #include "memtrace/analysis/stacks.h"
 
@@ -51,6 +52,8 @@ struct DeviceReport {
   // Where the peak fell, when the program marked its phases and steps with NVTX.
   uint64_t peak_step = 0;
   std::string peak_phase;
+  // The allocated layer's peak by category (parameters, gradients, ...), when the trace tells.
+  std::vector<CategoryTotal> peak_categories;
 };
 
 // An allocation that failed for lack of memory.
@@ -65,6 +68,9 @@ struct OomEvent {
 struct ProcessReport {
   int32_t pid = 0;
   std::vector<std::string> command;
+  std::string host;
+  std::optional<int32_t> rank, local_rank, world_size;  // its place in a distributed job
+  std::string imported_from;  // what the trace was read from (a PyTorch snapshot); empty: a recording
   std::optional<int32_t> exit_status;
   std::string end_reason;
   std::string trace_path;

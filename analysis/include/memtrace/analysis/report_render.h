@@ -2,6 +2,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,7 +16,8 @@ std::string report_text(const std::vector<ProcessReport>& processes);
 // A stack as JSON: [{"kind","function","file","line","module",...}], innermost first.
 nlohmann::json stack_json(const std::vector<FrameView>& frames);
 // A stack as text views print it: a line per frame from FIRST outwards (Python and native, each as
-// frame_label names it), INDENT spaces in, at most MAX_FRAMES, without the C runtime's start-up.
+// frame_label names it), INDENT spaces in, at most MAX_FRAMES, without the C runtime's start-up
+// nor, once a Python frame has come, the interpreter's own frames.
 std::string stack_text(const std::vector<FrameView>& frames, size_t first, size_t indent, size_t max_frames);
 // A site: {"api","bytes","count","location","stack"}, and what its stack is missing, if anything.
 nlohmann::json site_json(const SiteTotal& site);
@@ -25,16 +27,21 @@ std::string percent(uint64_t part, uint64_t whole);
 std::string pad(std::string s, size_t width, bool right = false);
 // Text made safe inside XML and SVG, attributes included.
 std::string escape_xml(const std::string& s);
-// Which process a part of a view is about, and its heading: "process PID: COMMAND".
+// Which process a part of a view is about, and its heading: "process PID: COMMAND", "rank R
+// (process PID on HOST): COMMAND" in a distributed job, "PyTorch memory snapshot PATH".
 struct ProcessId {
   int32_t pid = 0;
   std::vector<std::string> command;
   std::string trace;
+  std::string host;
+  std::optional<int32_t> rank, local_rank, world_size;
+  std::string imported_from;
 };
 ProcessId process_id(const ProcessReport& report);
 std::string process_heading(const ProcessId& process);
 // The parts of a JSON document that say which process, and which device, it is about:
-// {"pid","command","trace"} and {"device","name","uuid","total_bytes"}.
+// {"pid","command","trace","host","rank","local_rank","world_size","imported_from"} and
+// {"device","name","uuid","total_bytes"}.
 nlohmann::json process_json(const ProcessId& process);
 nlohmann::json device_json(const DeviceReport& device);
 

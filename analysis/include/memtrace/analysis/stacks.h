@@ -66,6 +66,9 @@ std::string frame_label(const FrameView& frame);
 std::string short_function(const FrameView& frame);
 // The C runtime's start-up frames (_start, __libc_start_main): below every main, said by no one.
 bool is_startup_frame(const FrameView& frame);
+// The Python interpreter's own frames (its evaluation loop, calls, object machinery): between two
+// Python frames they say nothing the Python frames do not.
+bool is_interpreter_frame(const FrameView& frame);
 
 // Labels of sites that read alike, extended with their callers until they differ:
 // "device_alloc ← load_weights at train_loop.cpp:40". Each site is its label, its stack as shown

@@ -19,6 +19,7 @@ namespace memtrace {
 struct PeakOptions {
   Layer layer = Layer::kReserved;  // or kAllocated
   std::optional<int32_t> device;   // all devices when unset
+  bool by_category = false;        // what was live by category (the allocated layer), not by site
 };
 struct PeakView {
   struct Device {
@@ -29,6 +30,7 @@ struct PeakView {
     ProcessId id;
     size_t steps = 0;
     bool layer_recorded = true;  // false: the allocated layer was asked for and never described
+    bool categories_known = false;
     std::vector<Device> devices;
   };
   struct AllProcesses {  // with several processes (ranks of one job)
@@ -36,6 +38,7 @@ struct PeakView {
     double mean_peak = 0, imbalance = 1;
   };
   Layer layer = Layer::kReserved;
+  bool by_category = false;
   std::vector<Process> processes;
   std::optional<AllProcesses> all;
 };
@@ -59,6 +62,7 @@ struct LeaksView {
   };
   struct Process {
     ProcessId id;
+    Layer layer = Layer::kReserved;  // whose live memory: the allocated layer's when recorded
     bool complete = true;
     size_t steps = 0;
     std::string step_pattern;

@@ -209,6 +209,9 @@ inline std::optional<Api> api_from_name(std::string_view name) {
   return std::nullopt;
 }
 
+// What PyTorch's caching allocator reports of itself (torch.alloc ... torch.category).
+inline constexpr bool from_pytorch(Api api) { return api >= Api::kTorchAlloc && api <= Api::kTorchCategory; }
+
 // Memory that occupies the GPU: what the reserved layer's byte counts add up. Pinned host memory
 // lives in host RAM; mappings and reservations only name addresses of memory counted elsewhere.
 inline constexpr bool counts_as_device_memory(MemKind kind) {

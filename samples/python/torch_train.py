@@ -1,0 +1,61 @@
+"""A PyTorch training loop: a two-layer model trained with AdamW, its parameters, gradients,
+optimizer state and activations on the GPU; optionally a tensor kept every step (a leak) and a
+request larger than the GPU at the end (an out-of-memory). It prints PyTorch's own figures as the
+sample's account. It uses only the PyTorch API that memtrace's stand-in (tests/sim/torch) has, so
+the same script runs on a GPU with PyTorch and on the simulated device.
+
+  torch_train.py [--steps N] [--leak] [--oom] [--width W]
+"""
+
+import argparse
+import json
+import os
+
+import torch
+
+
+def account(oom):
+    stats = torch.cuda.memory_stats()
+    line = "memtrace-sample: " + json.dumps({
+        "pid": os.getpid(),
+        "max_memory_allocated": torch.cuda.max_memory_allocated(),
+        "max_memory_reserved": torch.cuda.max_memory_reserved(),
+        "memory_allocated": torch.cuda.memory_allocated(),
+        "memory_reserved": torch.cuda.memory_reserved(),
+        "num_ooms": stats.get("num_ooms", 0),
+        "oom_caught": oom}) + "\n"
+    os.write(1, line.encode())
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--width", type=int, default=1024)
+    parser.add_argument("--leak", action="store_true")
+    parser.add_argument("--oom", action="store_true")
+    args = parser.parse_args()
+    w = args.width
+    model = torch.nn.Sequential(torch.nn.Linear(w, 4 * w, bias=False, device="cuda"), torch.nn.ReLU(),
+                                torch.nn.Linear(4 * w, w, bias=False, device="cuda"))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    kept = []
+    for _ in range(args.steps):
+        batch = torch.randn(64, w, device="cuda")  # memtrace-test: input
+        loss = model(batch).sum()  # memtrace-test: forward
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if args.leak:
+            kept.append(torch.empty(256 * 1024, device="cuda"))  # memtrace-test: leak
+        del batch, loss
+    oom = False
+    if args.oom:
+        try:
+            torch.empty(1 << 40, device="cuda")  # memtrace-test: oom
+        except torch.cuda.OutOfMemoryError:
+            oom = True
+    account(oom)
+
+
+if __name__ == "__main__":
+    main()
