@@ -23,9 +23,7 @@ int explain_run(ExplainCli& c) {
   traces.path = c.path;
   std::vector<ProcessAnalysis> analyses;
   if (!load_analyses("explain", traces, analyses)) return 1;
-  std::vector<ProcessReport> processes;
-  for (ProcessAnalysis& p : analyses) processes.push_back(std::move(p.report));
-  Explanation x = explain(result, processes);
+  Explanation x = explain(result, analyses);
   print(c.estimate.json, c.estimate.json ? explanation_json(x) : nlohmann::json(),
         c.estimate.json ? "" : explanation_text(x));
   return 0;

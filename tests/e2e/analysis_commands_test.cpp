@@ -251,4 +251,46 @@ TEST(SeveralProcesses, PeakHasPerProcessRowsTheSumAndTheImbalance) {
                    static_cast<double>(most) / (static_cast<double>(sum) / static_cast<double>(with_peak)));
 }
 
+// A job of two ranks, each node writing its own output folder under the job's: every command
+// reads the job's folder, names the processes by rank and host, and peak shows the imbalance.
+// Only RANK, LOCAL_RANK and WORLD_SIZE are read from a process's environment.
+TEST(Ranks, AJobFolderIsEveryRanksTraces) {
+  const std::string job = e2e::temp_dir("job");
+  for (int rank : {1, 0}) {
+    std::vector<std::string> argv{e2e::kMemtrace,
+                                  "run",
+                                  "--sim",
+                                  "--compress",
+                                  "0",
+                                  "-o",
+                                  job + "/node" + std::to_string(rank),
+                                  "--",
+                                  e2e::sample_path("train_loop"),
+                                  "--steps",
+                                  std::to_string(2 + 3 * rank)};
+    e2e::Result r = e2e::run(
+        argv, {"RANK=" + std::to_string(rank), "LOCAL_RANK=0", "WORLD_SIZE=2", "MEMTRACE_TEST_SECRET=do-not-keep-me"});
+    ASSERT_EQ(r.status, 0) << r.err;
+  }
+  nlohmann::json peak = e2e::command_json({e2e::kMemtrace, "peak", "--json", job});
+  ASSERT_EQ(peak["processes"].size(), 2u);
+  for (int rank : {0, 1}) {
+    const auto& p = peak["processes"][rank];
+    EXPECT_EQ(p["rank"], rank);
+    EXPECT_EQ(p["local_rank"], 0);
+    EXPECT_EQ(p["world_size"], 2);
+    EXPECT_FALSE(p["host"].get<std::string>().empty());
+  }
+  EXPECT_TRUE(peak.contains("all_processes"));
+  e2e::Result text = e2e::run({e2e::kMemtrace, "peak", job});
+  EXPECT_NE(text.out.find("rank 0 of 2 (process "), std::string::npos) << text.out;
+  EXPECT_LT(text.out.find("rank 0 of 2"), text.out.find("rank 1 of 2")) << text.out;
+  EXPECT_NE(text.out.find("imbalance"), std::string::npos) << text.out;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(job)) {
+    if (!entry.is_regular_file()) continue;
+    std::string bytes = read_file(entry.path().string());
+    EXPECT_EQ(bytes.find("do-not-keep-me"), std::string::npos) << entry.path();
+  }
+}
+
 }  // namespace

@@ -111,6 +111,15 @@ TEST_P(TorchTraining, CategoriesAtThePeak) {
   EXPECT_EQ(total, p["devices"][0]["peak_bytes"]);
   e2e::Result text = e2e::run({e2e::kMemtrace, "peak", "--by", "category", traces()});
   EXPECT_TRUE(contains(text.out, "optimizer_state")) << text.out;
+  // explain holds each category against the formulas' component.
+  nlohmann::json x = e2e::command_json({e2e::kMemtrace, "explain", "--json", "--model", "gpt2", traces()});
+  EXPECT_TRUE(x["categories_known"].get<bool>());
+  std::map<std::string, nlohmann::json> rows;
+  for (const auto& row : x["measured"][0]["categories"]) rows[row["category"]] = row;
+  EXPECT_EQ(rows["parameter"]["measured_bytes"], params);
+  EXPECT_TRUE(rows["parameter"]["expected_bytes"].is_number());
+  EXPECT_TRUE(rows["other"]["expected_bytes"].is_null());
+  EXPECT_EQ(x["measured"][0]["layers"]["allocated"], p["devices"][0]["peak_bytes"]);
 }
 
 TEST_P(TorchTraining, AllocationsCarryThePythonLineOfATensorMadeWithoutTheGil) {
