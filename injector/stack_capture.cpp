@@ -2,10 +2,12 @@
 
 #include <dlfcn.h>
 #include <link.h>
+#include <unistd.h>
 #include <unwind.h>
 
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "memtrace/ring/environment.h"
 #include "memtrace/ring/protocol.h"
@@ -49,7 +51,15 @@ __attribute__((constructor)) void load_unwinder() {
   const char* socket = std::getenv(env::kSocket);
   const char* native = std::getenv(env::kNativeStacks);
   if (!socket || !*socket || (native && std::strcmp(native, "0") == 0)) return;  // not traced, or no native stacks
-  void* lib = ::dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
+  // A bundled memtrace carries its own (lib/deps, beside the injector): the machine may have none.
+  void* lib = nullptr;
+  Dl_info self{};
+  if (::dladdr(reinterpret_cast<void*>(&load_unwinder), &self) && self.dli_fname) {
+    std::string bundled = self.dli_fname;
+    bundled = bundled.substr(0, bundled.rfind('/') + 1) + "deps/libunwind.so.8";
+    if (::access(bundled.c_str(), R_OK) == 0) lib = ::dlopen(bundled.c_str(), RTLD_NOW | RTLD_LOCAL);
+  }
+  if (!lib) lib = ::dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
   if (!lib) return;  // the toolchain's unwinder serves instead
   using SetCaching = int (*)(void*, int);
   auto set_caching = reinterpret_cast<SetCaching>(::dlsym(lib, "_ULx86_64_set_caching_policy"));

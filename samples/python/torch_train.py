@@ -10,11 +10,12 @@ the same script runs on a GPU with PyTorch and on the simulated device.
 import argparse
 import json
 import os
+import time
 
 import torch
 
 
-def account(oom):
+def account(oom, times):
     stats = torch.cuda.memory_stats()
     line = "memtrace-sample: " + json.dumps({
         "pid": os.getpid(),
@@ -22,7 +23,9 @@ def account(oom):
         "max_memory_reserved": torch.cuda.max_memory_reserved(),
         "memory_allocated": torch.cuda.memory_allocated(),
         "memory_reserved": torch.cuda.memory_reserved(),
+        "segments_allocated": stats.get("segment.all.allocated", 0),
         "num_ooms": stats.get("num_ooms", 0),
+        "step_ms": 1000 * sorted(times)[len(times) // 2] if times else 0,
         "oom_caught": oom}) + "\n"
     os.write(1, line.encode())
 
@@ -38,8 +41,9 @@ def main():
     model = torch.nn.Sequential(torch.nn.Linear(w, 4 * w, bias=False, device="cuda"), torch.nn.ReLU(),
                                 torch.nn.Linear(4 * w, w, bias=False, device="cuda"))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    kept = []
+    kept, times = [], []
     for _ in range(args.steps):
+        start = time.perf_counter()
         batch = torch.randn(64, w, device="cuda")  # memtrace-test: input
         loss = model(batch).sum()  # memtrace-test: forward
         loss.backward()
@@ -47,6 +51,8 @@ def main():
         optimizer.zero_grad(set_to_none=True)
         if args.leak:
             kept.append(torch.empty(256 * 1024, device="cuda"))  # memtrace-test: leak
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
         del batch, loss
     oom = False
     if args.oom:
@@ -54,7 +60,7 @@ def main():
             torch.empty(1 << 40, device="cuda")  # memtrace-test: oom
         except torch.cuda.OutOfMemoryError:
             oom = True
-    account(oom)
+    account(oom, times)
 
 
 if __name__ == "__main__":

@@ -55,7 +55,8 @@ struct Block {
 };
 
 struct Stats {
-  uint64_t allocated = 0, allocated_peak = 0, reserved = 0, reserved_peak = 0, segments = 0, ooms = 0, allocations = 0;
+  uint64_t allocated = 0, allocated_peak = 0, reserved = 0, reserved_peak = 0, segments = 0, ooms = 0, allocations = 0,
+           segments_allocated = 0;
 };
 
 template <typename Fn>
@@ -187,6 +188,7 @@ class DeviceCachingAllocator {
     stats_.reserved += bytes;
     stats_.reserved_peak = std::max(stats_.reserved_peak, stats_.reserved);
     ++stats_.segments;
+    ++stats_.segments_allocated;
     trace(TraceEntry::SEGMENT_ALLOC, addr, bytes, nullptr);
     Block& b = blocks_[addr];
     b = Block{addr, bytes, small, false, false, false, addr, bytes};
@@ -235,6 +237,7 @@ class DeviceCachingAllocator {
     if (pages) {
       stats_.reserved += pages * kPage;
       stats_.reserved_peak = std::max(stats_.reserved_peak, stats_.reserved);
+      ++stats_.segments_allocated;
       trace(TraceEntry::SEGMENT_MAP, start, pages * kPage, nullptr);
       if (tail) {
         tail->size += pages * kPage;
@@ -452,12 +455,13 @@ SIM_TORCH_API void sim_torch_synchronize() {
 
 SIM_TORCH_API void sim_torch_empty_cache() { native()->emptyCache(); }
 
-// allocated, allocated peak, reserved, reserved peak, segments, OOMs, allocations.
+// allocated, allocated peak, reserved, reserved peak, segments, OOMs, allocations, segments ever.
 SIM_TORCH_API void sim_torch_stats(int device, uint64_t* out) {
   auto* a = native();
   if (device < 0 || static_cast<size_t>(device) >= a->devices.size()) return;
   Stats s = a->devices[static_cast<size_t>(device)]->stats();
-  uint64_t values[] = {s.allocated, s.allocated_peak, s.reserved, s.reserved_peak, s.segments, s.ooms, s.allocations};
+  uint64_t values[] = {s.allocated, s.allocated_peak, s.reserved,    s.reserved_peak,
+                       s.segments,  s.ooms,           s.allocations, s.segments_allocated};
   std::memcpy(out, values, sizeof values);
 }
 

@@ -94,7 +94,7 @@ def _free(ptr, wait_for_streams):
 
 
 def _stats(device=0):
-    out = (ctypes.c_uint64 * 7)()
+    out = (ctypes.c_uint64 * 8)()
     if _initialized:
         _c10_cuda.sim_torch_stats(_index(device), out)
     return list(out)
@@ -128,7 +128,8 @@ def memory_stats(device=None):
     s = _stats(device)
     return {"allocated_bytes.all.current": s[0], "allocated_bytes.all.peak": s[1],
             "reserved_bytes.all.current": s[2], "reserved_bytes.all.peak": s[3],
-            "segment.all.current": s[4], "num_ooms": s[5], "allocation.all.allocated": s[6]}
+            "segment.all.current": s[4], "num_ooms": s[5], "allocation.all.allocated": s[6],
+            "segment.all.allocated": s[7]}
 
 
 def reset_peak_memory_stats(device=None):
