@@ -122,7 +122,10 @@ void on_trace_entry(const TraceEntryView& entry) {
   auto stream = read_at<uint64_t>(entry, kStreamAt);
   auto size = read_at<uint64_t>(entry, kSizeAt);
   if (action < kAlloc || action > kOom || device < 0) {
-    g_unreadable.fetch_add(1, std::memory_order_relaxed);
+    if (g_unreadable.fetch_add(1, std::memory_order_relaxed) == 0)
+      say("PyTorch " + *g_version +
+          ": some allocator events could not be read (an action or device memtrace does not know): they are "
+          "missing from the allocated layer");
     return;
   }
   if (state == kUnconfirmed) {
