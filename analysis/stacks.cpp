@@ -1,5 +1,6 @@
 #include "memtrace/analysis/stacks.h"
 
+#include <cctype>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -53,6 +54,14 @@ FrameView StackView::frame(uint64_t frame_id) const {
   return v;
 }
 
+bool StackView::is_cuda_entry_point(const std::string& function) {
+  size_t prefix = function.rfind("cuda", 0) == 0 ? 4 : function.rfind("cu", 0) == 0 ? 2 : 0;
+  if (!prefix || function.size() == prefix || !std::isupper(static_cast<unsigned char>(function[prefix]))) return false;
+  for (char c : function)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') return false;
+  return true;
+}
+
 std::vector<FrameView> StackView::frames(uint64_t stack_id) const {
   std::vector<FrameView> out;
   const std::vector<uint64_t>* ids = reader_.stack(stack_id);
@@ -64,7 +73,18 @@ std::vector<FrameView> StackView::frames(uint64_t stack_id) const {
     top = false;
     out.push_back(std::move(f));
   }
+  if (!keep_cuda_) drop_static_runtime(out);
   return out;
+}
+
+void StackView::drop_static_runtime(std::vector<FrameView>& stack) {
+  // A runtime linked statically (nvcc's default) lies in the program's own module: its frames
+  // are those down to the outermost CUDA entry point (cudaMalloc) of the module on top.
+  if (stack.empty() || stack.front().python) return;
+  size_t cut = 0;
+  for (size_t k = 0; k < stack.size() && !stack[k].python && stack[k].module == stack.front().module; ++k)
+    if (is_cuda_entry_point(stack[k].function)) cut = k + 1;
+  if (cut < stack.size()) stack.erase(stack.begin(), stack.begin() + static_cast<std::ptrdiff_t>(cut));
 }
 
 bool StackView::is_python_library(const std::string& file) {
@@ -83,9 +103,15 @@ std::optional<FrameView> StackView::site_frame(uint64_t stack_id, SiteGrouping g
   if (grouping == SiteGrouping::kStack || grouping == SiteGrouping::kApi) return std::nullopt;
   const std::vector<uint64_t>* ids = reader_.stack(stack_id);
   if (!ids) return std::nullopt;
-  std::optional<FrameView> native, library_python;
+  // The CUDA libraries' frames on top, then a static runtime's, are never a site.
+  std::vector<FrameView> stack;
   for (uint64_t id : *ids) {
     FrameView f = frame(id);
+    if (!stack.empty() || !is_library_frame(f)) stack.push_back(std::move(f));
+  }
+  drop_static_runtime(stack);
+  std::optional<FrameView> native, library_python;
+  for (FrameView& f : stack) {
     if (f.python && grouping == SiteGrouping::kPython) return f;
     if (f.python && grouping == SiteGrouping::kUser) {
       if (!is_python_library(f.file)) return f;

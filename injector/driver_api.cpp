@@ -28,7 +28,7 @@ uint64_t address_of(CUresult result, void* const* ptr) {
 CUresult alloc_async(Api api, uint64_t caller, Real<decltype(&cuMemAllocAsync)>& real, CUdeviceptr* dptr,
                      size_t bytesize, CUstream stream, Ordering ordering) {
   Call call(api, caller);
-  CUresult result = call_real<kMissing>(real, caller, dptr, bytesize, stream);
+  CUresult result = call_real<kMissing>(call, real, dptr, bytesize, stream);
   return record_after(call, result, address_of(result, dptr), bytesize, device_of_pointer(call, driver_device), stream,
                       ordering);
 }
@@ -36,7 +36,7 @@ CUresult alloc_async(Api api, uint64_t caller, Real<decltype(&cuMemAllocAsync)>&
 CUresult alloc_from_pool(uint64_t caller, Real<decltype(&cuMemAllocFromPoolAsync)>& real, CUdeviceptr* dptr,
                          size_t bytesize, CUmemoryPool pool, CUstream stream, Ordering ordering) {
   Call call(Api::kCuMemAllocFromPoolAsync, caller);
-  CUresult result = call_real<kMissing>(real, caller, dptr, bytesize, pool, stream);
+  CUresult result = call_real<kMissing>(call, real, dptr, bytesize, pool, stream);
   if (call.active()) call.event.handle = reinterpret_cast<uint64_t>(pool);
   return record_after(call, result, address_of(result, dptr), bytesize, device_of_pointer(call, driver_device), stream,
                       ordering);
@@ -81,7 +81,7 @@ MEMTRACE_EXPORT CUresult cuDeviceGetCount(int* count) {
 
 MEMTRACE_EXPORT CUresult cuMemAlloc(CUdeviceptr* dptr, size_t bytesize) {
   Call call(Api::kCuMemAlloc, MEMTRACE_CALLER);
-  CUresult result = call_real<kMissing>(real_cuMemAlloc, call.caller, dptr, bytesize);
+  CUresult result = call_real<kMissing>(call, real_cuMemAlloc, dptr, bytesize);
   return record_after(call, result, address_of(result, dptr), bytesize, current_driver_device(call));
 }
 
@@ -124,19 +124,19 @@ MEMTRACE_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t 
 
 MEMTRACE_EXPORT CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flags) {
   Call call(Api::kCuMemAllocManaged, MEMTRACE_CALLER);
-  CUresult result = call_real<kMissing>(real_cuMemAllocManaged, call.caller, dptr, bytesize, flags);
+  CUresult result = call_real<kMissing>(call, real_cuMemAllocManaged, dptr, bytesize, flags);
   return record_after(call, result, address_of(result, dptr), bytesize, current_driver_device(call));
 }
 
 MEMTRACE_EXPORT CUresult cuMemHostAlloc(void** pp, size_t bytesize, unsigned int Flags) {
   Call call(Api::kCuMemHostAlloc, MEMTRACE_CALLER);
-  CUresult result = call_real<kMissing>(real_cuMemHostAlloc, call.caller, pp, bytesize, Flags);
+  CUresult result = call_real<kMissing>(call, real_cuMemHostAlloc, pp, bytesize, Flags);
   return record_after(call, result, address_of(result, pp), bytesize, no_device);
 }
 
 MEMTRACE_EXPORT CUresult cuMemAllocHost(void** pp, size_t bytesize) {
   Call call(Api::kCuMemAllocHost, MEMTRACE_CALLER);
-  CUresult result = call_real<kMissing>(real_cuMemAllocHost, call.caller, pp, bytesize);
+  CUresult result = call_real<kMissing>(call, real_cuMemAllocHost, pp, bytesize);
   return record_after(call, result, address_of(result, pp), bytesize, no_device);
 }
 
@@ -149,7 +149,7 @@ MEMTRACE_EXPORT CUresult cuMemAllocPitch(CUdeviceptr* dptr, size_t* pPitch, size
                                          unsigned int ElementSizeBytes) {
   Call call(Api::kCuMemAllocPitch, MEMTRACE_CALLER);
   CUresult result =
-      call_real<kMissing>(real_cuMemAllocPitch, call.caller, dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+      call_real<kMissing>(call, real_cuMemAllocPitch, dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
   uint64_t bytes = result == CUDA_SUCCESS && pPitch ? uint64_t(*pPitch) * Height : uint64_t(WidthInBytes) * Height;
   return record_after(call, result, address_of(result, dptr), bytes, current_driver_device(call));
 }
@@ -159,7 +159,7 @@ MEMTRACE_EXPORT CUresult cuMemAllocPitch(CUdeviceptr* dptr, size_t* pPitch, size
 MEMTRACE_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const CUmemAllocationProp* prop,
                                      unsigned long long flags) {
   Call call(Api::kCuMemCreate, MEMTRACE_CALLER);
-  CUresult result = call_real<kMissing>(real_cuMemCreate, call.caller, handle, size, prop, flags);
+  CUresult result = call_real<kMissing>(call, real_cuMemCreate, handle, size, prop, flags);
   int device = prop && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE ? prop->location.id : -1;
   uint64_t id = result == CUDA_SUCCESS && handle ? *handle : 0;
   return record_after(call, result, id, size, [device] { return device; });
@@ -173,7 +173,7 @@ MEMTRACE_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
 MEMTRACE_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
                                   unsigned long long flags) {
   Call call(Api::kCuMemMap, MEMTRACE_CALLER);
-  CUresult result = call_real<kMissing>(real_cuMemMap, call.caller, ptr, size, offset, handle, flags);
+  CUresult result = call_real<kMissing>(call, real_cuMemMap, ptr, size, offset, handle, flags);
   if (call.active()) call.event.handle = handle;
   return record_after(call, result, ptr, size, no_device);
 }
@@ -186,7 +186,7 @@ MEMTRACE_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
 MEMTRACE_EXPORT CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CUdeviceptr addr,
                                              unsigned long long flags) {
   Call call(Api::kCuMemAddressReserve, MEMTRACE_CALLER);
-  CUresult result = call_real<kMissing>(real_cuMemAddressReserve, call.caller, ptr, size, alignment, addr, flags);
+  CUresult result = call_real<kMissing>(call, real_cuMemAddressReserve, ptr, size, alignment, addr, flags);
   return record_after(call, result, address_of(result, ptr), size, no_device);
 }
 

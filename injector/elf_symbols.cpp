@@ -40,6 +40,20 @@ uint64_t symbol_count(uint64_t hash, uint64_t gnu_hash) {
   return last + 1;
 }
 
+LoadedModule module_from(const dl_phdr_info* info) {
+  LoadedModule m;
+  m.base = info->dlpi_addr;
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    if (ph.p_type == PT_DYNAMIC) m.dynamic = reinterpret_cast<const void*>(info->dlpi_addr + ph.p_vaddr);
+    if (ph.p_type != PT_LOAD) continue;
+    uint64_t start = info->dlpi_addr + ph.p_vaddr, end = start + ph.p_memsz;
+    if (!m.start || start < m.start) m.start = start;
+    if (end > m.end) m.end = end;
+  }
+  return m;
+}
+
 }  // namespace
 
 LoadedModule find_loaded_module(std::string_view prefix) {
@@ -48,18 +62,25 @@ LoadedModule find_loaded_module(std::string_view prefix) {
       [](dl_phdr_info* info, size_t, void* data) {
         auto* s = static_cast<Search*>(data);
         if (!file_name(info->dlpi_name).starts_with(s->prefix)) return 0;
-        LoadedModule m;
-        m.base = info->dlpi_addr;
-        for (int i = 0; i < info->dlpi_phnum; ++i) {
-          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
-          if (ph.p_type == PT_DYNAMIC) m.dynamic = reinterpret_cast<const void*>(info->dlpi_addr + ph.p_vaddr);
-          if (ph.p_type != PT_LOAD) continue;
-          uint64_t start = info->dlpi_addr + ph.p_vaddr, end = start + ph.p_memsz;
-          if (!m.start || start < m.start) m.start = start;
-          if (end > m.end) m.end = end;
-        }
+        s->found = module_from(info);
+        return s->found.found() ? 1 : 0;
+      },
+      &search);
+  return search.found;
+}
+
+LoadedModule loaded_module_containing(uint64_t address) {
+  struct Containing {
+    uint64_t address;
+    LoadedModule found;
+  } search{address, {}};
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* data) {
+        auto* s = static_cast<Containing*>(data);
+        LoadedModule m = module_from(info);
+        if (s->address < m.start || s->address >= m.end) return 0;
         s->found = m;
-        return m.dynamic ? 1 : 0;
+        return 1;
       },
       &search);
   return search.found;

@@ -19,6 +19,9 @@ struct LoadedModule {
 // The loaded module whose file name (without folders) starts with PREFIX ("libtorch_cuda.so").
 LoadedModule find_loaded_module(std::string_view prefix);
 
+// The loaded module whose segments span ADDRESS.
+LoadedModule loaded_module_containing(uint64_t address);
+
 // Calls FN(name, address) for each defined symbol of MODULE until FN returns true; returns
 // whether it did.
 using SymbolVisitor = bool (*)(void* context, std::string_view name, uint64_t address, uint64_t size);

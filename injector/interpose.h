@@ -51,7 +51,7 @@ class Call {
     event.result = result;
     if (event.op() == Op::kAlloc) {
       // Out of memory: what the device had left, for the snapshot. It may be gone a moment later.
-      if (result == kOutOfMemoryResult) query_device_memory(caller, event.device_free, event.device_total);
+      if (result == kOutOfMemoryResult) query_device_memory(origin(), event.device_free, event.device_total);
       StackCapture stack;
       capture_stack(stack_options(), caller, stack);
       seq_ = stamp(event);  // after the real call returned the address, and after the stack walk
@@ -62,12 +62,17 @@ class Call {
       if (!stamped_) seq_ = stamp(event);
       publish(event, seq_, nullptr);
     }
-    if (result == 0) describe_devices_once(caller);
+    if (result == 0) describe_devices_once(origin());
     errno = saved_errno;
   }
 
-  Event event;            // what the call did, filled in around the real call
-  const uint64_t caller;  // the return address into the program
+  // Where memtrace's questions about the call go (the current device, the device of a pointer):
+  // the copy of the CUDA library that served it, once known, else the caller's.
+  uint64_t origin() const { return served_by ? served_by : caller; }
+
+  Event event;             // what the call did, filled in around the real call
+  const uint64_t caller;   // the return address into the program
+  uint64_t served_by = 0;  // the real function the call reached
 
  private:
   bool active_;
@@ -91,6 +96,13 @@ auto call_real(RealFunction<Fn>& real, uint64_t caller, Args... args) {
   Fn fn = real.get(caller);
   return fn ? fn(args...) : kMissing;
 }
+// The same for a recorded call, which remembers the function that served it.
+template <auto kMissing, typename Fn, typename... Args>
+auto call_real(Call& call, RealFunction<Fn>& real, Args... args) {
+  Fn fn = real.get(call.caller);
+  call.served_by = reinterpret_cast<uint64_t>(fn);
+  return fn ? fn(args...) : kMissing;
+}
 
 // What memtrace asks CUDA about a call (device_query.cpp), each time of the CUDA library the
 // calling module uses. The current device of the runtime, and of the driver's current context;
@@ -110,7 +122,7 @@ enum class Ordering { kImmediate, kStream, kPerThreadStream };
 // graph: the memory is the graph's, obtained at each launch. Such calls are tagged.
 inline void tag_if_captured(Call& call, Ordering ordering, bool ok, const void* stream) {
   if (ok && ordering != Ordering::kImmediate &&
-      stream_capturing(call.caller, stream, ordering == Ordering::kPerThreadStream))
+      stream_capturing(call.origin(), stream, ordering == Ordering::kPerThreadStream))
     call.event.flags |= kEventCaptured;
 }
 
@@ -136,15 +148,15 @@ Result record_after(Call& call, Result result, uint64_t addr, uint64_t size, Dev
 // stream-ordered ones, the one the returned pointer lies on (the stream's or the pool's). A
 // captured allocation has no memory yet: its stream's current device stands for it.
 inline auto current_runtime_device(const Call& call) {
-  return [&call] { return runtime_device(call.caller); };
+  return [&call] { return runtime_device(call.origin()); };
 }
 inline auto current_driver_device(const Call& call) {
-  return [&call] { return driver_device(call.caller); };
+  return [&call] { return driver_device(call.origin()); };
 }
 inline auto device_of_pointer(const Call& call, int (*current)(uint64_t)) {
   return [&call, current] {
-    int device = current(call.caller);
-    if (call.event.addr && !call.event.captured()) device = pointer_device(call.caller, call.event.addr, device);
+    int device = current(call.origin());
+    if (call.event.addr && !call.event.captured()) device = pointer_device(call.origin(), call.event.addr, device);
     return device;
   };
 }
@@ -160,7 +172,7 @@ auto free_call(Api api, uint64_t caller, RealFunction<Fn>& real, uint64_t addr, 
   call.event.size = size;
   call.event.stream = reinterpret_cast<uint64_t>(stream);
   call.stamp_before();
-  auto result = call_real<kMissing>(real, caller, args...);
+  auto result = call_real<kMissing>(call, real, args...);
   if (call.active()) {
     int saved_errno = errno;
     tag_if_captured(call, ordering, result == 0, stream);

@@ -16,6 +16,19 @@ enum class Library { kRuntime, kDriver };
 // Bumped whenever a module is unloaded (modules.cpp): an address range cached for one module may
 // then belong to another.
 extern std::atomic<uint64_t> g_modules_unloaded;
+// Bumped whenever a lookup is pinned (below): a caller's answer may have changed.
+extern std::atomic<uint64_t> g_lookups_pinned;
+
+// What a cached answer is good for: both counts only grow, so their sum changes with either.
+inline uint64_t answers_generation() {
+  return g_modules_unloaded.load(std::memory_order_acquire) + g_lookups_pinned.load(std::memory_order_acquire);
+}
+
+// A lookup the program made itself, through dlsym on a CUDA library's handle: it found FN for
+// NAME, and memtrace handed out its interposer instead (dlsym.cpp). Calls to that interposer from
+// CALLER's module then reach FN, the copy the program asked for; so do calls from modules that
+// neither link NAME nor looked it up themselves (ctypes looks up in _ctypes and calls from libffi).
+void pin_real_function(const char* name, uint64_t caller, void* fn);
 
 class RealTable {
  public:
@@ -23,7 +36,7 @@ class RealTable {
 
   // The real NAME for a call from return address CALLER; null when no loaded object defines it.
   void* find(uint64_t caller) {
-    const uint64_t generation = g_modules_unloaded.load(std::memory_order_acquire);
+    const uint64_t generation = answers_generation();
     for (Slot& slot : slots_)
       if (void* fn = slot.lookup(caller, generation)) return fn;
     return resolve(caller, generation);

@@ -1,6 +1,8 @@
 #include <dlfcn.h>
 #include <link.h>
 
+#include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -11,6 +13,7 @@ namespace memtrace::inject {
 
 thread_local int t_depth __attribute__((tls_model("initial-exec"))) = 0;
 std::atomic<uint64_t> g_modules_unloaded{0};
+std::atomic<uint64_t> g_lookups_pinned{0};
 
 namespace {
 
@@ -84,7 +87,80 @@ void* lookup_anywhere(const char* name) {
   return nullptr;
 }
 
+// The pinned lookups, append-only: a slot is claimed by the count and read once marked ready, so
+// no lock is held (a fork while one is held would leave the child unable to resolve anything).
+struct Pin {
+  std::atomic<bool> ready{false};
+  char name[64];
+  uint64_t caller_start, caller_end;    // the module that looked NAME up
+  uint64_t library_start, library_end;  // the module FN lies in, to notice it unloaded
+  char library[256];                    // its path, as the loader knows it
+  void* fn;
+};
+constexpr int kPins = 128;
+Pin g_pins[kPins];
+std::atomic<int> g_pin_count{0};
+
+bool still_loaded(const Pin& pin) {
+  Module library = module_of(reinterpret_cast<uint64_t>(pin.fn));
+  return library.found && library.start == pin.library_start && library.end == pin.library_end;
+}
+
+// Calls FN(pin) for each pin whose library is still loaded, newest first, until FN returns true.
+template <typename Fn>
+const Pin* find_pin(Fn&& fn) {
+  for (int i = std::min(g_pin_count.load(std::memory_order_acquire), kPins) - 1; i >= 0; --i) {
+    const Pin& pin = g_pins[i];
+    if (pin.ready.load(std::memory_order_acquire) && fn(pin) && still_loaded(pin)) return &pin;
+  }
+  return nullptr;
+}
+
+bool made_from(const Pin& pin, const Module& caller) {
+  return pin.caller_start == caller.start && pin.caller_end == caller.end;
+}
+
+// The function CALLER's module looked up as NAME itself.
+void* pinned_by(const char* name, const Module& caller) {
+  const Pin* pin = find_pin([&](const Pin& p) { return made_from(p, caller) && std::strcmp(p.name, name) == 0; });
+  return pin ? pin->fn : nullptr;
+}
+
+// NAME in the library CALLER's module last looked a function up in: memtrace asking which device
+// is current must ask the copy of the runtime the program allocates with.
+void* in_library_pinned_by(const char* name, const Module& caller) {
+  const Pin* pin = find_pin([&](const Pin& p) { return made_from(p, caller); });
+  bool opened;
+  return pin ? lookup_in_scope_of(pin->library, name, opened) : nullptr;
+}
+
+// The newest function any module looked up as NAME.
+void* pinned_by_anyone(const char* name) {
+  const Pin* pin = find_pin([&](const Pin& p) { return std::strcmp(p.name, name) == 0; });
+  return pin ? pin->fn : nullptr;
+}
+
 }  // namespace
+
+void pin_real_function(const char* name, uint64_t caller, void* fn) {
+  if (!name || !fn || std::strlen(name) >= sizeof(Pin::name)) return;
+  Module from = module_of(caller), library = module_of(reinterpret_cast<uint64_t>(fn));
+  if (!from.found || !library.found || library.name.size() >= sizeof(Pin::library)) return;
+  if (find_pin([&](const Pin& p) { return made_from(p, from) && std::strcmp(p.name, name) == 0 && p.fn == fn; }))
+    return;  // looked up again: nothing changes
+  int index = g_pin_count.fetch_add(1, std::memory_order_acq_rel);
+  if (index >= kPins) return;  // full: such calls find their function as any other call does
+  Pin& pin = g_pins[index];
+  std::strcpy(pin.name, name);
+  std::strcpy(pin.library, library.name.c_str());
+  pin.caller_start = from.start;
+  pin.caller_end = from.end;
+  pin.library_start = library.start;
+  pin.library_end = library.end;
+  pin.fn = fn;
+  pin.ready.store(true, std::memory_order_release);
+  g_lookups_pinned.fetch_add(1, std::memory_order_release);
+}
 
 void* RealTable::resolve(uint64_t caller, uint64_t generation) {
   Module module = caller ? module_of(caller) : Module{};
@@ -92,14 +168,22 @@ void* RealTable::resolve(uint64_t caller, uint64_t generation) {
   void* fn = nullptr;
   // The caller's own dependency scope: the copy it was linked against. The main program (and
   // memtrace itself, asking on the program's behalf) looks in the global scope.
-  if (module.found && !module.main_program && !module.name.empty() && !in_injector(caller)) {
+  const bool global_caller = !module.found || module.main_program || module.name.empty() || in_injector(caller);
+  if (!global_caller) {
     bool opened;
     fn = lookup_in_scope_of(module.name, name_, opened);
     cacheable = opened;
   }
-  // The global scope after us, then the CUDA libraries by their usual names (loaded RTLD_LOCAL by
-  // a Python extension), then whatever object defines it.
-  if (!fn) fn = ::dlsym(RTLD_NEXT, name_);
+  // What the caller's module looked up itself (a static runtime, a private copy of the runtime);
+  // then the global scope after us, for the main program, which may also link a runtime; the
+  // library the caller's module looks its functions up in; for a module that has no copy of its
+  // own, what another looked up; then the CUDA libraries by their usual names (loaded RTLD_LOCAL
+  // by a Python extension), then whatever object defines it.
+  if (!fn && module.found && (fn = pinned_by(name_, module))) cacheable = true;
+  if (!fn && global_caller) fn = ::dlsym(RTLD_NEXT, name_);
+  if (!fn && module.found && (fn = in_library_pinned_by(name_, module))) cacheable = true;
+  if (!fn) fn = pinned_by_anyone(name_);
+  if (!fn && !global_caller) fn = ::dlsym(RTLD_NEXT, name_);
   if (!fn) {
     static const char* const kRuntimeNames[] = {"libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", nullptr};
     static const char* const kDriverNames[] = {"libcuda.so.1", nullptr};

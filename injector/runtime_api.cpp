@@ -28,7 +28,7 @@ constexpr cudaError_t kMissing = cudaErrorInitializationError;  // no runtime to
 cudaError_t malloc_async(Api api, uint64_t caller, Real<decltype(&cudaMallocAsync)>& real, void** ptr, size_t size,
                          cudaStream_t stream, Ordering ordering) {
   Call call(api, caller);
-  cudaError_t result = call_real<kMissing>(real, caller, ptr, size, stream);
+  cudaError_t result = call_real<kMissing>(call, real, ptr, size, stream);
   return record_after(call, result, address_of(result, ptr), size, device_of_pointer(call, runtime_device), stream,
                       ordering);
 }
@@ -36,7 +36,7 @@ cudaError_t malloc_async(Api api, uint64_t caller, Real<decltype(&cudaMallocAsyn
 cudaError_t malloc_from_pool(uint64_t caller, Real<decltype(&cudaMallocFromPoolAsync)>& real, void** ptr, size_t size,
                              cudaMemPool_t pool, cudaStream_t stream, Ordering ordering) {
   Call call(Api::kCudaMallocFromPoolAsync, caller);
-  cudaError_t result = call_real<kMissing>(real, caller, ptr, size, pool, stream);
+  cudaError_t result = call_real<kMissing>(call, real, ptr, size, pool, stream);
   if (call.active()) call.event.handle = reinterpret_cast<uint64_t>(pool);
   return record_after(call, result, address_of(result, ptr), size, device_of_pointer(call, runtime_device), stream,
                       ordering);
@@ -69,7 +69,7 @@ MEMTRACE_EXPORT cudaError_t cudaGetDeviceCount(int* count) {
 
 MEMTRACE_EXPORT cudaError_t cudaMalloc(void** devPtr, size_t size) {
   Call call(Api::kCudaMalloc, MEMTRACE_CALLER);
-  cudaError_t result = call_real<kMissing>(real_cudaMalloc, call.caller, devPtr, size);
+  cudaError_t result = call_real<kMissing>(call, real_cudaMalloc, devPtr, size);
   return record_after(call, result, address_of(result, devPtr), size, current_runtime_device(call));
 }
 
@@ -110,19 +110,19 @@ MEMTRACE_EXPORT cudaError_t cudaMallocFromPoolAsync_ptsz(void** ptr, size_t size
 
 MEMTRACE_EXPORT cudaError_t cudaMallocManaged(void** devPtr, size_t size, unsigned int flags) {
   Call call(Api::kCudaMallocManaged, MEMTRACE_CALLER);
-  cudaError_t result = call_real<kMissing>(real_cudaMallocManaged, call.caller, devPtr, size, flags);
+  cudaError_t result = call_real<kMissing>(call, real_cudaMallocManaged, devPtr, size, flags);
   return record_after(call, result, address_of(result, devPtr), size, current_runtime_device(call));
 }
 
 MEMTRACE_EXPORT cudaError_t cudaMallocHost(void** ptr, size_t size) {
   Call call(Api::kCudaMallocHost, MEMTRACE_CALLER);
-  cudaError_t result = call_real<kMissing>(real_cudaMallocHost, call.caller, ptr, size);
+  cudaError_t result = call_real<kMissing>(call, real_cudaMallocHost, ptr, size);
   return record_after(call, result, address_of(result, ptr), size, no_device);
 }
 
 MEMTRACE_EXPORT cudaError_t cudaHostAlloc(void** pHost, size_t size, unsigned int flags) {
   Call call(Api::kCudaHostAlloc, MEMTRACE_CALLER);
-  cudaError_t result = call_real<kMissing>(real_cudaHostAlloc, call.caller, pHost, size, flags);
+  cudaError_t result = call_real<kMissing>(call, real_cudaHostAlloc, pHost, size, flags);
   return record_after(call, result, address_of(result, pHost), size, no_device);
 }
 
@@ -133,14 +133,14 @@ MEMTRACE_EXPORT cudaError_t cudaFreeHost(void* ptr) {
 
 MEMTRACE_EXPORT cudaError_t cudaMallocPitch(void** devPtr, size_t* pitch, size_t width, size_t height) {
   Call call(Api::kCudaMallocPitch, MEMTRACE_CALLER);
-  cudaError_t result = call_real<kMissing>(real_cudaMallocPitch, call.caller, devPtr, pitch, width, height);
+  cudaError_t result = call_real<kMissing>(call, real_cudaMallocPitch, devPtr, pitch, width, height);
   uint64_t bytes = result == cudaSuccess && pitch ? uint64_t(*pitch) * height : uint64_t(width) * height;
   return record_after(call, result, address_of(result, devPtr), bytes, current_runtime_device(call));
 }
 
 MEMTRACE_EXPORT cudaError_t cudaMalloc3D(cudaPitchedPtr* pitchedDevPtr, cudaExtent extent) {
   Call call(Api::kCudaMalloc3D, MEMTRACE_CALLER);
-  cudaError_t result = call_real<kMissing>(real_cudaMalloc3D, call.caller, pitchedDevPtr, extent);
+  cudaError_t result = call_real<kMissing>(call, real_cudaMalloc3D, pitchedDevPtr, extent);
   bool ok = result == cudaSuccess && pitchedDevPtr;
   uint64_t pitch = ok ? pitchedDevPtr->pitch : extent.width;
   uint64_t addr = ok ? reinterpret_cast<uint64_t>(pitchedDevPtr->ptr) : 0;

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <mutex>
 #include <string>
 
 namespace sample {
@@ -53,6 +54,24 @@ class Account {
   }
   std::map<std::string, int64_t> calls_, failed_;
   std::map<int, int64_t> live_, peak_;
+};
+
+// An account that threads share: each note is one locked update of device 0.
+class SharedAccount {
+ public:
+  void note(const char* api, bool ok, int64_t bytes) {
+    std::lock_guard lock(mutex_);
+    account_.call(api, ok);
+    account_.live(0, bytes);
+  }
+  void print() {
+    std::lock_guard lock(mutex_);
+    account_.print();
+  }
+
+ private:
+  std::mutex mutex_;
+  Account account_;
 };
 
 // Stops the sample with a message when a call that must work fails.

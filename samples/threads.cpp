@@ -4,7 +4,6 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
-#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -12,14 +11,9 @@
 
 namespace {
 
-sample::Account account;
-std::mutex account_mutex;
+sample::SharedAccount account;
 
-void note(const char* api, bool ok, int64_t bytes) {
-  std::lock_guard lock(account_mutex);
-  account.call(api, ok);
-  account.live(0, bytes);
-}
+void note(const char* api, bool ok, int64_t bytes) { account.note(api, ok, bytes); }
 
 void worker(int index, long iterations) {
   SAMPLE_CHECK(cudaSetDevice(0));

@@ -2,12 +2,10 @@
 
 At start-up, holding the GIL, it lets memtrace's injector check that it reads this interpreter's
 frames right, so that the frames of threads that release the GIL (as PyTorch does around every
-op) are recorded from the first allocation on.
+op) are recorded from the first allocation on. (ctypes looks functions up in the library it
+opened, with dlsym on that handle: the injector's dlsym answers such lookups of CUDA allocation
+functions with its interposers, so ctypes needs nothing here.)
 
-ctypes looks functions up in the library it opened (dlsym on that handle), which skips the
-interposers memtrace preloads. For the CUDA libraries, this shim looks an allocation function up
-in the global scope first and takes it when it is memtrace's own interposer, which then calls the
-library's function: the program calls the same function as before, and memtrace sees the call.
 With PyTorch, once torch is imported: when PyTorch initializes CUDA (torch.cuda._lazy_call), the
 injector attaches to its caching allocator's trace tracker (the allocated layer: tensors);
 optimizer steps mark memtrace.step and tell which tensors are parameters, gradients and optimizer
@@ -19,65 +17,6 @@ Any sitecustomize the program had is loaded after this one.
 
 import os
 import sys
-
-
-def _route_cuda_lookups():
-    try:
-        import ctypes
-    except ImportError:
-        return
-
-    class _Global:
-        _handle = 0  # dlsym(RTLD_DEFAULT, ...)
-
-    class _DlInfo(ctypes.Structure):
-        _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
-                    ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
-
-    try:
-        dladdr = ctypes.CDLL(None).dladdr
-    except AttributeError:
-        return
-    dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo)]
-
-    def is_memtrace(func):
-        info = _DlInfo()
-        address = ctypes.cast(func, ctypes.c_void_p).value
-        return bool(dladdr(address, ctypes.byref(info))) and info.dli_fname is not None and \
-            os.path.basename(info.dli_fname).startswith(b"libmemtrace_inject")
-
-    original_init = ctypes.CDLL.__init__
-    original_getitem = ctypes.CDLL.__getitem__
-
-    def __init__(self, name, *args, **kwargs):
-        original_init(self, name, *args, **kwargs)
-        base = os.path.basename(name) if isinstance(name, str) else ""
-        self._memtrace_cuda = base.startswith(("libcudart.so", "libcuda.so"))
-
-    def is_cuda_library(self):
-        # Read from the instance's own dict: getattr would reach CDLL.__getattr__, which looks the
-        # name up as a function through __getitem__, here, again and again, for a subclass that
-        # never ran CDLL.__init__. Such an instance is judged by the name it carries, if any.
-        known = self.__dict__.get("_memtrace_cuda")
-        if known is None:
-            name = self.__dict__.get("_name")
-            base = os.path.basename(name) if isinstance(name, str) else ""
-            known = base.startswith(("libcudart.so", "libcuda.so"))
-        return known
-
-    def __getitem__(self, name_or_ordinal):
-        if isinstance(name_or_ordinal, str) and is_cuda_library(self):
-            try:
-                func = self._FuncPtr((name_or_ordinal, _Global()))
-            except AttributeError:
-                func = None
-            if func is not None and is_memtrace(func):
-                func.__name__ = name_or_ordinal
-                return func
-        return original_getitem(self, name_or_ordinal)
-
-    ctypes.CDLL.__init__ = __init__
-    ctypes.CDLL.__getitem__ = __getitem__
 
 
 def _check_frames():
@@ -254,7 +193,6 @@ def _load_next_sitecustomize():
             return
 
 
-_route_cuda_lookups()
 _check_frames()
 _watch_for_torch()
 _load_next_sitecustomize()

@@ -197,4 +197,71 @@ nlohmann::json command_json(const std::vector<std::string>& argv) {
   return j;
 }
 
+namespace {
+const nlohmann::json* find_process(const nlohmann::json& report, int pid) {
+  for (const nlohmann::json& p : report["processes"])
+    if (p["pid"] == pid) return &p;
+  return nullptr;
+}
+}  // namespace
+
+void expect_report_matches_ledger(const std::string& dir, const Result& r, bool exact_peaks,
+                                  std::string (*recorded_as)(const std::string& api)) {
+  using nlohmann::json;
+  std::map<int, Ledger> ledgers = read_ledgers(dir);
+  std::map<int, json> accounts = sample_accounts(r.out);
+  ASSERT_FALSE(ledgers.empty()) << "the simulated device wrote no ledger";
+  json report = report_json(dir + "/traces");
+  ASSERT_EQ(report["processes"].size(), ledgers.size()) << report.dump(2);
+
+  for (const auto& [pid, ledger] : ledgers) {
+    SCOPED_TRACE("pid " + std::to_string(pid));
+    const json* p = find_process(report, pid);
+    ASSERT_NE(p, nullptr) << "no trace for process " << pid;
+    EXPECT_TRUE((*p)["complete"].get<bool>()) << (*p)["problem"];
+    EXPECT_EQ((*p)["dropped_events"], 0);
+
+    // Calls and failures per API: exactly the ledger's, no API more, none less.
+    std::map<std::string, LedgerApi> expected;
+    for (const auto& [api, counts] : ledger.apis) {
+      LedgerApi& e = expected[recorded_as ? recorded_as(api) : api];
+      e.calls += counts.calls;
+      e.failed += counts.failed;
+      e.bytes += counts.bytes;
+    }
+    const json& events = (*p)["events"];
+    EXPECT_EQ(events.size(), expected.size()) << events.dump();
+    for (const auto& [api, counts] : expected) {
+      ASSERT_TRUE(events.contains(api)) << api << " missing from " << events.dump();
+      EXPECT_EQ(events[api]["calls"].get<uint64_t>(), counts.calls) << api;
+      EXPECT_EQ(events[api]["failed"].get<uint64_t>(), counts.failed) << api;
+      EXPECT_EQ(events[api]["bytes"].get<uint64_t>(), counts.bytes) << api;
+    }
+
+    // Device memory: live at exit always, peaks where they are well defined.
+    std::map<int, const json*> devices;
+    for (const json& d : (*p)["devices"]) devices[d["device"].get<int>()] = &d;
+    for (const auto& [device, peak] : ledger.peak) {
+      if (peak == 0) continue;
+      ASSERT_TRUE(devices.count(device)) << "device " << device << " missing";
+      const json& d = *devices[device];
+      EXPECT_EQ(d["live_at_exit_bytes"].get<uint64_t>(), ledger.live.at(device)) << "device " << device;
+      if (!exact_peaks) continue;
+      EXPECT_EQ(d["peak_reserved_bytes"].get<uint64_t>(), peak) << "device " << device;
+      if (accounts.count(pid)) {
+        EXPECT_EQ(d["peak_reserved_bytes"].get<uint64_t>(),
+                  accounts[pid]["peak_bytes"][std::to_string(device)].get<uint64_t>())
+            << "device " << device;
+      }
+    }
+    // Every sample's own account of its calls agrees too.
+    if (accounts.count(pid)) {
+      std::map<std::string, uint64_t> account_calls;
+      for (const auto& [api, calls] : accounts[pid]["calls"].items())
+        account_calls[recorded_as ? recorded_as(api) : api] += calls.get<uint64_t>();
+      for (const auto& [api, calls] : account_calls) EXPECT_EQ(events[api]["calls"], calls) << api;
+    }
+  }
+}
+
 }  // namespace e2e

@@ -57,6 +57,14 @@ struct Ledger {
 // The ledgers the simulated device wrote in DIR, by pid.
 std::map<int, Ledger> read_ledgers(const std::string& dir);
 
+// What every traced run must satisfy: per process, the report's calls, failures and bytes per
+// API are the ledger's; its live bytes at exit too; its peaks (where EXACT_PEAKS) the ledger's
+// and the sample's own. RECORDED_AS names the API an event is recorded under for a call the
+// ledger counts under another (a static runtime's cudaMalloc is seen as its cuMemAlloc); the
+// ledger's counts are summed by that name.
+void expect_report_matches_ledger(const std::string& dir, const Result& r, bool exact_peaks,
+                                  std::string (*recorded_as)(const std::string& api) = nullptr);
+
 // The `memtrace-sample:` lines a run printed, by pid.
 std::map<int, nlohmann::json> sample_accounts(const std::string& out);
 

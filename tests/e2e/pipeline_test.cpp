@@ -9,7 +9,6 @@
 
 namespace {
 
-using e2e::Ledger;
 using nlohmann::json;
 
 struct SampleCase {
@@ -24,22 +23,12 @@ std::ostream& operator<<(std::ostream& os, const SampleCase& c) { return os << c
 
 class SampleTest : public ::testing::TestWithParam<SampleCase> {};
 
-const json* find_process(const json& report, int pid) {
-  for (const json& p : report["processes"])
-    if (p["pid"] == pid) return &p;
-  return nullptr;
-}
-
-// What every traced run must satisfy: per process, the report's calls, failures and bytes per
-// API are the ledger's; its live bytes at exit too; its peaks the ledger's and the sample's own.
-void expect_report_matches_ledger(const std::string& dir, const e2e::Result& r, bool exact_peaks);
-
 TEST_P(SampleTest, ReportMatchesLedgerAndSample) {
   const SampleCase& c = GetParam();
   std::string dir = e2e::temp_dir(c.name);
   e2e::Result r = e2e::run_sample(dir, c.name, c.args, c.memtrace_options);
   ASSERT_EQ(r.status, c.exit_status) << r.err;
-  expect_report_matches_ledger(dir, r, c.exact_peaks);
+  e2e::expect_report_matches_ledger(dir, r, c.exact_peaks);
 }
 
 // The benchmarks' simulated device hands out addresses without memory (no mmap per allocation):
@@ -48,7 +37,7 @@ TEST(UnbackedDevice, RecordsWhatTheBackedOneDoes) {
   std::string dir = e2e::temp_dir("unbacked");
   e2e::Result r = e2e::run_traced(dir, {"/usr/bin/env", "MEMTRACE_SIM_UNBACKED=1", e2e::sample_path("train_loop")});
   ASSERT_EQ(r.status, 0) << r.err;
-  expect_report_matches_ledger(dir, r, true);
+  e2e::expect_report_matches_ledger(dir, r, true);
   size_t allocations = 0;
   for (const auto& e : e2e::exported_events(dir))
     if (e["op"] == "alloc" && e["result"] == 0) {
@@ -65,59 +54,12 @@ TEST_P(PythonSampleTest, ReportMatchesLedgerAndSample) {
   e2e::Result r = e2e::run_traced(dir, e2e::python_sample(GetParam()));
   ASSERT_EQ(r.status, 0) << r.err;
   ASSERT_FALSE(e2e::sample_accounts(r.out).empty()) << r.out;
-  expect_report_matches_ledger(dir, r, true);
+  e2e::expect_report_matches_ledger(dir, r, true);
 }
 
 INSTANTIATE_TEST_SUITE_P(PythonSamples, PythonSampleTest,
                          ::testing::Values("train_loop.py", "leak.py", "worker_thread.py", "workers.py"),
                          [](const auto& info) { return info.param.substr(0, info.param.find('.')); });
-
-void expect_report_matches_ledger(const std::string& dir, const e2e::Result& r, bool exact_peaks) {
-  std::map<int, Ledger> ledgers = e2e::read_ledgers(dir);
-  std::map<int, json> accounts = e2e::sample_accounts(r.out);
-  ASSERT_FALSE(ledgers.empty()) << "the simulated device wrote no ledger";
-  json report = e2e::report_json(dir + "/traces");
-  ASSERT_EQ(report["processes"].size(), ledgers.size()) << report.dump(2);
-
-  for (const auto& [pid, ledger] : ledgers) {
-    SCOPED_TRACE("pid " + std::to_string(pid));
-    const json* p = find_process(report, pid);
-    ASSERT_NE(p, nullptr) << "no trace for process " << pid;
-    EXPECT_TRUE((*p)["complete"].get<bool>()) << (*p)["problem"];
-    EXPECT_EQ((*p)["dropped_events"], 0);
-
-    // Calls and failures per API: exactly the ledger's, no API more, none less.
-    const json& events = (*p)["events"];
-    EXPECT_EQ(events.size(), ledger.apis.size()) << events.dump();
-    for (const auto& [api, counts] : ledger.apis) {
-      ASSERT_TRUE(events.contains(api)) << api << " missing from " << events.dump();
-      EXPECT_EQ(events[api]["calls"].get<uint64_t>(), counts.calls) << api;
-      EXPECT_EQ(events[api]["failed"].get<uint64_t>(), counts.failed) << api;
-      EXPECT_EQ(events[api]["bytes"].get<uint64_t>(), counts.bytes) << api;
-    }
-
-    // Device memory: live at exit always, peaks where they are well defined.
-    std::map<int, const json*> devices;
-    for (const json& d : (*p)["devices"]) devices[d["device"].get<int>()] = &d;
-    for (const auto& [device, peak] : ledger.peak) {
-      if (peak == 0) continue;
-      ASSERT_TRUE(devices.count(device)) << "device " << device << " missing";
-      const json& d = *devices[device];
-      EXPECT_EQ(d["live_at_exit_bytes"].get<uint64_t>(), ledger.live.at(device)) << "device " << device;
-      if (!exact_peaks) continue;
-      EXPECT_EQ(d["peak_reserved_bytes"].get<uint64_t>(), peak) << "device " << device;
-      if (accounts.count(pid)) {
-        EXPECT_EQ(d["peak_reserved_bytes"].get<uint64_t>(),
-                  accounts[pid]["peak_bytes"][std::to_string(device)].get<uint64_t>())
-            << "device " << device;
-      }
-    }
-    // Every sample's own account of its calls agrees too.
-    if (accounts.count(pid)) {
-      for (const auto& [api, calls] : accounts[pid]["calls"].items()) EXPECT_EQ(events[api]["calls"], calls) << api;
-    }
-  }
-}
 
 INSTANTIATE_TEST_SUITE_P(
     Samples, SampleTest,
@@ -162,7 +104,7 @@ TEST(Load, SixteenThreadsOfAHundredThousand) {
   std::string dir = e2e::temp_dir("load");
   e2e::Result r = e2e::run_sample(dir, "threads", {"--threads", "16", "--iterations", "100000"});
   ASSERT_EQ(r.status, 0) << r.err;
-  expect_report_matches_ledger(dir, r, false);
+  e2e::expect_report_matches_ledger(dir, r, false);
   json p = e2e::report_json(dir + "/traces")["processes"][0];
   EXPECT_EQ(p["unmatched_frees"], 0);
   EXPECT_EQ(p["dropped_events"], 0);
@@ -175,7 +117,7 @@ TEST(Processes, ShellPipeline) {
   e2e::Result r = e2e::run_traced(dir, {"/bin/sh", "-c", line});
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(e2e::read_ledgers(dir).size(), 2u);  // the shell touches no CUDA: no trace of it
-  expect_report_matches_ledger(dir, r, true);
+  e2e::expect_report_matches_ledger(dir, r, true);
 }
 
 TEST(Processes, DaemonizedGrandchildIsWaitedForAndTraced) {
@@ -184,7 +126,7 @@ TEST(Processes, DaemonizedGrandchildIsWaitedForAndTraced) {
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(e2e::sample_accounts(r.out).size(), 2u) << r.out;
   EXPECT_EQ(e2e::read_ledgers(dir).size(), 2u);
-  expect_report_matches_ledger(dir, r, true);
+  e2e::expect_report_matches_ledger(dir, r, true);
 }
 
 TEST(Report, NamesTheDevices) {

@@ -579,21 +579,35 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion, cu
       {"cuCtxPushCurrent", "_v2", 4000},
       {"cuCtxPopCurrent", "_v2", 4000},
       {"cuStreamDestroy", "_v2", 4000},
+      {"cuStreamBeginCapture", "_v2", 10010},
       {"cuDevicePrimaryCtxRelease", "_v2", 11000},
       {"cuDevicePrimaryCtxReset", "_v2", 11000},
       {"cuMemsetD8", "_v2", 3020},
       {"cuGetProcAddress", "_v2", 12000},
       {"cuCtxCreate", "_v4", 12050},
   };
+  // NVIDIA's driver hands out its own functions' addresses, which no interposer of dlsym sees: so
+  // does this one, through libc's dlsym by its version (an unversioned dlsym may be memtrace's).
+  using Dlsym = void* (*)(void*, const char*);
+  static const Dlsym own_symbol = [] {
+    auto fn = reinterpret_cast<Dlsym>(::dlvsym(RTLD_DEFAULT, "dlsym", "GLIBC_2.34"));
+    return fn ? fn : reinterpret_cast<Dlsym>(::dlvsym(RTLD_DEFAULT, "dlsym", "GLIBC_2.2.5"));
+  }();
   std::vector<std::string> candidates;
-  if (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) candidates.push_back(std::string(symbol) + "_ptsz");
+  // The newest ABI the caller's version knows, then the original; each in its per-thread-stream
+  // form first when FLAGS ask for it (cuStreamBeginCapture becomes cuStreamBeginCapture_v2_ptsz).
+  const bool per_thread = flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+  std::vector<std::string> names;
   for (const auto& v : kVersioned)
-    if (std::strcmp(v.name, symbol) == 0 && cudaVersion >= v.since)
-      candidates.push_back(std::string(symbol) + v.suffix);
-  candidates.push_back(symbol);
+    if (std::strcmp(v.name, symbol) == 0 && cudaVersion >= v.since) names.push_back(std::string(symbol) + v.suffix);
+  names.push_back(symbol);
+  for (const auto& name : names) {
+    if (per_thread) candidates.push_back(name + "_ptsz");
+    candidates.push_back(name);
+  }
   *pfn = nullptr;
   for (const auto& name : candidates) {
-    if ((*pfn = self ? ::dlsym(self, name.c_str()) : nullptr)) break;
+    if ((*pfn = self && own_symbol ? own_symbol(self, name.c_str()) : nullptr)) break;
   }
   if (status) *status = *pfn ? CU_GET_PROC_ADDRESS_SUCCESS : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
   return *pfn ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
@@ -601,6 +615,12 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion, cu
 
 CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags) {
   return cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, nullptr);
+}
+
+// The driver's private tables for NVIDIA's own libraries: this device has none to give.
+CUresult cuGetExportTable(const void** table, const CUuuid*) {
+  if (table) *table = nullptr;
+  return CUDA_ERROR_NOT_SUPPORTED;
 }
 
 }  // extern "C"

@@ -1,6 +1,7 @@
 // The runtime API of the simulated device (libcudart.so.13). Like NVIDIA's runtime it serves
 // allocations through the driver: each call here makes the matching public driver call, so an
-// interposer sees both, and must count one event.
+// interposer sees both, and must count one event. Built as a static archive too
+// (MEMTRACE_SIM_STATIC_RUNTIME), it reaches the driver as NVIDIA's static runtime does.
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
@@ -28,6 +29,10 @@ CUresult cuStreamBeginCapture_v2_ptsz(CUstream, CUstreamCaptureMode);
 CUresult cuStreamEndCapture_ptsz(CUstream, CUgraph*);
 CUresult cuStreamIsCapturing_ptsz(CUstream, CUstreamCaptureStatus*);
 }
+
+#ifdef MEMTRACE_SIM_STATIC_RUNTIME
+#include "static_driver.h"
+#endif
 
 namespace {
 

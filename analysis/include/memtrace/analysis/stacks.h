@@ -45,6 +45,9 @@ class StackView {
   static bool is_cuda_module(const std::string& module);
   // Frames of the CUDA libraries, and of NVTX's header-only functions: cut from the top of stacks.
   static bool is_library_frame(const FrameView& frame);
+  // A CUDA API's C name (cudaMalloc, cuMemAlloc_v2): where a statically linked runtime's frames
+  // end, also cut from the top.
+  static bool is_cuda_entry_point(const std::string& function);
   // PyTorch's own C++ between an allocation and the operator or backward function that made it
   // (its allocator, dispatcher, autograd engine; libstdc++; a thread's start): passed over when a
   // user's site is named after a native frame (a backward pass's thread runs no Python).
@@ -54,6 +57,8 @@ class StackView {
   static bool is_python_library(const std::string& file);
 
  private:
+  static void drop_static_runtime(std::vector<FrameView>& stack);
+
   const TraceReader& reader_;
   bool keep_cuda_;
   std::unordered_map<uint64_t, uint64_t> keys_;
