@@ -49,6 +49,7 @@ void ReportBuilder::add(const ReplayStep& step) {
     c.bytes += step.size;
   if (!step.matched) ++unmatched_frees_;
   if (e.captured()) ++captured_events_;
+  if (e.flags & kEventFromCupti) ++cupti_events_;
   if (e.op() == Op::kAlloc && e.result == kOutOfMemoryResult)
     oom_events_.push_back(OomEvent{e.t_ns, e.api, e.size, e.device, e.device_free, e.device_total});
   for (const MemoryChange& change : step.memory_changes) {
@@ -140,6 +141,7 @@ void ReportBuilder::finish(ProcessReport& report) {
   report.oom_events = oom_events_;
   report.unmatched_frees = unmatched_frees_;
   report.captured_events = captured_events_;
+  report.cupti_events = cupti_events_;
   report.pinned_host_peak_bytes = pinned_host_peak_;
   report.devices.clear();
   for (auto& [ordinal, d] : devices_) {

@@ -165,6 +165,7 @@ nlohmann::json report_json(const std::vector<ProcessReport>& processes) {
         {"longest_wait_ns", p.longest_wait_ns},
         {"notices", p.notices},
         {"captured_events", p.captured_events},
+        {"events_from_cupti", p.cupti_events},
         {"incomplete_records", p.incomplete_records},
         {"unmatched_frees", p.unmatched_frees},
         {"pinned_host_peak_bytes", p.pinned_host_peak_bytes},
@@ -183,7 +184,9 @@ std::string report_text(const std::vector<ProcessReport>& processes) {
     out += process_heading(process_id(p));
     out += "  ended: " + (p.end_reason.empty() ? std::string("unknown") : p.end_reason);
     if (p.exit_status) out += ", exit status " + std::to_string(*p.exit_status);
-    out += "; " + std::to_string(p.events) + " events over " + format_duration_ns(p.end_time_ns) + "\n";
+    out += "; " + std::to_string(p.events) + " events over " + format_duration_ns(p.end_time_ns);
+    if (p.cupti_events) out += " (" + std::to_string(p.cupti_events) + " seen through CUPTI)";
+    out += "\n";
     if (!p.complete) out += "  WARNING: incomplete trace: " + p.problem + "\n";
     if (p.dropped_events)
       out +=

@@ -87,6 +87,10 @@ Command add_run_command(CLI::App& app) {
                       "How long the program may wait for a stalled memtrace before it drops events (default 10s)");
   cmd->add_flag("--no-native-stacks", c->no_native, "Record only the immediate caller, not the native stack");
   cmd->add_flag("--no-python-stacks", c->no_python, "Do not record Python frames");
+  cmd->add_option("--backend", c->run.backend,
+                  "How calls are seen: preload (interposers), cupti (CUPTI's callbacks), auto (both, each call once; "
+                  "default)")
+      ->check(CLI::IsMember({"auto", "preload", "cupti"}));
   cmd->add_option("command", c->run.command, "The program to run and its arguments (after --)");
   cmd->footer(
       "Exit status: CMD's own, 128+N when signal N killed it; 125 when memtrace failed,\n"

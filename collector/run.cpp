@@ -447,12 +447,19 @@ int run_command(const RunOptions& options) {
   // NVTX marks, ranges and memory regions: the injector is also an NVTX tool. A tool the user
   // already attached (Nsight Systems) keeps its place: NVTX takes one.
   if (!std::getenv("NVTX_INJECTION64_PATH")) set_env(environment, "NVTX_INJECTION64_PATH", injector.string());
-  // The shim: ctypes programs reach the interposers through it, Python stacks or not.
+  // The shim: Python frames, PyTorch; put there with Python stacks or not.
   set_env(environment, "PYTHONPATH", (libs / "python").string(), true);
   set_env(environment, env::kStackDepth, std::to_string(options.stack_depth));
   set_env(environment, env::kMaxStallMs, std::to_string(options.max_stall_ns / 1'000'000));
   set_env(environment, env::kNativeStacks, options.native_stacks ? "1" : "0");
   set_env(environment, env::kPythonStacks, options.python_stacks ? "1" : "0");
+  set_env(environment, env::kBackend, options.backend);
+  if (options.verify) set_env(environment, env::kVerify, "1");
+  // CUPTI: the driver loads the injector as its injection library on the first cuInit. A tool the
+  // user already attached that way (Nsight) keeps its place: the injector subscribes when its
+  // session starts instead.
+  if (options.backend != "preload" && !std::getenv("CUDA_INJECTION64_PATH"))
+    set_env(environment, "CUDA_INJECTION64_PATH", injector.string());
   if (options.sim) {
     set_env(environment, "LD_LIBRARY_PATH", sim.string(), true);
     if (options.sim_capacity) set_env(environment, "MEMTRACE_SIM_CAPACITY", std::to_string(*options.sim_capacity));

@@ -81,14 +81,14 @@ namespace memtrace::inject {
 namespace {
 
 // The libraries whose entry points memtrace interposes: libcuda.so.1, libcudart.so.13, a wheel's
-// libcudart-<hash>.so.12.
+// libcudart-<hash>.so.12, and libcupti (whose cuptiSubscribe memtrace must see first).
 bool from_cuda_library(const void* fn) {
   Dl_info info{};
   if (!::dladdr(fn, &info) || !info.dli_fname) return false;
   std::string_view path = info.dli_fname;
   size_t slash = path.rfind('/');
   std::string_view file = slash == std::string_view::npos ? path : path.substr(slash + 1);
-  return file.starts_with("libcuda.so") || file.starts_with("libcudart");
+  return file.starts_with("libcuda.so") || file.starts_with("libcudart") || file.starts_with("libcupti");
 }
 
 // memtrace's own interposer named NAME, read from its dynamic symbols (a dlsym on its own handle

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdint>
 
+#include "backend.h"
 #include "memtrace/format/api.h"
 #include "real_function.h"
 #include "session.h"
@@ -23,12 +24,35 @@ extern thread_local int t_depth __attribute__((tls_model("initial-exec")));
 // the outermost call on its thread and the session is active.
 class Call {
  public:
-  Call(Api api, uint64_t caller) : caller(caller), active_(t_depth++ == 0 && session_active()) {
+  Call(Api api, uint64_t caller) : caller(caller), counted_(true), active_(t_depth++ == 0 && interposer_records()) {
     event.api = api;
     event.kind = api_info(api).kind;
+    if (active_) {
+      t_interposer_recording = true;
+      publish_started(api, caller);
+    }
+  }
+  // A call CUPTI reported (cupti_backend.cpp), which no interposer holds: recorded, with no
+  // return address into the program (its stack says where it was made).
+  struct FromCupti {};
+  Call(Api api, FromCupti) : caller(0), counted_(false), active_(session_active()) {
+    event.api = api;
+    event.kind = api_info(api).kind;
+    event.flags |= kEventFromCupti;
     if (active_) publish_started(api, caller);
   }
-  ~Call() { --t_depth; }
+  // Whether an interposer records a call: memtrace's interposers are recording, the call is not
+  // inside one CUPTI reports, and the session is up. Asked again once the session is up: its
+  // start may have handed the calls over to CUPTI (--backend cupti).
+  static bool interposer_records() {
+    return g_interposers_record.load(std::memory_order_relaxed) && !in_cupti_call() && session_active() &&
+           g_interposers_record.load(std::memory_order_relaxed);
+  }
+
+  ~Call() {
+    if (counted_) --t_depth;
+    if (counted_ && active_) t_interposer_recording = false;
+  }
   Call(const Call&) = delete;
   Call& operator=(const Call&) = delete;
 
@@ -75,6 +99,7 @@ class Call {
   uint64_t served_by = 0;  // the real function the call reached
 
  private:
+  bool counted_;  // in t_depth
   bool active_;
   bool stamped_ = false;
   uint64_t seq_ = 0;

@@ -141,6 +141,8 @@ bool session_active() {
     bool ok = connect_to_collector();
     g_state.store(ok ? kActive : kDisabled, std::memory_order_release);
     if (ok) report_new_modules();  // before any event, so every frame finds its module
+    // CUPTI, when the driver did not load memtrace as its injection library (another tool is).
+    if (ok) start_cupti();
     return ok;
   }
   // Another thread is connecting: wait for it (it makes no call that could wait on us).

@@ -61,6 +61,7 @@ void through_entry_points() {
 int main(int argc, char** argv) {
   const long threads = sample::arg_value(argc, argv, "--threads", 4);
   const long iterations = sample::arg_value(argc, argv, "--iterations", 200);
+  SAMPLE_CHECK(cudaSetDevice(0));
   void* kept;
   SAMPLE_CHECK(cudaMalloc(&kept, 5 << 20));  // never freed
   note("cudaMalloc", true, 5 << 20);

@@ -40,7 +40,8 @@ TEST(StaticRuntime, TheSampleLinksNoCudaLibrary) {
 
 TEST(StaticRuntime, EveryCallIsRecordedThroughItsDlsymLookups) {
   std::string dir = e2e::temp_dir("static_runtime");
-  e2e::Result r = e2e::run_sample(dir, "static_runtime", {"--threads", "4", "--iterations", "300"});
+  e2e::Result r =
+      e2e::run_sample(dir, "static_runtime", {"--threads", "4", "--iterations", "300"}, {"--backend", "preload"});
   ASSERT_EQ(r.status, 0) << r.err;
   e2e::expect_report_matches_ledger(dir, r, false, driver_call_of);
   json report = e2e::report_json(dir + "/traces");
@@ -57,7 +58,8 @@ TEST(StaticRuntime, EveryCallIsRecordedThroughItsDlsymLookups) {
 
 TEST(PrivateRuntime, DlsymFromCIsRecorded) {
   std::string dir = e2e::temp_dir("private_runtime");
-  e2e::Result r = e2e::run_traced(dir, {e2e::sample_path("private_runtime"), "libcudart.so.13"});
+  e2e::Result r =
+      e2e::run_traced(dir, {e2e::sample_path("private_runtime"), "libcudart.so.13"}, {"--backend", "preload"});
   ASSERT_EQ(r.status, 0) << r.err;
   e2e::expect_report_matches_ledger(dir, r, true);
 }
@@ -68,7 +70,7 @@ TEST(PrivateRuntime, TheCopyLookedUpServesItsCallsWhenAnotherIsGlobal) {
   std::string dir = e2e::temp_dir("private_vendored");
   std::string vendored = std::string(MEMTRACE_SAMPLES_DIR) + "/vendored/libcudart-3f2a9c1e.so.12";
   e2e::Result r = e2e::run_traced(dir, {e2e::sample_path("private_runtime"), vendored, "--device", "1", "--global"},
-                                  {"--sim-devices", "2"});
+                                  {"--sim-devices", "2", "--backend", "preload"});
   ASSERT_EQ(r.status, 0) << r.err;
   auto ledgers = e2e::read_ledgers(dir);
   ASSERT_EQ(ledgers.size(), 1u);
@@ -87,7 +89,7 @@ TEST(Dlsym, OnlyCudaEntryPointsInCudaHandlesChange) {
   ASSERT_EQ(plain.status, 0) << plain.err;
   json before = probe(plain);
   std::string dir = e2e::temp_dir("dlsym_probe");
-  e2e::Result traced = e2e::run_traced(dir, {e2e::sample_path("dlsym_probe")});
+  e2e::Result traced = e2e::run_traced(dir, {e2e::sample_path("dlsym_probe")}, {"--backend", "preload"});
   ASSERT_EQ(traced.status, 0) << traced.err;
   json after = probe(traced);
 

@@ -1,5 +1,6 @@
 #include "device_model.h"
 
+#include <cupti_activity.h>
 #include <pthread.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -13,10 +14,21 @@
 #include <string>
 #include <vector>
 
+#include "api_callbacks.h"
 #include "memtrace/analysis/units.h"
 
 namespace sim {
 namespace {
+
+// How CUPTI's memory activity records name each kind of memory.
+int activity_kind(Memory memory) {
+  switch (memory) {
+    case Memory::kDevice: return CUPTI_ACTIVITY_MEMORY_KIND_DEVICE;
+    case Memory::kManaged: return CUPTI_ACTIVITY_MEMORY_KIND_MANAGED;
+    case Memory::kPinnedHost: return CUPTI_ACTIVITY_MEMORY_KIND_PINNED;
+  }
+  return CUPTI_ACTIVITY_MEMORY_KIND_UNKNOWN;
+}
 
 constexpr uint64_t kDefaultCapacity = 80ull << 30;
 constexpr uint64_t kDefaultContextOverhead = 300ull << 20;
@@ -156,6 +168,7 @@ Status allocate(Memory memory, int device, uint64_t size, uint64_t* addr) {
     m.next_unbacked += step;
     m.allocations[*addr] = Allocation{device, memory, size, 0};
     add_live(m, device, static_cast<int64_t>(size));
+    memory_activity(false, activity_kind(memory), *addr, size, device);
     return Status::kOk;
   }
   size_t bytes = page_round(size == 0 ? 1 : size);
@@ -164,6 +177,7 @@ Status allocate(Memory memory, int device, uint64_t size, uint64_t* addr) {
   *addr = reinterpret_cast<uint64_t>(p);
   m.allocations[*addr] = Allocation{on_device ? device : -1, memory, size, bytes};
   if (on_device) add_live(m, device, static_cast<int64_t>(size));
+  memory_activity(false, activity_kind(memory), *addr, size, on_device ? device : -1);
   return Status::kOk;
 }
 
@@ -175,6 +189,7 @@ Status release(uint64_t addr, bool host_memory, uint64_t* size) {
     return Status::kInvalidValue;
   *size = it->second.size;
   if (it->second.memory != Memory::kPinnedHost) add_live(m, it->second.device, -static_cast<int64_t>(it->second.size));
+  memory_activity(true, activity_kind(it->second.memory), addr, it->second.size, it->second.device);
   if (it->second.mapped) ::munmap(reinterpret_cast<void*>(addr), it->second.mapped);
   m.allocations.erase(it);
   return Status::kOk;

@@ -1,6 +1,7 @@
 // The driver API of the simulated device (libcuda.so.1): the allocation-related subset, device
 // and context basics, and cuGetProcAddress, with the driver's real error codes.
 #include <cuda.h>
+#include <cupti.h>
 #include <dlfcn.h>
 
 #include <atomic>
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "api_callbacks.h"
 #include "device_model.h"
 #include "ledger.h"
 
@@ -55,6 +57,8 @@ CUresult to_result(sim::Status status) {
     default: return CUDA_ERROR_INVALID_VALUE;
   }
 }
+
+constexpr int kDriverApi = CUPTI_CB_DOMAIN_DRIVER_API;
 
 CUcontext current_context() { return t_context_stack.empty() ? nullptr : t_context_stack.back(); }
 
@@ -154,14 +158,33 @@ CUresult alloc_stream_ordered(const char* api, CUdeviceptr* dptr, size_t size, i
   return call.done(status, size);
 }
 
+// As NVIDIA's driver does on its first cuInit: the library CUDA_INJECTION64_PATH names (a profiler,
+// memtrace) is loaded and its InitializeInjection called, once.
+void load_injection_library() {
+  const char* path = std::getenv("CUDA_INJECTION64_PATH");
+  if (!path || !*path) return;
+  void* library = ::dlopen(path, RTLD_NOW);
+  auto initialize = library ? reinterpret_cast<int (*)()>(::dlsym(library, "InitializeInjection")) : nullptr;
+  if (initialize) initialize();
+}
+
+CUresult alloc_from_pool(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool) {
+  CUresult r = g_initialized.load() ? (pool ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE) : CUDA_ERROR_NOT_INITIALIZED;
+  return alloc_stream_ordered("cuMemAllocFromPoolAsync", dptr, bytesize, pool ? pool->device : -1, r);
+}
+
 }  // namespace
 
 extern "C" {
 
 CUresult cuInit(unsigned int flags) {
   if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
-  for (int d = 0; d < 64; ++d) g_primary[d] = CUctx_st{d, true}, g_default_pool[d] = CUmemPoolHandle_st{d};
-  g_initialized.store(true);
+  static std::once_flag once;
+  std::call_once(once, [] {
+    for (int d = 0; d < 64; ++d) g_primary[d] = CUctx_st{d, true}, g_default_pool[d] = CUmemPoolHandle_st{d};
+    g_initialized.store(true);
+    load_injection_library();
+  });
   return sim::device_count() > 0 ? CUDA_SUCCESS : CUDA_ERROR_NO_DEVICE;
 }
 
@@ -320,59 +343,95 @@ CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
 }
 
 CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
-  return alloc_on_context("cuMemAlloc", sim::Memory::kDevice, dptr, bytesize);
+  return sim::traced(kDriverApi, CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2, "cuMemAlloc_v2",
+                     cuMemAlloc_v2_params{dptr, bytesize},
+                     [&] { return alloc_on_context("cuMemAlloc", sim::Memory::kDevice, dptr, bytesize); });
 }
 
-CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int) {
-  return alloc_on_context("cuMemAllocManaged", sim::Memory::kManaged, dptr, bytesize);
+CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flags) {
+  return sim::traced(kDriverApi, CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged, "cuMemAllocManaged",
+                     cuMemAllocManaged_params{dptr, bytesize, flags},
+                     [&] { return alloc_on_context("cuMemAllocManaged", sim::Memory::kManaged, dptr, bytesize); });
 }
 
 CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPitch, size_t width, size_t height, unsigned int element) {
-  sim::ApiCall call("cuMemAllocPitch");
-  if (!dptr || !pPitch || (element != 4 && element != 8 && element != 16)) return call.done(CUDA_ERROR_INVALID_VALUE);
-  size_t pitch = (width + sim::kPitchAlignment - 1) / sim::kPitchAlignment * sim::kPitchAlignment;
-  int device;
-  CUresult r = context_device(&device);
-  uint64_t addr = 0;
-  if (r == CUDA_SUCCESS) r = allocate_on(sim::Memory::kDevice, device, pitch * height, &addr);
-  if (r == CUDA_SUCCESS) *dptr = addr, *pPitch = pitch;
-  return call.done(r, pitch * height);
+  return sim::traced(kDriverApi, CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2, "cuMemAllocPitch_v2",
+                     cuMemAllocPitch_v2_params{dptr, pPitch, width, height, element}, [&] {
+                       sim::ApiCall call("cuMemAllocPitch");
+                       if (!dptr || !pPitch || (element != 4 && element != 8 && element != 16))
+                         return call.done(CUDA_ERROR_INVALID_VALUE);
+                       size_t pitch = (width + sim::kPitchAlignment - 1) / sim::kPitchAlignment * sim::kPitchAlignment;
+                       int device;
+                       CUresult r = context_device(&device);
+                       uint64_t addr = 0;
+                       if (r == CUDA_SUCCESS) r = allocate_on(sim::Memory::kDevice, device, pitch * height, &addr);
+                       if (r == CUDA_SUCCESS) *dptr = addr, *pPitch = pitch;
+                       return call.done(r, pitch * height);
+                     });
 }
 
-CUresult cuMemFree_v2(CUdeviceptr dptr) { return free_memory("cuMemFree", dptr, false); }
+CUresult cuMemFree_v2(CUdeviceptr dptr) {
+  return sim::traced(kDriverApi, CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2, "cuMemFree_v2", cuMemFree_v2_params{dptr},
+                     [&] { return free_memory("cuMemFree", dptr, false); });
+}
 
-CUresult cuMemAllocHost_v2(void** pp, size_t bytesize) { return alloc_host("cuMemAllocHost", pp, bytesize); }
+CUresult cuMemAllocHost_v2(void** pp, size_t bytesize) {
+  return sim::traced(kDriverApi, CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2, "cuMemAllocHost_v2",
+                     cuMemAllocHost_v2_params{pp, bytesize},
+                     [&] { return alloc_host("cuMemAllocHost", pp, bytesize); });
+}
 
-CUresult cuMemHostAlloc(void** pp, size_t bytesize, unsigned int) { return alloc_host("cuMemHostAlloc", pp, bytesize); }
+CUresult cuMemHostAlloc(void** pp, size_t bytesize, unsigned int flags) {
+  return sim::traced(kDriverApi, CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc, "cuMemHostAlloc",
+                     cuMemHostAlloc_params{pp, bytesize, flags},
+                     [&] { return alloc_host("cuMemHostAlloc", pp, bytesize); });
+}
 
-CUresult cuMemFreeHost(void* p) { return free_memory("cuMemFreeHost", reinterpret_cast<uint64_t>(p), true); }
+CUresult cuMemFreeHost(void* p) {
+  return sim::traced(kDriverApi, CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost, "cuMemFreeHost", cuMemFreeHost_params{p},
+                     [&] { return free_memory("cuMemFreeHost", reinterpret_cast<uint64_t>(p), true); });
+}
 
 CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream stream) {
-  int device = -1;
-  CUresult r = stream_device(stream, &device);
-  return alloc_stream_ordered("cuMemAllocAsync", dptr, bytesize, device, r);
+  return sim::traced(kDriverApi, CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync, "cuMemAllocAsync",
+                     cuMemAllocAsync_params{dptr, bytesize, stream}, [&] {
+                       int device = -1;
+                       CUresult r = stream_device(stream, &device);
+                       return alloc_stream_ordered("cuMemAllocAsync", dptr, bytesize, device, r);
+                     });
 }
 
 CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream stream) {
-  int device = -1;
-  CUresult r = stream_device(stream, &device);
-  return alloc_stream_ordered("cuMemAllocAsync", dptr, bytesize, device, r);
+  return sim::traced(kDriverApi, CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz, "cuMemAllocAsync_ptsz",
+                     cuMemAllocAsync_ptsz_params{dptr, bytesize, stream}, [&] {
+                       int device = -1;
+                       CUresult r = stream_device(stream, &device);
+                       return alloc_stream_ordered("cuMemAllocAsync", dptr, bytesize, device, r);
+                     });
 }
 
-CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, CUstream) {
-  int device = -1;
-  CUresult r = g_initialized.load() ? (pool ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE) : CUDA_ERROR_NOT_INITIALIZED;
-  if (pool) device = pool->device;
-  return alloc_stream_ordered("cuMemAllocFromPoolAsync", dptr, bytesize, device, r);
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, CUstream stream) {
+  return sim::traced(kDriverApi, CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync",
+                     cuMemAllocFromPoolAsync_params{dptr, bytesize, pool, stream},
+                     [&] { return alloc_from_pool(dptr, bytesize, pool); });
 }
 
 CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, CUstream stream) {
-  return cuMemAllocFromPoolAsync(dptr, bytesize, pool, stream);
+  return sim::traced(kDriverApi, CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz, "cuMemAllocFromPoolAsync_ptsz",
+                     cuMemAllocFromPoolAsync_ptsz_params{dptr, bytesize, pool, stream},
+                     [&] { return alloc_from_pool(dptr, bytesize, pool); });
 }
 
-CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream) { return free_memory("cuMemFreeAsync", dptr, false); }
+CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
+  return sim::traced(kDriverApi, CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync, "cuMemFreeAsync",
+                     cuMemFreeAsync_params{dptr, stream}, [&] { return free_memory("cuMemFreeAsync", dptr, false); });
+}
 
-CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream) { return free_memory("cuMemFreeAsync", dptr, false); }
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream) {
+  return sim::traced(kDriverApi, CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz, "cuMemFreeAsync_ptsz",
+                     cuMemFreeAsync_ptsz_params{dptr, stream},
+                     [&] { return free_memory("cuMemFreeAsync", dptr, false); });
+}
 
 CUresult cuDeviceGetDefaultMemPool(CUmemoryPool* pool, CUdevice dev) {
   if (!pool) return CUDA_ERROR_INVALID_VALUE;
@@ -404,51 +463,69 @@ CUresult cuMemGetAllocationGranularity(size_t* granularity, const CUmemAllocatio
 }
 
 CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const CUmemAllocationProp* prop,
-                     unsigned long long) {
-  sim::ApiCall call("cuMemCreate");
-  if (!handle || !prop || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
-      prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
-    return call.done(CUDA_ERROR_INVALID_VALUE);
-  if (!g_initialized.load()) return call.done(CUDA_ERROR_NOT_INITIALIZED);
-  uint64_t id = 0;
-  CUresult r = to_result(sim::vmm_create(prop->location.id, size, &id));
-  if (r == CUDA_SUCCESS) *handle = id;
-  return call.done(r, size);
+                     unsigned long long flags) {
+  return sim::traced(kDriverApi, CUPTI_DRIVER_TRACE_CBID_cuMemCreate, "cuMemCreate",
+                     cuMemCreate_params{handle, size, prop, flags}, [&] {
+                       sim::ApiCall call("cuMemCreate");
+                       if (!handle || !prop || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
+                           prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+                         return call.done(CUDA_ERROR_INVALID_VALUE);
+                       if (!g_initialized.load()) return call.done(CUDA_ERROR_NOT_INITIALIZED);
+                       uint64_t id = 0;
+                       CUresult r = to_result(sim::vmm_create(prop->location.id, size, &id));
+                       if (r == CUDA_SUCCESS) *handle = id;
+                       return call.done(r, size);
+                     });
 }
 
 CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
-  sim::ApiCall call("cuMemRelease");
-  uint64_t size = 0;
-  CUresult r = to_result(sim::vmm_release(handle, &size));
-  return call.done(r, size);
+  return sim::traced(kDriverApi, CUPTI_DRIVER_TRACE_CBID_cuMemRelease, "cuMemRelease", cuMemRelease_params{handle},
+                     [&] {
+                       sim::ApiCall call("cuMemRelease");
+                       uint64_t size = 0;
+                       CUresult r = to_result(sim::vmm_release(handle, &size));
+                       return call.done(r, size);
+                     });
 }
 
-CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CUdeviceptr, unsigned long long) {
-  sim::ApiCall call("cuMemAddressReserve");
-  if (!ptr) return call.done(CUDA_ERROR_INVALID_VALUE);
-  uint64_t addr = 0;
-  CUresult r = to_result(sim::vmm_reserve(size, alignment, &addr));
-  if (r == CUDA_SUCCESS) *ptr = addr;
-  return call.done(r, size);
+CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CUdeviceptr addr,
+                             unsigned long long flags) {
+  return sim::traced(kDriverApi, CUPTI_DRIVER_TRACE_CBID_cuMemAddressReserve, "cuMemAddressReserve",
+                     cuMemAddressReserve_params{ptr, size, alignment, addr, flags}, [&] {
+                       sim::ApiCall call("cuMemAddressReserve");
+                       if (!ptr) return call.done(CUDA_ERROR_INVALID_VALUE);
+                       uint64_t addr = 0;
+                       CUresult r = to_result(sim::vmm_reserve(size, alignment, &addr));
+                       if (r == CUDA_SUCCESS) *ptr = addr;
+                       return call.done(r, size);
+                     });
 }
 
 CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
-  sim::ApiCall call("cuMemAddressFree");
-  return call.done(to_result(sim::vmm_free_reservation(ptr, size)), size);
+  return sim::traced(kDriverApi, CUPTI_DRIVER_TRACE_CBID_cuMemAddressFree, "cuMemAddressFree",
+                     cuMemAddressFree_params{ptr, size}, [&] {
+                       sim::ApiCall call("cuMemAddressFree");
+                       return call.done(to_result(sim::vmm_free_reservation(ptr, size)), size);
+                     });
 }
 
 CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
                   unsigned long long flags) {
-  sim::ApiCall call("cuMemMap");
-  if (flags != 0) return call.done(CUDA_ERROR_INVALID_VALUE);
-  return call.done(to_result(sim::vmm_map(ptr, size, offset, handle)), size);
+  return sim::traced(kDriverApi, CUPTI_DRIVER_TRACE_CBID_cuMemMap, "cuMemMap",
+                     cuMemMap_params{ptr, size, offset, handle, flags}, [&] {
+                       sim::ApiCall call("cuMemMap");
+                       if (flags != 0) return call.done(CUDA_ERROR_INVALID_VALUE);
+                       return call.done(to_result(sim::vmm_map(ptr, size, offset, handle)), size);
+                     });
 }
 
 CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
-  sim::ApiCall call("cuMemUnmap");
-  uint64_t bytes = 0;
-  CUresult r = to_result(sim::vmm_unmap(ptr, size, &bytes));
-  return call.done(r, bytes);
+  return sim::traced(kDriverApi, CUPTI_DRIVER_TRACE_CBID_cuMemUnmap, "cuMemUnmap", cuMemUnmap_params{ptr, size}, [&] {
+    sim::ApiCall call("cuMemUnmap");
+    uint64_t bytes = 0;
+    CUresult r = to_result(sim::vmm_unmap(ptr, size, &bytes));
+    return call.done(r, bytes);
+  });
 }
 
 CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t count) {

@@ -4,10 +4,12 @@
 // (MEMTRACE_SIM_STATIC_RUNTIME), it reaches the driver as NVIDIA's static runtime does.
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <cupti.h>
 
 #include <cstring>
 #include <mutex>
 
+#include "api_callbacks.h"
 #include "ledger.h"
 
 #undef cuGetProcAddress
@@ -42,6 +44,8 @@ constexpr int kRuntimeVersion = MEMTRACE_SIM_RUNTIME_VERSION;
 #else
 constexpr int kRuntimeVersion = CUDART_VERSION;
 #endif
+
+constexpr int kRuntimeApi = CUPTI_CB_DOMAIN_RUNTIME_API;
 
 thread_local int t_device = 0;
 thread_local cudaError_t t_last_error = cudaSuccess;
@@ -255,40 +259,63 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
   return with_context([&] { return to_error(cuMemGetInfo_v2(free_bytes, total_bytes)); });
 }
 
-cudaError_t cudaMalloc(void** devPtr, size_t size) { return malloc_device("cudaMalloc", devPtr, size); }
+cudaError_t cudaMalloc(void** devPtr, size_t size) {
+  return sim::traced(kRuntimeApi, CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020, "cudaMalloc",
+                     cudaMalloc_v3020_params{devPtr, size}, [&] { return malloc_device("cudaMalloc", devPtr, size); });
+}
 
 cudaError_t cudaFree(void* devPtr) {
-  return free_call("cudaFree", devPtr, [&] {
-    return devPtr ? to_error(cuMemFree_v2(reinterpret_cast<CUdeviceptr>(devPtr))) : cudaSuccess;
-  });
+  return sim::traced(kRuntimeApi, CUPTI_RUNTIME_TRACE_CBID_cudaFree_v3020, "cudaFree", cudaFree_v3020_params{devPtr},
+                     [&] {
+                       return free_call("cudaFree", devPtr, [&] {
+                         return devPtr ? to_error(cuMemFree_v2(reinterpret_cast<CUdeviceptr>(devPtr))) : cudaSuccess;
+                       });
+                     });
 }
 
 cudaError_t cudaMallocAsync(void** devPtr, size_t size, cudaStream_t stream) {
-  return malloc_async("cudaMallocAsync", devPtr, size, stream, false);
+  return sim::traced(kRuntimeApi, CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_v11020, "cudaMallocAsync",
+                     cudaMallocAsync_v11020_params{devPtr, size, stream},
+                     [&] { return malloc_async("cudaMallocAsync", devPtr, size, stream, false); });
 }
 
 cudaError_t cudaMallocAsync_ptsz(void** devPtr, size_t size, cudaStream_t stream) {
-  return malloc_async("cudaMallocAsync", devPtr, size, stream, true);
+  return sim::traced(kRuntimeApi, CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_ptsz_v11020, "cudaMallocAsync_ptsz",
+                     cudaMallocAsync_ptsz_v11020_params{devPtr, size, stream},
+                     [&] { return malloc_async("cudaMallocAsync", devPtr, size, stream, true); });
 }
 
 cudaError_t cudaFreeAsync(void* devPtr, cudaStream_t stream) {
-  return free_call("cudaFreeAsync", devPtr, [&] {
-    return to_error(cuMemFreeAsync(reinterpret_cast<CUdeviceptr>(devPtr), reinterpret_cast<CUstream>(stream)));
-  });
+  return sim::traced(
+      kRuntimeApi, CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_v11020, "cudaFreeAsync",
+      cudaFreeAsync_v11020_params{devPtr, stream}, [&] {
+        return free_call("cudaFreeAsync", devPtr, [&] {
+          return to_error(cuMemFreeAsync(reinterpret_cast<CUdeviceptr>(devPtr), reinterpret_cast<CUstream>(stream)));
+        });
+      });
 }
 
 cudaError_t cudaFreeAsync_ptsz(void* devPtr, cudaStream_t stream) {
-  return free_call("cudaFreeAsync", devPtr, [&] {
-    return to_error(cuMemFreeAsync_ptsz(reinterpret_cast<CUdeviceptr>(devPtr), reinterpret_cast<CUstream>(stream)));
-  });
+  return sim::traced(kRuntimeApi, CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_ptsz_v11020, "cudaFreeAsync_ptsz",
+                     cudaFreeAsync_ptsz_v11020_params{devPtr, stream}, [&] {
+                       return free_call("cudaFreeAsync", devPtr, [&] {
+                         return to_error(cuMemFreeAsync_ptsz(reinterpret_cast<CUdeviceptr>(devPtr),
+                                                             reinterpret_cast<CUstream>(stream)));
+                       });
+                     });
 }
 
 cudaError_t cudaMallocFromPoolAsync(void** ptr, size_t size, cudaMemPool_t pool, cudaStream_t stream) {
-  return malloc_from_pool(ptr, size, pool, stream);
+  return sim::traced(kRuntimeApi, CUPTI_RUNTIME_TRACE_CBID_cudaMallocFromPoolAsync_v11020, "cudaMallocFromPoolAsync",
+                     cudaMallocFromPoolAsync_v11020_params{ptr, size, pool, stream},
+                     [&] { return malloc_from_pool(ptr, size, pool, stream); });
 }
 
 cudaError_t cudaMallocFromPoolAsync_ptsz(void** ptr, size_t size, cudaMemPool_t pool, cudaStream_t stream) {
-  return malloc_from_pool(ptr, size, pool, stream);
+  return sim::traced(kRuntimeApi, CUPTI_RUNTIME_TRACE_CBID_cudaMallocFromPoolAsync_ptsz_v11020,
+                     "cudaMallocFromPoolAsync_ptsz",
+                     cudaMallocFromPoolAsync_ptsz_v11020_params{ptr, size, pool, stream},
+                     [&] { return malloc_from_pool(ptr, size, pool, stream); });
 }
 
 cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device) {
@@ -321,55 +348,73 @@ cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr, void*) 
 }
 
 cudaError_t cudaMallocManaged(void** devPtr, size_t size, unsigned int flags) {
-  sim::ApiCall call("cudaMallocManaged");
-  if (!devPtr || size == 0) return call.done(remember(cudaErrorInvalidValue));
-  return call.done(with_context([&] {
-                     CUdeviceptr p = 0;
-                     cudaError_t e = to_error(cuMemAllocManaged(&p, size, flags));
-                     if (e == cudaSuccess) *devPtr = reinterpret_cast<void*>(p);
-                     return e;
-                   }),
-                   size);
+  return sim::traced(kRuntimeApi, CUPTI_RUNTIME_TRACE_CBID_cudaMallocManaged_v6000, "cudaMallocManaged",
+                     cudaMallocManaged_v6000_params{devPtr, size, flags}, [&] {
+                       sim::ApiCall call("cudaMallocManaged");
+                       if (!devPtr || size == 0) return call.done(remember(cudaErrorInvalidValue));
+                       return call.done(with_context([&] {
+                                          CUdeviceptr p = 0;
+                                          cudaError_t e = to_error(cuMemAllocManaged(&p, size, flags));
+                                          if (e == cudaSuccess) *devPtr = reinterpret_cast<void*>(p);
+                                          return e;
+                                        }),
+                                        size);
+                     });
 }
 
-cudaError_t cudaMallocHost(void** ptr, size_t size) { return host_alloc("cudaMallocHost", ptr, size, 0); }
+cudaError_t cudaMallocHost(void** ptr, size_t size) {
+  return sim::traced(kRuntimeApi, CUPTI_RUNTIME_TRACE_CBID_cudaMallocHost_v3020, "cudaMallocHost",
+                     cudaMallocHost_v3020_params{ptr, size},
+                     [&] { return host_alloc("cudaMallocHost", ptr, size, 0); });
+}
 
 cudaError_t cudaHostAlloc(void** pHost, size_t size, unsigned int flags) {
-  return host_alloc("cudaHostAlloc", pHost, size, flags);
+  return sim::traced(kRuntimeApi, CUPTI_RUNTIME_TRACE_CBID_cudaHostAlloc_v3020, "cudaHostAlloc",
+                     cudaHostAlloc_v3020_params{pHost, size, flags},
+                     [&] { return host_alloc("cudaHostAlloc", pHost, size, flags); });
 }
 
 cudaError_t cudaFreeHost(void* ptr) {
-  return free_call("cudaFreeHost", ptr, [&] { return ptr ? to_error(cuMemFreeHost(ptr)) : cudaSuccess; });
+  return sim::traced(
+      kRuntimeApi, CUPTI_RUNTIME_TRACE_CBID_cudaFreeHost_v3020, "cudaFreeHost", cudaFreeHost_v3020_params{ptr},
+      [&] { return free_call("cudaFreeHost", ptr, [&] { return ptr ? to_error(cuMemFreeHost(ptr)) : cudaSuccess; }); });
 }
 
 cudaError_t cudaMallocPitch(void** devPtr, size_t* pitch, size_t width, size_t height) {
-  sim::ApiCall call("cudaMallocPitch");
-  if (!devPtr || !pitch) return call.done(remember(cudaErrorInvalidValue));
-  size_t bytes = 0;
-  cudaError_t e = with_context([&] {
-    CUdeviceptr p = 0;
-    cudaError_t err = to_error(cuMemAllocPitch_v2(&p, pitch, width, height, 4));
-    if (err == cudaSuccess) *devPtr = reinterpret_cast<void*>(p), bytes = *pitch * height;
-    return err;
-  });
-  return call.done(e, bytes);
+  return sim::traced(kRuntimeApi, CUPTI_RUNTIME_TRACE_CBID_cudaMallocPitch_v3020, "cudaMallocPitch",
+                     cudaMallocPitch_v3020_params{devPtr, pitch, width, height}, [&] {
+                       sim::ApiCall call("cudaMallocPitch");
+                       if (!devPtr || !pitch) return call.done(remember(cudaErrorInvalidValue));
+                       size_t bytes = 0;
+                       cudaError_t e = with_context([&] {
+                         CUdeviceptr p = 0;
+                         cudaError_t err = to_error(cuMemAllocPitch_v2(&p, pitch, width, height, 4));
+                         if (err == cudaSuccess) *devPtr = reinterpret_cast<void*>(p), bytes = *pitch * height;
+                         return err;
+                       });
+                       return call.done(e, bytes);
+                     });
 }
 
 cudaError_t cudaMalloc3D(cudaPitchedPtr* pitchedDevPtr, cudaExtent extent) {
-  sim::ApiCall call("cudaMalloc3D");
-  if (!pitchedDevPtr) return call.done(remember(cudaErrorInvalidValue));
-  size_t bytes = 0;
-  cudaError_t e = with_context([&] {
-    CUdeviceptr p = 0;
-    size_t pitch = 0;
-    cudaError_t err = to_error(cuMemAllocPitch_v2(&p, &pitch, extent.width, extent.height * extent.depth, 4));
-    if (err == cudaSuccess) {
-      *pitchedDevPtr = cudaPitchedPtr{reinterpret_cast<void*>(p), pitch, extent.width, extent.height};
-      bytes = pitch * extent.height * extent.depth;
-    }
-    return err;
-  });
-  return call.done(e, bytes);
+  return sim::traced(
+      kRuntimeApi, CUPTI_RUNTIME_TRACE_CBID_cudaMalloc3D_v3020, "cudaMalloc3D",
+      cudaMalloc3D_v3020_params{pitchedDevPtr, extent}, [&] {
+        sim::ApiCall call("cudaMalloc3D");
+        if (!pitchedDevPtr) return call.done(remember(cudaErrorInvalidValue));
+        size_t bytes = 0;
+        cudaError_t e = with_context([&] {
+          CUdeviceptr p = 0;
+          size_t pitch = 0;
+          cudaError_t err = to_error(cuMemAllocPitch_v2(&p, &pitch, extent.width, extent.height * extent.depth, 4));
+          if (err == cudaSuccess) {
+            *pitchedDevPtr = cudaPitchedPtr{reinterpret_cast<void*>(p), pitch, extent.width, extent.height};
+            bytes = pitch * extent.height * extent.depth;
+          }
+          return err;
+        });
+        return call.done(e, bytes);
+      });
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind) {

@@ -1,5 +1,5 @@
-// The static runtime's way to the driver (static_driver.h), and the ledger calls it makes, which
-// libcuda.so.1 defines: this archive links neither.
+// The static runtime's way to the driver (static_driver.h), and the ledger and API callback
+// calls it makes, which libcuda.so.1 defines: this archive links neither.
 #include "static_driver.h"
 
 #include <dlfcn.h>
@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "api_callbacks.h"
 #include "ledger.h"
 
 namespace {
@@ -49,6 +50,11 @@ void memtrace_sim_leave(int outermost, const char* api, int result, uint64_t byt
   static const auto fn =
       reinterpret_cast<void (*)(int, const char*, int, uint64_t, int)>(driver_symbol("memtrace_sim_leave"));
   fn(outermost, api, result, bytes, counted);
+}
+void memtrace_sim_api_event(int domain, int cbid, int site, const char* name, const void* params, const void* result) {
+  static const auto fn = reinterpret_cast<void (*)(int, int, int, const char*, const void*, const void*)>(
+      driver_symbol("memtrace_sim_api_event"));
+  fn(domain, cbid, site, name, params, result);
 }
 uint64_t memtrace_sim_allocation_size(uint64_t addr) {
   static const auto fn = reinterpret_cast<uint64_t (*)(uint64_t)>(driver_symbol("memtrace_sim_allocation_size"));

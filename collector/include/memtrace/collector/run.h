@@ -25,6 +25,8 @@ struct RunOptions {
   bool append = false;                        // an output folder may already hold another run's traces
   bool native_stacks = true;
   bool python_stacks = true;
+  std::string backend = "auto";  // auto, preload or cupti (injector/backend.h)
+  bool verify = false;           // compare what was recorded with CUPTI's activity records
   std::vector<std::string> command;
 };
 

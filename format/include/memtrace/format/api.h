@@ -109,6 +109,8 @@ enum EventFlags : uint32_t {
   // A stream-ordered call made while its stream was being captured into a CUDA graph: it added a
   // node to the graph, and the memory is the graph's (obtained at each launch), not the stream's.
   kEventCaptured = 1,
+  // Recorded from CUPTI's callback for the call, not by an interposer (memtrace run --backend).
+  kEventFromCupti = 2,
 };
 
 // The result of an allocation that failed for lack of memory: cudaErrorMemoryAllocation and

@@ -10,6 +10,9 @@ inline constexpr const char* kStackDepth = "MEMTRACE_STACK_DEPTH";      // --sta
 inline constexpr const char* kNativeStacks = "MEMTRACE_NATIVE_STACKS";  // "0": --no-native-stacks
 inline constexpr const char* kPythonStacks = "MEMTRACE_PYTHON_STACKS";  // "0": --no-python-stacks
 inline constexpr const char* kRingBytes = "MEMTRACE_RING_BYTES";        // the ring's size (a power of two)
+inline constexpr const char* kBackend = "MEMTRACE_BACKEND";             // --backend: auto, preload or cupti
+inline constexpr const char* kVerify = "MEMTRACE_VERIFY";               // "1": --verify
+inline constexpr const char* kCuptiLibrary = "MEMTRACE_CUPTI_LIBRARY";  // --cupti-library
 // Read by memtrace run itself: a library to preload before the injector (a sanitizer's runtime),
 // and where its injector, simulated device and Python shim are (default: ../lib beside it).
 inline constexpr const char* kPreloadFirst = "MEMTRACE_PRELOAD_FIRST";

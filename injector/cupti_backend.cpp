@@ -1,0 +1,437 @@
+// The CUPTI layer: the injector is also a CUDA injection library (CUDA_INJECTION64_PATH, whose
+// InitializeInjection the driver calls on its first cuInit). It subscribes to CUPTI's callbacks
+// for the allocation calls of the driver and the runtime, by callback id (never whole domains),
+// and records from inside them, with stacks, the calls no interposer recorded: a call the program
+// made is named after itself (cudaMalloc, not the cuMemAlloc it makes inside).
+//
+// CUPTI takes one subscriber per process. When another tool holds it (Nsight, a sanitizer,
+// PyTorch's profiler), memtrace says so once and records through its interposers; when a tool asks
+// for it later (its cuptiSubscribe reaches memtrace's first), memtrace lets go, says so, and the
+// interposers take over. It never calls cuptiFinalize, which would take CUPTI from everyone.
+#include <cupti.h>
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <string>
+
+#include "interpose.h"
+#include "memtrace/ring/environment.h"
+
+namespace memtrace::inject {
+
+std::atomic<bool> g_interposers_record{true};
+thread_local bool t_interposer_recording __attribute__((tls_model("initial-exec"))) = false;
+thread_local int t_cupti_depth __attribute__((tls_model("initial-exec"))) = 0;
+thread_local uint32_t t_cupti_generation __attribute__((tls_model("initial-exec"))) = 0;
+std::atomic<uint32_t> g_cupti_generation{1};
+
+Backend backend() {
+  static const Backend b = [] {
+    const char* v = std::getenv(env::kBackend);
+    if (v && std::strcmp(v, "cupti") == 0) return Backend::kCupti;
+    if (v && std::strcmp(v, "auto") == 0) return Backend::kAuto;
+    return Backend::kPreload;
+  }();
+  return b;
+}
+
+namespace {
+
+// What each callback id is, and how its parameters (CUPTI's structures, generated_*_meta.h) and
+// result become an event. FREE calls are ordered at entry (another thread may get the address
+// once the real call returns); allocations are filled in at exit.
+struct Handler {
+  CUpti_CallbackDomain domain;
+  CUpti_CallbackId cbid;
+  Api api;
+  void (*at_entry)(Call& call, const void* params);             // frees
+  void (*at_exit)(Call& call, const void* params, int result);  // everything
+};
+
+template <typename P>
+const P& params_of(const void* p) {
+  return *static_cast<const P*>(p);
+}
+
+template <typename T>
+uint64_t out_address(int result, T* const* out) {
+  return result == 0 && out && *out ? reinterpret_cast<uint64_t>(*out) : 0;
+}
+uint64_t out_address(int result, const CUdeviceptr* out) { return result == 0 && out ? *out : 0; }
+
+auto ctx_device(const Call&) {
+  return [] { return driver_device(0); };
+}
+auto pointer_or_ctx_device(const Call& call) { return device_of_pointer(call, driver_device); }
+
+// A free: what it releases, ordered before the real call.
+void free_entry(Call& call, uint64_t addr, uint64_t size, const void* stream) {
+  call.event.addr = addr;
+  call.event.size = size;
+  call.event.stream = reinterpret_cast<uint64_t>(stream);
+  call.stamp_before();
+}
+void free_exit(Call& call, int result, const void* stream, Ordering ordering) {
+  tag_if_captured(call, ordering, result == 0, stream);
+  call.finish(result);
+}
+
+#define MEMTRACE_ALLOC(domain, cbid, api, P, body)                            \
+  Handler {                                                                   \
+    domain, cbid, api, nullptr, [](Call& call, const void* raw, int result) { \
+      const P& p = params_of<P>(raw);                                         \
+      body;                                                                   \
+    }                                                                         \
+  }
+#define MEMTRACE_FREE(domain, cbid, api, P, entry_body, ordering, stream) \
+  Handler {                                                               \
+    domain, cbid, api,                                                    \
+        [](Call& call, const void* raw) {                                 \
+          const P& p = params_of<P>(raw);                                 \
+          entry_body;                                                     \
+        },                                                                \
+        [](Call& call, const void* raw, int result) {                     \
+          const P& p = params_of<P>(raw);                                 \
+          (void)p;                                                        \
+          free_exit(call, result, stream, ordering);                      \
+        }                                                                 \
+  }
+
+constexpr CUpti_CallbackDomain kRt = CUPTI_CB_DOMAIN_RUNTIME_API;
+constexpr CUpti_CallbackDomain kDrv = CUPTI_CB_DOMAIN_DRIVER_API;
+
+const Handler kHandlers[] = {
+    // The runtime.
+    MEMTRACE_ALLOC(kRt, CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020, Api::kCudaMalloc, cudaMalloc_v3020_params,
+                   record_after(call, result, out_address(result, p.devPtr), p.size, ctx_device(call))),
+    MEMTRACE_FREE(kRt, CUPTI_RUNTIME_TRACE_CBID_cudaFree_v3020, Api::kCudaFree, cudaFree_v3020_params,
+                  free_entry(call, reinterpret_cast<uint64_t>(p.devPtr), 0, nullptr), Ordering::kImmediate, nullptr),
+    MEMTRACE_ALLOC(kRt, CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_v11020, Api::kCudaMallocAsync,
+                   cudaMallocAsync_v11020_params,
+                   record_after(call, result, out_address(result, p.devPtr), p.size, pointer_or_ctx_device(call),
+                                p.hStream, Ordering::kStream)),
+    MEMTRACE_ALLOC(kRt, CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_ptsz_v11020, Api::kCudaMallocAsync,
+                   cudaMallocAsync_v11020_params,
+                   record_after(call, result, out_address(result, p.devPtr), p.size, pointer_or_ctx_device(call),
+                                p.hStream, Ordering::kPerThreadStream)),
+    MEMTRACE_FREE(kRt, CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_v11020, Api::kCudaFreeAsync, cudaFreeAsync_v11020_params,
+                  free_entry(call, reinterpret_cast<uint64_t>(p.devPtr), 0, p.hStream), Ordering::kStream, p.hStream),
+    MEMTRACE_FREE(kRt, CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_ptsz_v11020, Api::kCudaFreeAsync,
+                  cudaFreeAsync_v11020_params, free_entry(call, reinterpret_cast<uint64_t>(p.devPtr), 0, p.hStream),
+                  Ordering::kPerThreadStream, p.hStream),
+    MEMTRACE_ALLOC(kRt, CUPTI_RUNTIME_TRACE_CBID_cudaMallocFromPoolAsync_v11020, Api::kCudaMallocFromPoolAsync,
+                   cudaMallocFromPoolAsync_v11020_params,
+                   (call.event.handle = reinterpret_cast<uint64_t>(p.memPool),
+                    record_after(call, result, out_address(result, p.ptr), p.size, pointer_or_ctx_device(call),
+                                 p.stream, Ordering::kStream))),
+    MEMTRACE_ALLOC(kRt, CUPTI_RUNTIME_TRACE_CBID_cudaMallocFromPoolAsync_ptsz_v11020, Api::kCudaMallocFromPoolAsync,
+                   cudaMallocFromPoolAsync_v11020_params,
+                   (call.event.handle = reinterpret_cast<uint64_t>(p.memPool),
+                    record_after(call, result, out_address(result, p.ptr), p.size, pointer_or_ctx_device(call),
+                                 p.stream, Ordering::kPerThreadStream))),
+    MEMTRACE_ALLOC(kRt, CUPTI_RUNTIME_TRACE_CBID_cudaMallocManaged_v6000, Api::kCudaMallocManaged,
+                   cudaMallocManaged_v6000_params,
+                   record_after(call, result, out_address(result, p.devPtr), p.size, ctx_device(call))),
+    MEMTRACE_ALLOC(kRt, CUPTI_RUNTIME_TRACE_CBID_cudaMallocHost_v3020, Api::kCudaMallocHost,
+                   cudaMallocHost_v3020_params,
+                   record_after(call, result, out_address(result, p.ptr), p.size, no_device)),
+    MEMTRACE_ALLOC(kRt, CUPTI_RUNTIME_TRACE_CBID_cudaHostAlloc_v3020, Api::kCudaHostAlloc, cudaHostAlloc_v3020_params,
+                   record_after(call, result, out_address(result, p.pHost), p.size, no_device)),
+    MEMTRACE_FREE(kRt, CUPTI_RUNTIME_TRACE_CBID_cudaFreeHost_v3020, Api::kCudaFreeHost, cudaFreeHost_v3020_params,
+                  free_entry(call, reinterpret_cast<uint64_t>(p.ptr), 0, nullptr), Ordering::kImmediate, nullptr),
+    MEMTRACE_ALLOC(kRt, CUPTI_RUNTIME_TRACE_CBID_cudaMallocPitch_v3020, Api::kCudaMallocPitch,
+                   cudaMallocPitch_v3020_params,
+                   record_after(call, result, out_address(result, p.devPtr),
+                                result == 0 && p.pitch ? uint64_t(*p.pitch) * p.height : uint64_t(p.width) * p.height,
+                                ctx_device(call))),
+    MEMTRACE_ALLOC(kRt, CUPTI_RUNTIME_TRACE_CBID_cudaMalloc3D_v3020, Api::kCudaMalloc3D, cudaMalloc3D_v3020_params,
+                   record_after(call, result,
+                                result == 0 && p.pitchedDevPtr ? reinterpret_cast<uint64_t>(p.pitchedDevPtr->ptr) : 0,
+                                (result == 0 && p.pitchedDevPtr ? p.pitchedDevPtr->pitch : p.extent.width) *
+                                    p.extent.height * p.extent.depth,
+                                ctx_device(call))),
+    // The driver.
+    MEMTRACE_ALLOC(kDrv, CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2, Api::kCuMemAlloc, cuMemAlloc_v2_params,
+                   record_after(call, result, out_address(result, p.dptr), p.bytesize, ctx_device(call))),
+    MEMTRACE_FREE(kDrv, CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2, Api::kCuMemFree, cuMemFree_v2_params,
+                  free_entry(call, p.dptr, 0, nullptr), Ordering::kImmediate, nullptr),
+    MEMTRACE_ALLOC(kDrv, CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync, Api::kCuMemAllocAsync, cuMemAllocAsync_params,
+                   record_after(call, result, out_address(result, p.dptr), p.bytesize, pointer_or_ctx_device(call),
+                                p.hStream, Ordering::kStream)),
+    MEMTRACE_ALLOC(kDrv, CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz, Api::kCuMemAllocAsync, cuMemAllocAsync_params,
+                   record_after(call, result, out_address(result, p.dptr), p.bytesize, pointer_or_ctx_device(call),
+                                p.hStream, Ordering::kPerThreadStream)),
+    MEMTRACE_FREE(kDrv, CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync, Api::kCuMemFreeAsync, cuMemFreeAsync_params,
+                  free_entry(call, p.dptr, 0, p.hStream), Ordering::kStream, p.hStream),
+    MEMTRACE_FREE(kDrv, CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz, Api::kCuMemFreeAsync, cuMemFreeAsync_params,
+                  free_entry(call, p.dptr, 0, p.hStream), Ordering::kPerThreadStream, p.hStream),
+    MEMTRACE_ALLOC(kDrv, CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync, Api::kCuMemAllocFromPoolAsync,
+                   cuMemAllocFromPoolAsync_params,
+                   (call.event.handle = reinterpret_cast<uint64_t>(p.pool),
+                    record_after(call, result, out_address(result, p.dptr), p.bytesize, pointer_or_ctx_device(call),
+                                 p.hStream, Ordering::kStream))),
+    MEMTRACE_ALLOC(kDrv, CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz, Api::kCuMemAllocFromPoolAsync,
+                   cuMemAllocFromPoolAsync_params,
+                   (call.event.handle = reinterpret_cast<uint64_t>(p.pool),
+                    record_after(call, result, out_address(result, p.dptr), p.bytesize, pointer_or_ctx_device(call),
+                                 p.hStream, Ordering::kPerThreadStream))),
+    MEMTRACE_ALLOC(kDrv, CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged, Api::kCuMemAllocManaged, cuMemAllocManaged_params,
+                   record_after(call, result, out_address(result, p.dptr), p.bytesize, ctx_device(call))),
+    MEMTRACE_ALLOC(kDrv, CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc, Api::kCuMemHostAlloc, cuMemHostAlloc_params,
+                   record_after(call, result, out_address(result, p.pp), p.bytesize, no_device)),
+    MEMTRACE_ALLOC(kDrv, CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2, Api::kCuMemAllocHost, cuMemAllocHost_v2_params,
+                   record_after(call, result, out_address(result, p.pp), p.bytesize, no_device)),
+    MEMTRACE_FREE(kDrv, CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost, Api::kCuMemFreeHost, cuMemFreeHost_params,
+                  free_entry(call, reinterpret_cast<uint64_t>(p.p), 0, nullptr), Ordering::kImmediate, nullptr),
+    MEMTRACE_ALLOC(
+        kDrv, CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2, Api::kCuMemAllocPitch, cuMemAllocPitch_v2_params,
+        record_after(call, result, out_address(result, p.dptr),
+                     result == 0 && p.pPitch ? uint64_t(*p.pPitch) * p.Height : uint64_t(p.WidthInBytes) * p.Height,
+                     ctx_device(call))),
+    MEMTRACE_ALLOC(kDrv, CUPTI_DRIVER_TRACE_CBID_cuMemCreate, Api::kCuMemCreate, cuMemCreate_params,
+                   record_after(call, result, result == 0 && p.handle ? uint64_t(*p.handle) : 0, p.size,
+                                [&p] {
+                                  return p.prop && p.prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE
+                                             ? p.prop->location.id
+                                             : -1;
+                                })),
+    MEMTRACE_FREE(kDrv, CUPTI_DRIVER_TRACE_CBID_cuMemRelease, Api::kCuMemRelease, cuMemRelease_params,
+                  free_entry(call, p.handle, 0, nullptr), Ordering::kImmediate, nullptr),
+    MEMTRACE_ALLOC(kDrv, CUPTI_DRIVER_TRACE_CBID_cuMemMap, Api::kCuMemMap, cuMemMap_params,
+                   (call.event.handle = p.handle, record_after(call, result, p.ptr, p.size, no_device))),
+    MEMTRACE_FREE(kDrv, CUPTI_DRIVER_TRACE_CBID_cuMemUnmap, Api::kCuMemUnmap, cuMemUnmap_params,
+                  free_entry(call, p.ptr, p.size, nullptr), Ordering::kImmediate, nullptr),
+    MEMTRACE_ALLOC(kDrv, CUPTI_DRIVER_TRACE_CBID_cuMemAddressReserve, Api::kCuMemAddressReserve,
+                   cuMemAddressReserve_params,
+                   record_after(call, result, out_address(result, p.ptr), p.size, no_device)),
+    MEMTRACE_FREE(kDrv, CUPTI_DRIVER_TRACE_CBID_cuMemAddressFree, Api::kCuMemAddressFree, cuMemAddressFree_params,
+                  free_entry(call, p.ptr, p.size, nullptr), Ordering::kImmediate, nullptr),
+};
+#undef MEMTRACE_ALLOC
+#undef MEMTRACE_FREE
+
+// The per-thread-stream forms take the same parameters as the plain ones.
+static_assert(sizeof(cudaMallocAsync_ptsz_v11020_params) == sizeof(cudaMallocAsync_v11020_params));
+static_assert(sizeof(cudaFreeAsync_ptsz_v11020_params) == sizeof(cudaFreeAsync_v11020_params));
+static_assert(sizeof(cudaMallocFromPoolAsync_ptsz_v11020_params) == sizeof(cudaMallocFromPoolAsync_v11020_params));
+static_assert(sizeof(cuMemAllocAsync_ptsz_params) == sizeof(cuMemAllocAsync_params));
+static_assert(sizeof(cuMemFreeAsync_ptsz_params) == sizeof(cuMemFreeAsync_params));
+static_assert(sizeof(cuMemAllocFromPoolAsync_ptsz_params) == sizeof(cuMemAllocFromPoolAsync_params));
+
+const Handler* handler_for(CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
+  for (const Handler& h : kHandlers)
+    if (h.domain == domain && h.cbid == cbid) return &h;
+  return nullptr;
+}
+
+// The calls CUPTI reported on this thread that have not exited: the outermost one records.
+constexpr int kMaxPending = 8;
+struct Pending {
+  bool recording = false;
+  alignas(Call) unsigned char storage[sizeof(Call)];
+  Call* call() { return std::launder(reinterpret_cast<Call*>(storage)); }
+};
+thread_local Pending t_pending[kMaxPending];
+
+void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* raw) {
+  const auto* data = static_cast<const CUpti_CallbackData*>(raw);
+  const Handler* h = handler_for(domain, cbid);
+  if (!h || !data) return;
+  const uint32_t generation = g_cupti_generation.load(std::memory_order_relaxed);
+  if (t_cupti_generation != generation) {  // calls pending from before a hand-over never exit
+    t_cupti_generation = generation;
+    t_cupti_depth = 0;
+  }
+  int saved_errno = errno;
+  if (data->callbackSite == CUPTI_API_ENTER) {
+    int depth = t_cupti_depth++;
+    if (depth >= kMaxPending) return;
+    Pending& slot = t_pending[depth];
+    // An interposer (or a call further out) has it: nothing more to record.
+    slot.recording = depth == 0 && !t_interposer_recording;
+    if (slot.recording) {
+      Call* call = new (slot.storage) Call(h->api, Call::FromCupti{});
+      if (h->at_entry && call->active()) h->at_entry(*call, data->functionParams);
+    }
+  } else if (t_cupti_depth > 0) {
+    int depth = --t_cupti_depth;
+    if (depth >= kMaxPending) return;
+    Pending& slot = t_pending[depth];
+    if (slot.recording) {
+      slot.recording = false;
+      Call* call = slot.call();
+      const int result = data->functionReturnValue ? *static_cast<const int*>(data->functionReturnValue) : 0;
+      if (call->active()) h->at_exit(*call, data->functionParams, result);
+      call->~Call();
+    }
+  }
+  errno = saved_errno;
+}
+
+// CUPTI, found at run time: memtrace links no CUDA library.
+struct Cupti {
+  void* library = nullptr;
+  decltype(&cuptiSubscribe) subscribe = nullptr;
+  decltype(&cuptiSubscribe_v2) subscribe_v2 = nullptr;
+  decltype(&cuptiUnsubscribe) unsubscribe = nullptr;
+  decltype(&cuptiEnableCallback) enable_callback = nullptr;
+  decltype(&cuptiGetResultString) result_string = nullptr;
+};
+Cupti g_cupti;
+std::mutex g_cupti_mutex;  // start, hand-over
+CUpti_SubscriberHandle g_subscriber = nullptr;
+pid_t g_subscribed_pid = 0;
+
+void* open_cupti() {
+  const char* named = std::getenv(env::kCuptiLibrary);
+  if (named && *named) return ::dlopen(named, RTLD_NOW | RTLD_LOCAL);
+  for (const char* soname : {"libcupti.so.13", "libcupti.so.12"})
+    if (void* l = ::dlopen(soname, RTLD_NOW | RTLD_LOCAL)) return l;
+  // Where the toolkit keeps it, when nothing put it on the library path.
+  std::string roots[] = {std::getenv("CUDA_HOME") ? std::getenv("CUDA_HOME") : "", "/usr/local/cuda"};
+  for (const std::string& root : roots) {
+    if (root.empty()) continue;
+    for (const char* dir : {"/lib64/", "/extras/CUPTI/lib64/"})
+      for (const char* soname : {"libcupti.so.13", "libcupti.so.12"})
+        if (void* l = ::dlopen((root + dir + soname).c_str(), RTLD_NOW | RTLD_LOCAL)) return l;
+  }
+  return nullptr;
+}
+
+template <typename Fn>
+Fn symbol(void* library, const char* name) {
+  return reinterpret_cast<Fn>(::dlsym(library, name));
+}
+
+std::string result_text(CUptiResult r) {
+  const char* text = nullptr;
+  if (g_cupti.result_string) g_cupti.result_string(r, &text);
+  return text ? text : "CUPTI error " + std::to_string(static_cast<int>(r));
+}
+
+// The interposers record from now on.
+void fall_back(const std::string& why) {
+  g_interposers_record.store(true, std::memory_order_relaxed);
+  if (session_active()) publish_notice(why);
+}
+
+// Subscribes and enables the callbacks; under g_cupti_mutex.
+void subscribe() {
+  g_cupti.library = open_cupti();
+  if (!g_cupti.library) {
+    fall_back("no CUPTI library (libcupti.so.13 or .12) could be loaded: recorded through memtrace's interposers");
+    return;
+  }
+  g_cupti.subscribe = symbol<decltype(g_cupti.subscribe)>(g_cupti.library, "cuptiSubscribe");
+  g_cupti.subscribe_v2 = symbol<decltype(g_cupti.subscribe_v2)>(g_cupti.library, "cuptiSubscribe_v2");
+  g_cupti.unsubscribe = symbol<decltype(g_cupti.unsubscribe)>(g_cupti.library, "cuptiUnsubscribe");
+  g_cupti.enable_callback = symbol<decltype(g_cupti.enable_callback)>(g_cupti.library, "cuptiEnableCallback");
+  g_cupti.result_string = symbol<decltype(g_cupti.result_string)>(g_cupti.library, "cuptiGetResultString");
+  if ((!g_cupti.subscribe && !g_cupti.subscribe_v2) || !g_cupti.unsubscribe || !g_cupti.enable_callback) {
+    fall_back("the CUPTI library lacks the callback API: recorded through memtrace's interposers");
+    return;
+  }
+  CUptiResult r;
+  char holder[256] = "";
+  if (g_cupti.subscribe_v2) {
+    CUpti_SubscriberParams params{};
+    params.structSize = CUpti_SubscriberParams_STRUCT_SIZE;
+    params.subscriberName = "memtrace";
+    params.oldSubscriberName = holder;
+    params.oldSubscriberSize = sizeof holder;
+    r = g_cupti.subscribe_v2(&g_subscriber, on_callback, nullptr, &params);
+  } else {
+    r = g_cupti.subscribe(&g_subscriber, on_callback, nullptr);
+  }
+  if (r != CUPTI_SUCCESS) {
+    g_subscriber = nullptr;
+    std::string who = *holder ? std::string(holder) : "another tool";
+    fall_back(r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
+                  ? "CUPTI is held by " + who + " (one subscriber per process): recorded through memtrace's interposers"
+                  : "CUPTI refused a subscriber (" + result_text(r) + "): recorded through memtrace's interposers");
+    return;
+  }
+  for (const Handler& h : kHandlers) g_cupti.enable_callback(1, g_subscriber, h.domain, h.cbid);
+  g_subscribed_pid = ::getpid();
+  if (backend() == Backend::kCupti) g_interposers_record.store(false, std::memory_order_relaxed);
+}
+
+// A forked child has the parent's subscription in memory but no CUDA of its own: its interposers
+// record, and CUPTI is never touched again there.
+void forget_cupti_in_child() {
+  g_subscriber = nullptr;
+  g_subscribed_pid = 0;
+  g_interposers_record.store(true, std::memory_order_relaxed);
+  g_cupti_generation.fetch_add(1, std::memory_order_relaxed);
+}
+__attribute__((constructor)) void install_cupti_fork_handler() {
+  ::pthread_atfork(nullptr, nullptr, forget_cupti_in_child);
+}
+
+}  // namespace
+
+void start_cupti() {
+  if (backend() == Backend::kPreload) return;
+  static std::atomic<bool> started{false};
+  if (started.exchange(true)) return;
+  std::lock_guard lock(g_cupti_mutex);
+  subscribe();
+}
+
+// Another tool asks CUPTI for its subscription: memtrace lets go of its own first, so that the
+// tool works as it would alone.
+void hand_cupti_over() {
+  std::lock_guard lock(g_cupti_mutex);
+  if (!g_subscriber || g_subscribed_pid != ::getpid()) return;
+  g_cupti.unsubscribe(g_subscriber);
+  g_subscriber = nullptr;
+  g_cupti_generation.fetch_add(1, std::memory_order_relaxed);
+  fall_back("another tool subscribed to CUPTI: memtrace let go of it and records through its interposers");
+}
+
+}  // namespace memtrace::inject
+
+using namespace memtrace::inject;
+
+// The driver calls this on its first cuInit when CUDA_INJECTION64_PATH names the injector.
+MEMTRACE_EXPORT int InitializeInjection() {
+  start_cupti();
+  return 1;
+}
+
+// The program's own CUPTI subscriptions (PyTorch's profiler, Nsight's injection, a tool of its
+// own) go to CUPTI as they would, once memtrace has let go of it.
+namespace {
+// The CUPTI the program linked (the global scope after memtrace), else the one it or memtrace
+// loaded.
+template <typename Fn>
+Fn real_cupti(const char* name) {
+  void* fn = ::dlsym(RTLD_NEXT, name);
+  for (const char* soname : {"libcupti.so.13", "libcupti.so.12"}) {
+    if (fn) break;
+    void* library = ::dlopen(soname, RTLD_NOW | RTLD_NOLOAD);
+    if (library) fn = ::dlsym(library, name);
+  }
+  if (!fn && g_cupti.library) fn = ::dlsym(g_cupti.library, name);
+  return reinterpret_cast<Fn>(fn);
+}
+}  // namespace
+
+MEMTRACE_EXPORT CUptiResult cuptiSubscribe(CUpti_SubscriberHandle* subscriber, CUpti_CallbackFunc callback,
+                                           void* userdata) {
+  hand_cupti_over();
+  auto real = real_cupti<decltype(&cuptiSubscribe)>("cuptiSubscribe");
+  return real ? real(subscriber, callback, userdata) : CUPTI_ERROR_NOT_INITIALIZED;
+}
+
+MEMTRACE_EXPORT CUptiResult cuptiSubscribe_v2(CUpti_SubscriberHandle* subscriber, CUpti_CallbackFunc callback,
+                                              void* userdata, CUpti_SubscriberParams* params) {
+  hand_cupti_over();
+  auto real = real_cupti<decltype(&cuptiSubscribe_v2)>("cuptiSubscribe_v2");
+  return real ? real(subscriber, callback, userdata, params) : CUPTI_ERROR_NOT_INITIALIZED;
+}

@@ -1,0 +1,102 @@
+// memtrace's CUPTI layer on the simulated device, through the stand-in libcupti.so.13: each
+// backend records every call once (the ledger's counts), CUPTI sees what no interposer can (a
+// static runtime), and another CUPTI tool keeps working whether it subscribes before or after.
+#include <gtest/gtest.h>
+
+#include "harness.h"
+
+namespace {
+
+using nlohmann::json;
+
+json only_process(const std::string& dir) {
+  json report = e2e::report_json(dir + "/traces");
+  EXPECT_EQ(report["processes"].size(), 1u);
+  return report["processes"].empty() ? json::object() : report["processes"][0];
+}
+
+struct BackendCase {
+  std::string sample;
+  std::vector<std::string> args;
+};
+std::ostream& operator<<(std::ostream& os, const BackendCase& c) { return os << c.sample; }
+
+class CuptiBackend : public ::testing::TestWithParam<BackendCase> {};
+
+// With --backend cupti every call is recorded from CUPTI's callbacks, named after the call the
+// program made (the runtime's, not the driver calls it makes inside), exactly as the ledger counts.
+TEST_P(CuptiBackend, RecordsEveryCallOnceFromTheCallbacks) {
+  const BackendCase& c = GetParam();
+  std::string dir = e2e::temp_dir("cupti_" + c.sample);
+  e2e::Result r = e2e::run_sample(dir, c.sample, c.args, {"--backend", "cupti"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  e2e::expect_report_matches_ledger(dir, r, c.sample != "threads" && c.sample != "static_runtime");
+  json p = only_process(dir);
+  EXPECT_EQ(p["events_from_cupti"], p["events_total"]) << "an interposer recorded under --backend cupti";
+  EXPECT_EQ(p["unmatched_frees"], 0);
+  EXPECT_TRUE(p["notices"].empty()) << p["notices"].dump();
+}
+
+INSTANTIATE_TEST_SUITE_P(Samples, CuptiBackend,
+                         ::testing::Values(BackendCase{"runtime_kinds", {}}, BackendCase{"driver_api", {}},
+                                           BackendCase{"vmm", {}}, BackendCase{"stream_pool", {}},
+                                           BackendCase{"graph_capture", {}},
+                                           BackendCase{"threads", {"--threads", "4", "--iterations", "2000"}},
+                                           BackendCase{"static_runtime", {}}),
+                         [](const auto& info) { return info.param.sample; });
+
+// auto: the interposers record what they see, CUPTI the rest; nothing twice. The static runtime's
+// calls reach no interposer but the driver entry points it hands out.
+TEST(AutoBackend, TheStaticRuntimeIsSeenThroughCuptiAndNothingTwice) {
+  std::string dir = e2e::temp_dir("auto_static");
+  e2e::Result r =
+      e2e::run_sample(dir, "static_runtime", {"--threads", "4", "--iterations", "300"}, {"--backend", "auto"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  e2e::expect_report_matches_ledger(dir, r, false);
+  json p = only_process(dir);
+  // All but the two calls the program made through driver entry points it was handed (memtrace's).
+  EXPECT_EQ(p["events_from_cupti"].get<int>(), p["events_total"].get<int>() - 2) << p.dump();
+}
+
+TEST(AutoBackend, ADynamicRuntimeIsRecordedByTheInterposers) {
+  std::string dir = e2e::temp_dir("auto_dynamic");
+  e2e::Result r = e2e::run_sample(dir, "runtime_kinds", {}, {"--backend", "auto"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  e2e::expect_report_matches_ledger(dir, r, true);
+  EXPECT_EQ(only_process(dir)["events_from_cupti"], 0);
+}
+
+// CUPTI takes one subscriber. A tool that subscribed first keeps it, and memtrace says so once and
+// records through its interposers; a tool that subscribes later gets it from memtrace.
+TEST(CuptiSubscribers, AToolThatSubscribedFirstKeepsCupti) {
+  std::string dir = e2e::temp_dir("cupti_first");
+  e2e::Result r = e2e::run_sample(dir, "cupti_tool", {"--subscribe-after", "0"}, {"--backend", "cupti"});
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("saw 10 cudaMalloc calls"), std::string::npos) << r.out;
+  e2e::expect_report_matches_ledger(dir, r, true);
+  json p = only_process(dir);
+  EXPECT_EQ(p["events_from_cupti"], 0);
+  ASSERT_EQ(p["notices"].size(), 1u) << p["notices"].dump();
+  EXPECT_NE(p["notices"][0].get<std::string>().find("CUPTI is held by CUPTI for"), std::string::npos);
+}
+
+TEST(CuptiSubscribers, AToolThatSubscribesLaterIsHandedCupti) {
+  std::string dir = e2e::temp_dir("cupti_later");
+  e2e::Result r = e2e::run_sample(dir, "cupti_tool", {"--subscribe-after", "3"}, {"--backend", "cupti"});
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("saw 7 cudaMalloc calls"), std::string::npos) << r.out;
+  e2e::expect_report_matches_ledger(dir, r, true);
+  json p = only_process(dir);
+  EXPECT_EQ(p["events_from_cupti"], 6) << "the three cudaMalloc and cudaFree pairs before the tool came";
+  ASSERT_EQ(p["notices"].size(), 1u) << p["notices"].dump();
+  EXPECT_NE(p["notices"][0].get<std::string>().find("let go of it"), std::string::npos);
+}
+
+TEST(CuptiSubscribers, WithoutMemtraceTheToolSeesEveryCall) {
+  // The sample's own baseline: its count does not depend on memtrace.
+  e2e::Result r = e2e::run({e2e::sample_path("cupti_tool")}, {"LD_LIBRARY_PATH=" MEMTRACE_SIM_DIR});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("saw 10 cudaMalloc calls"), std::string::npos) << r.out;
+}
+
+}  // namespace
