@@ -37,6 +37,10 @@ void ReportBuilder::add(const ReplayStep& step) {
   const Event& e = *step.event;
   ++events_;
   new_peak_ = false;
+  if (is_observation(e.api)) {  // not a call: no row of its own
+    ++observations_;
+    return;
+  }
   ApiCounts& c = calls_[static_cast<size_t>(e.api) < calls_.size() ? static_cast<size_t>(e.api) : 0];
   if (e.interrupted()) {  // the process died inside it: no result, no memory change known
     ++c.interrupted;
@@ -142,6 +146,7 @@ void ReportBuilder::finish(ProcessReport& report) {
   report.unmatched_frees = unmatched_frees_;
   report.captured_events = captured_events_;
   report.cupti_events = cupti_events_;
+  report.activity_records = observations_;
   report.pinned_host_peak_bytes = pinned_host_peak_;
   report.devices.clear();
   for (auto& [ordinal, d] : devices_) {

@@ -166,6 +166,7 @@ nlohmann::json report_json(const std::vector<ProcessReport>& processes) {
         {"notices", p.notices},
         {"captured_events", p.captured_events},
         {"events_from_cupti", p.cupti_events},
+        {"activity_records", p.activity_records},
         {"incomplete_records", p.incomplete_records},
         {"unmatched_frees", p.unmatched_frees},
         {"pinned_host_peak_bytes", p.pinned_host_peak_bytes},

@@ -24,5 +24,6 @@ Command add_diff_command(CLI::App& app);
 Command add_check_command(CLI::App& app);
 Command add_estimate_command(CLI::App& app);
 Command add_explain_command(CLI::App& app);
+Command add_verify_command(CLI::App& app);
 
 }  // namespace memtrace::cli

@@ -4,7 +4,9 @@
 #include <memory>
 
 #include "command.h"
+#include "memtrace/analysis/trace_set.h"
 #include "memtrace/analysis/units.h"
+#include "memtrace/analysis/verify.h"
 #include "memtrace/collector/run.h"
 
 namespace memtrace::cli {
@@ -18,6 +20,17 @@ struct RunCli {
   bool no_native = false, no_python = false;
   CLI::Option *capacity_option, *devices_option, *every_option, *umask_option, *stall_option;
 };
+
+// --verify: what was recorded against CUPTI's records, for each process, on stderr.
+void print_verification(const std::string& dir) {
+  std::string error;
+  std::vector<VerifyResult> results;
+  for (const std::string& path : find_traces(dir, error)) {
+    VerifyResult r;
+    if (verify_trace(path, 10, r, error)) results.push_back(std::move(r));
+  }
+  std::fprintf(stderr, "memtrace: verify:\n%s", verify_text(results).c_str());
+}
 
 // Checks what CLI11 cannot, fills in RunOptions, runs. memtrace's own failures exit 125.
 int run(RunCli& c) {
@@ -54,7 +67,10 @@ int run(RunCli& c) {
   }
   c.run.native_stacks = !c.no_native;
   c.run.python_stacks = !c.no_python;
-  return run_command(c.run);
+  std::string dir;
+  int status = run_command(c.run, &dir);
+  if (c.run.verify && !dir.empty()) print_verification(dir);
+  return status;
 }
 
 }  // namespace
@@ -87,6 +103,9 @@ Command add_run_command(CLI::App& app) {
                       "How long the program may wait for a stalled memtrace before it drops events (default 10s)");
   cmd->add_flag("--no-native-stacks", c->no_native, "Record only the immediate caller, not the native stack");
   cmd->add_flag("--no-python-stacks", c->no_python, "Do not record Python frames");
+  cmd->add_flag("--verify", c->run.verify,
+                "Keep CUPTI's own memory records too and list, at the end, every allocation only one side saw "
+                "(memtrace verify PATH does it again)");
   cmd->add_option("--backend", c->run.backend,
                   "How calls are seen: preload (interposers), cupti (CUPTI's callbacks), auto (both, each call once; "
                   "default)")

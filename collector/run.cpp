@@ -407,7 +407,7 @@ void print_summary(const std::vector<ProcessReport>& reports, const std::vector<
 
 }  // namespace
 
-int run_command(const RunOptions& options) {
+int run_command(const RunOptions& options, std::string* output_dir) {
   if (options.command.empty()) {
     std::fprintf(stderr, "memtrace run: no command given; usage: memtrace run [OPTIONS] -- CMD [ARGS...]\n");
     return kExitMemtraceFailed;
@@ -458,7 +458,7 @@ int run_command(const RunOptions& options) {
   // CUPTI: the driver loads the injector as its injection library on the first cuInit. A tool the
   // user already attached that way (Nsight) keeps its place: the injector subscribes when its
   // session starts instead.
-  if (options.backend != "preload" && !std::getenv("CUDA_INJECTION64_PATH"))
+  if ((options.backend != "preload" || options.verify) && !std::getenv("CUDA_INJECTION64_PATH"))
     set_env(environment, "CUDA_INJECTION64_PATH", injector.string());
   if (options.sim) {
     set_env(environment, "LD_LIBRARY_PATH", sim.string(), true);
@@ -498,6 +498,7 @@ int run_command(const RunOptions& options) {
     if (created) ::rmdir(dir.c_str());
   } else {
     print_summary(collector.reports(), collector.snapshots(), dir);
+    if (output_dir) *output_dir = dir;
   }
   return status;
 }

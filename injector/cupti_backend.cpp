@@ -285,7 +285,7 @@ struct Cupti {
 Cupti g_cupti;
 std::mutex g_cupti_mutex;  // start, hand-over
 CUpti_SubscriberHandle g_subscriber = nullptr;
-pid_t g_subscribed_pid = 0;
+pid_t g_cupti_pid = 0;  // the process CUPTI was set up in (not a forked child)
 
 void* open_cupti() {
   const char* named = std::getenv(env::kCuptiLibrary);
@@ -320,6 +320,93 @@ void fall_back(const std::string& why) {
   if (session_active()) publish_notice(why);
 }
 
+// --verify: CUPTI's memory activity records, collected beside the callbacks and handed to the
+// collector as observations (cupti.memory_alloc/free) when CUPTI flushes them: at exit, or before
+// CUPTI is handed to another tool.
+struct Activity {
+  decltype(&cuptiActivityRegisterCallbacks) register_callbacks = nullptr;
+  decltype(&cuptiActivityEnable) enable = nullptr;
+  decltype(&cuptiActivityDisable) disable = nullptr;
+  decltype(&cuptiActivityFlushAll) flush = nullptr;
+  decltype(&cuptiActivityGetNextRecord) next_record = nullptr;
+  bool on = false;
+};
+Activity g_activity;
+constexpr size_t kActivityBufferBytes = 1 << 20;
+
+bool verify_requested() {
+  const char* v = std::getenv(env::kVerify);
+  return v && std::strcmp(v, "1") == 0;
+}
+
+MemKind kind_of(CUpti_ActivityMemoryKind kind) {
+  switch (kind) {
+    case CUPTI_ACTIVITY_MEMORY_KIND_DEVICE: return MemKind::kDevice;
+    case CUPTI_ACTIVITY_MEMORY_KIND_MANAGED: return MemKind::kManaged;
+    case CUPTI_ACTIVITY_MEMORY_KIND_PINNED: return MemKind::kPinnedHost;
+    default: return MemKind::kUnknown;
+  }
+}
+
+void CUPTIAPI activity_buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
+  *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, kActivityBufferBytes));
+  *size = *buffer ? kActivityBufferBytes : 0;
+  *max_records = 0;
+}
+
+void CUPTIAPI activity_buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
+  CUpti_Activity* record = nullptr;
+  while (g_activity.next_record && g_activity.next_record(buffer, valid, &record) == CUPTI_SUCCESS) {
+    if (record->kind != CUPTI_ACTIVITY_KIND_MEMORY2) continue;
+    const auto* m = reinterpret_cast<const CUpti_ActivityMemory4*>(record);
+    Event e;
+    e.api = m->memoryOperationType == CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_RELEASE ? Api::kCuptiMemoryFree
+                                                                                   : Api::kCuptiMemoryAlloc;
+    e.kind = kind_of(m->memoryKind);
+    e.layer = Layer::kUnknown;
+    e.addr = m->address;
+    e.size = m->bytes;
+    e.device = e.kind == MemKind::kPinnedHost ? -1 : static_cast<int32_t>(m->deviceId);
+    e.flags = kEventFromCupti;
+    if (session_active()) publish(e, stamp(e), nullptr);
+  }
+  std::free(buffer);
+}
+
+void flush_activity() {
+  if (g_activity.on && g_cupti_pid == ::getpid()) g_activity.flush(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+}
+
+void start_activity() {
+  void* l = g_cupti.library;
+  g_activity.register_callbacks = symbol<decltype(g_activity.register_callbacks)>(l, "cuptiActivityRegisterCallbacks");
+  g_activity.enable = symbol<decltype(g_activity.enable)>(l, "cuptiActivityEnable");
+  g_activity.disable = symbol<decltype(g_activity.disable)>(l, "cuptiActivityDisable");
+  g_activity.flush = symbol<decltype(g_activity.flush)>(l, "cuptiActivityFlushAll");
+  g_activity.next_record = symbol<decltype(g_activity.next_record)>(l, "cuptiActivityGetNextRecord");
+  if (!g_activity.register_callbacks || !g_activity.enable || !g_activity.flush || !g_activity.next_record ||
+      g_activity.register_callbacks(activity_buffer_requested, activity_buffer_completed) != CUPTI_SUCCESS ||
+      g_activity.enable(CUPTI_ACTIVITY_KIND_MEMORY2) != CUPTI_SUCCESS) {
+    publish_notice("--verify: CUPTI keeps no memory activity records here: nothing to compare with");
+    return;
+  }
+  g_activity.enable(CUPTI_ACTIVITY_KIND_MEMORY_POOL);  // pools' own records, where CUPTI has them
+  g_activity.on = true;
+  std::atexit(flush_activity);
+}
+
+// Hands every record so far over and stops collecting: CUPTI goes to another tool.
+void stop_activity() {
+  if (!g_activity.on) return;
+  flush_activity();
+  if (g_activity.disable) {
+    g_activity.disable(CUPTI_ACTIVITY_KIND_MEMORY2);
+    g_activity.disable(CUPTI_ACTIVITY_KIND_MEMORY_POOL);
+  }
+  g_activity.on = false;
+  publish_notice("--verify: CUPTI's memory records stop where another tool took CUPTI over");
+}
+
 // Subscribes and enables the callbacks; under g_cupti_mutex.
 void subscribe() {
   g_cupti.library = open_cupti();
@@ -334,6 +421,11 @@ void subscribe() {
   g_cupti.result_string = symbol<decltype(g_cupti.result_string)>(g_cupti.library, "cuptiGetResultString");
   if ((!g_cupti.subscribe && !g_cupti.subscribe_v2) || !g_cupti.unsubscribe || !g_cupti.enable_callback) {
     fall_back("the CUPTI library lacks the callback API: recorded through memtrace's interposers");
+    return;
+  }
+  if (backend() == Backend::kPreload) {  // --verify alone: CUPTI's records, no callbacks
+    g_cupti_pid = ::getpid();
+    if (session_active()) start_activity();
     return;
   }
   CUptiResult r;
@@ -357,15 +449,17 @@ void subscribe() {
     return;
   }
   for (const Handler& h : kHandlers) g_cupti.enable_callback(1, g_subscriber, h.domain, h.cbid);
-  g_subscribed_pid = ::getpid();
+  g_cupti_pid = ::getpid();
+  if (verify_requested() && session_active()) start_activity();
   if (backend() == Backend::kCupti) g_interposers_record.store(false, std::memory_order_relaxed);
 }
 
 // A forked child has the parent's subscription in memory but no CUDA of its own: its interposers
 // record, and CUPTI is never touched again there.
 void forget_cupti_in_child() {
+  g_activity.on = false;
   g_subscriber = nullptr;
-  g_subscribed_pid = 0;
+  g_cupti_pid = 0;
   g_interposers_record.store(true, std::memory_order_relaxed);
   g_cupti_generation.fetch_add(1, std::memory_order_relaxed);
 }
@@ -376,7 +470,7 @@ __attribute__((constructor)) void install_cupti_fork_handler() {
 }  // namespace
 
 void start_cupti() {
-  if (backend() == Backend::kPreload) return;
+  if (backend() == Backend::kPreload && !verify_requested()) return;
   static std::atomic<bool> started{false};
   if (started.exchange(true)) return;
   std::lock_guard lock(g_cupti_mutex);
@@ -387,7 +481,9 @@ void start_cupti() {
 // tool works as it would alone.
 void hand_cupti_over() {
   std::lock_guard lock(g_cupti_mutex);
-  if (!g_subscriber || g_subscribed_pid != ::getpid()) return;
+  if (g_cupti_pid != ::getpid()) return;
+  stop_activity();
+  if (!g_subscriber) return;
   g_cupti.unsubscribe(g_subscriber);
   g_subscriber = nullptr;
   g_cupti_generation.fetch_add(1, std::memory_order_relaxed);

@@ -99,4 +99,96 @@ TEST(CuptiSubscribers, WithoutMemtraceTheToolSeesEveryCall) {
   EXPECT_NE(r.out.find("saw 10 cudaMalloc calls"), std::string::npos) << r.out;
 }
 
+// --verify: CUPTI's memory records beside the calls, compared at the end (memtrace verify).
+struct Verified {
+  e2e::Result run;
+  e2e::Result verify;
+  json result;  // the process's verify JSON
+};
+
+Verified run_verified(const std::string& name, const std::string& sample, const std::string& backend,
+                      const std::vector<std::string>& env = {}) {
+  std::string dir = e2e::temp_dir(name);
+  std::vector<std::string> command = {"/usr/bin/env"};
+  command.insert(command.end(), env.begin(), env.end());
+  command.push_back(e2e::sample_path(sample));
+  Verified v;
+  v.run = e2e::run_traced(dir, command, {"--backend", backend, "--verify"});
+  v.verify = e2e::run({MEMTRACE_BIN, "verify", "--json", dir + "/traces"});
+  json j = json::parse(v.verify.out, nullptr, false);
+  if (!j.is_discarded() && j["processes"].size() == 1) v.result = j["processes"][0];
+  return v;
+}
+
+class VerifyBackend : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(VerifyBackend, EveryAllocationIsInBoth) {
+  for (const char* sample : {"runtime_kinds", "stream_pool", "static_runtime"}) {
+    SCOPED_TRACE(sample);
+    Verified v = run_verified(std::string("verify_") + sample + "_" + GetParam(), sample, GetParam());
+    ASSERT_EQ(v.run.status, 0) << v.run.err;
+    EXPECT_NE(v.run.err.find("memtrace: verify:"), std::string::npos) << v.run.err;
+    EXPECT_EQ(v.verify.status, 0) << v.verify.out << v.verify.err;
+    EXPECT_EQ(v.result["agree"], true) << v.result.dump(2);
+    EXPECT_GT(v.result["recorded"].get<int>(), 0);
+    EXPECT_EQ(v.result["recorded"], v.result["seen_by_cupti"]);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, VerifyBackend, ::testing::Values("auto", "preload", "cupti"));
+
+TEST(Verify, AnAllocationHiddenFromTheCallbacksIsListed) {
+  // No callback for the managed allocation, runtime or driver: under --backend cupti it is not
+  // recorded, and CUPTI's activity records show it.
+  Verified v = run_verified("verify_hidden_call", "runtime_kinds", "cupti",
+                            {"MEMTRACE_SIM_SILENT_API=cudaMallocManaged,cuMemAllocManaged"});
+  ASSERT_EQ(v.run.status, 0) << v.run.err;
+  EXPECT_EQ(v.verify.status, 1) << v.verify.out;
+  EXPECT_EQ(v.result["only_cupti_count"], 1) << v.result.dump(2);
+  EXPECT_EQ(v.result["only_recorded_count"], 0);
+  ASSERT_EQ(v.result["only_cupti"].size(), 1u);
+  EXPECT_EQ(v.result["only_cupti"][0]["kind"], "managed");
+  EXPECT_EQ(v.result["only_cupti"][0]["size"], 24 << 20);
+  EXPECT_NE(v.run.err.find("seen by CUPTI and not recorded"), std::string::npos) << v.run.err;
+
+  // auto: the interposer saw it.
+  Verified both = run_verified("verify_hidden_call_auto", "runtime_kinds", "auto",
+                               {"MEMTRACE_SIM_SILENT_API=cudaMallocManaged,cuMemAllocManaged"});
+  EXPECT_EQ(both.verify.status, 0) << both.verify.out;
+}
+
+TEST(Verify, AnAllocationMissingFromCuptisRecordsIsListedWithItsSite) {
+  Verified v =
+      run_verified("verify_hidden_record", "runtime_kinds", "auto", {"MEMTRACE_SIM_NO_ACTIVITY_BYTES=10485760"});
+  ASSERT_EQ(v.run.status, 0) << v.run.err;
+  EXPECT_EQ(v.verify.status, 1) << v.verify.out;
+  EXPECT_EQ(v.result["only_recorded_count"], 1) << v.result.dump(2);
+  EXPECT_EQ(v.result["only_cupti_count"], 0);
+  ASSERT_EQ(v.result["only_recorded"].size(), 1u);
+  EXPECT_EQ(v.result["only_recorded"][0]["api"], "cudaMalloc");
+  EXPECT_EQ(v.result["only_recorded"][0]["location"].get<std::string>().rfind("main at runtime_kinds.cpp:", 0), 0u)
+      << v.result.dump(2);
+}
+
+TEST(Verify, ATraceWithoutCuptisRecordsHasNothingToCompare) {
+  std::string dir = e2e::temp_dir("verify_none");
+  ASSERT_EQ(e2e::run_sample(dir, "runtime_kinds").status, 0);
+  e2e::Result v = e2e::run({MEMTRACE_BIN, "verify", dir + "/traces"});
+  EXPECT_EQ(v.status, 2) << v.out;
+  EXPECT_NE(v.out.find("no CUPTI memory records"), std::string::npos) << v.out;
+}
+
+TEST(Verify, RecordsStopWhereAnotherToolTakesCuptiOver) {
+  std::string dir = e2e::temp_dir("verify_handover");
+  e2e::Result r = e2e::run_sample(dir, "cupti_tool", {"--subscribe-after", "3"}, {"--backend", "cupti", "--verify"});
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("saw 7 cudaMalloc calls"), std::string::npos) << r.out;
+  json p = only_process(dir);
+  EXPECT_EQ(p["activity_records"], 6) << "three allocations and three releases before the tool came";
+  bool said = false;
+  for (const json& n : p["notices"])
+    said = said || n.get<std::string>().find("stop where another tool") != std::string::npos;
+  EXPECT_TRUE(said) << p["notices"].dump();
+}
+
 }  // namespace

@@ -3,15 +3,20 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 namespace {
 
 std::atomic<memtrace_sim_api_callback> g_callback{nullptr};
 std::atomic<memtrace_sim_memory_activity> g_activity{nullptr};
 
+// MEMTRACE_SIM_SILENT_API: function names, separated by commas.
 bool silent(const char* name) {
-  static const char* const silenced = std::getenv("MEMTRACE_SIM_SILENT_API");
-  return silenced && name && std::strcmp(silenced, name) == 0;
+  static const std::string silenced = [] {
+    const char* v = std::getenv("MEMTRACE_SIM_SILENT_API");
+    return v ? "," + std::string(v) + "," : std::string();
+  }();
+  return name && !silenced.empty() && silenced.find("," + std::string(name) + ",") != std::string::npos;
 }
 
 uint64_t unreported_bytes() {

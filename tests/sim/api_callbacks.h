@@ -6,8 +6,8 @@
 //   driver calls a runtime call makes fire their own callbacks inside it.
 // - memory activity: each allocation and release of device, managed and pinned host memory, as
 //   CUPTI's MEMORY2 activity records report them, whichever call made it.
-// Test knobs: MEMTRACE_SIM_SILENT_API=NAME fires no callbacks for the function NAME (as if CUPTI
-// had no callback for it); MEMTRACE_SIM_NO_ACTIVITY_BYTES=N reports no activity for allocations
+// Test knobs: MEMTRACE_SIM_SILENT_API=NAME[,NAME...] fires no callbacks for those functions (as if
+// CUPTI had no callback for them); MEMTRACE_SIM_NO_ACTIVITY_BYTES=N reports no activity for allocations
 // of exactly N bytes. Either hides an allocation from one side, for `memtrace run --verify`.
 #pragma once
 

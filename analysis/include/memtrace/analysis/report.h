@@ -82,6 +82,7 @@ struct ProcessReport {
   std::vector<std::string> notices;  // about the recording, a sentence each
   uint64_t captured_events = 0;      // stream-ordered calls made while capturing a CUDA graph
   uint64_t cupti_events = 0;         // recorded from CUPTI's callbacks (the rest: by interposers)
+  uint64_t activity_records = 0;     // CUPTI's memory activity records (--verify)
   uint64_t incomplete_records = 0;
   uint64_t unmatched_frees = 0;
   uint64_t pinned_host_peak_bytes = 0;
@@ -166,6 +167,7 @@ class ReportBuilder {
   uint64_t unmatched_frees_ = 0;
   uint64_t captured_events_ = 0;
   uint64_t cupti_events_ = 0;
+  uint64_t observations_ = 0;
   uint64_t events_ = 0;
   bool new_peak_ = false;
 };

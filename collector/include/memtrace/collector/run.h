@@ -32,7 +32,8 @@ struct RunOptions {
 
 // Returns the exit code for `memtrace run`: the program's, 128+N if signal N killed it, or
 // 125/126/127 when memtrace could not run it (with a one-line message on stderr).
-int run_command(const RunOptions& options);
+// OUTPUT_DIR, when given, is set to the folder the traces went to (empty when none was kept).
+int run_command(const RunOptions& options, std::string* output_dir = nullptr);
 
 }  // namespace memtrace
 

@@ -78,7 +78,12 @@ enum class Api : uint16_t {
   // gave the allocator).
   kSnapshotSegment = 50,
   kSnapshotSegmentFree = 51,
-  kCount = 52,
+  // What CUPTI's activity records say the device did (memtrace run --verify): an allocation or a
+  // release of the memory at addr (size bytes, of kind), whichever call made it. Observations, not
+  // calls: they change nothing in the live set and are compared with the calls recorded.
+  kCuptiMemoryAlloc = 52,
+  kCuptiMemoryFree = 53,
+  kCount = 54,
 };
 
 // What a recorded object is. Each kind has its own address space in the live set: a VMM mapping
@@ -182,6 +187,8 @@ inline constexpr ApiInfo kApiTable[] = {
     {"memtrace.range_pop", Op::kMark, MemKind::kUnknown, Layer::kUnknown, AuxField::kName},
     {"snapshot.segment", Op::kAlloc, MemKind::kDevice},
     {"snapshot.segment_free", Op::kFree, MemKind::kDevice},
+    {"cupti.memory_alloc", Op::kMark, MemKind::kDevice, Layer::kUnknown},
+    {"cupti.memory_free", Op::kMark, MemKind::kDevice, Layer::kUnknown},
 };
 static_assert(std::size(kApiTable) == static_cast<size_t>(Api::kCount));
 
@@ -197,6 +204,8 @@ inline const ApiInfo& api_info(Api api) {
   return kApiTable[i < std::size(kApiTable) ? i : 0];
 }
 inline std::string_view api_name(Api api) { return api_info(api).name; }
+// What memtrace observed rather than a call the program made (CUPTI's activity records).
+inline bool is_observation(Api api) { return api == Api::kCuptiMemoryAlloc || api == Api::kCuptiMemoryFree; }
 inline std::string_view mem_kind_name(MemKind kind) {
   auto i = static_cast<size_t>(kind);
   return kMemKindNames[i < std::size(kMemKindNames) ? i : 0];
