@@ -6,6 +6,27 @@
 
 namespace memtrace {
 
+namespace {
+
+// The device layer at the reserved peak: what was reserved then, site by site, and what lay
+// outside it as one more row.
+DeviceReport device_layer_of(const DeviceReport& reserved) {
+  DeviceReport d = reserved;
+  d.peak_bytes = reserved.device_at_peak_bytes();
+  if (reserved.outside_reserved_at_peak_bytes) {
+    SiteTotal outside;
+    outside.site.api = Api::kDeviceUsed;
+    outside.bytes = reserved.outside_reserved_at_peak_bytes;
+    outside.location = "outside the reserved layer: the CUDA context, library workspaces, other processes";
+    auto at = std::find_if(d.peak_sites.begin(), d.peak_sites.end(),
+                           [&](const SiteTotal& s) { return s.bytes < outside.bytes; });
+    d.peak_sites.insert(at, std::move(outside));
+  }
+  return d;
+}
+
+}  // namespace
+
 PeakView peak_view(const std::vector<ProcessAnalysis>& processes, const PeakOptions& options) {
   PeakView view;
   view.by_category = options.by_category;
@@ -18,13 +39,16 @@ PeakView peak_view(const std::vector<ProcessAnalysis>& processes, const PeakOpti
     PeakView::Process process;
     process.id = process_id(p.report);
     process.steps = p.step_starts.size();
-    process.layer_recorded = view.layer != Layer::kAllocated || p.has_allocated;
+    process.layer_recorded = view.layer == Layer::kReserved || (view.layer == Layer::kAllocated && p.has_allocated);
     process.categories_known = p.categories_known;
     uint64_t process_peak = 0;
     for (const DeviceReport& d : r.devices) {
       if (options.device && d.device != *options.device) continue;
-      process.devices.push_back({d, p.step_starts.empty() ? std::nullopt : std::optional<uint64_t>(d.peak_step)});
-      process_peak += d.peak_bytes;
+      if (view.layer == Layer::kDevice && !d.device_samples) continue;
+      process.layer_recorded = true;
+      process.devices.push_back({view.layer == Layer::kDevice ? device_layer_of(d) : d,
+                                 p.step_starts.empty() ? std::nullopt : std::optional<uint64_t>(d.peak_step)});
+      process_peak += process.devices.back().report.peak_bytes;
     }
     if (!process.devices.empty()) ++with_peak;
     sum += process_peak;
@@ -87,9 +111,10 @@ std::string to_text(const PeakView& view) {
     if (!out.empty()) out += "\n";
     out += process_heading(p.id);
     if (!p.layer_recorded) {
-      out +=
-          "  the allocated layer was not recorded (no PyTorch allocator events, and no allocator described its "
-          "regions through NVTX)\n";
+      out += view.layer == Layer::kDevice
+                 ? "  the device layer was not sampled (an import, or a trace from an older memtrace)\n"
+                 : "  the allocated layer was not recorded (no PyTorch allocator events, and no allocator described "
+                   "its regions through NVTX)\n";
       continue;
     }
     if (view.by_category && !p.categories_known)

@@ -108,7 +108,7 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
   uint64_t last_t = 0;
   bool changed = false;
   while (reader->next(event)) {
-    ++report.events;
+    if (!is_observation(event.api)) ++report.events;
     last_t = event.t_ns;
     const ReplayStep& step = replay.apply(event);
     reserved.add(step);

@@ -38,7 +38,10 @@ void ReportBuilder::add(const ReplayStep& step) {
   ++events_;
   new_peak_ = false;
   if (is_observation(e.api)) {  // not a call: no row of its own
-    ++observations_;
+    if (e.api == Api::kDeviceUsed)
+      sample_device(e.device, e.size, e.t_ns);
+    else
+      ++activity_records_;
     return;
   }
   ApiCounts& c = calls_[static_cast<size_t>(e.api) < calls_.size() ? static_cast<size_t>(e.api) : 0];
@@ -54,8 +57,10 @@ void ReportBuilder::add(const ReplayStep& step) {
   if (!step.matched) ++unmatched_frees_;
   if (e.captured()) ++captured_events_;
   if (e.flags & kEventFromCupti) ++cupti_events_;
-  if (e.op() == Op::kAlloc && e.result == kOutOfMemoryResult)
+  if (e.op() == Op::kAlloc && e.result == kOutOfMemoryResult) {
     oom_events_.push_back(OomEvent{e.t_ns, e.api, e.size, e.device, e.device_free, e.device_total});
+    if (e.device_total > e.device_free) sample_device(e.device, e.device_total - e.device_free, e.t_ns);
+  }
   for (const MemoryChange& change : step.memory_changes) {
     if (change.layer != layer_) continue;
     DeviceState& d = device_state(change.device);
@@ -87,11 +92,31 @@ void ReportBuilder::add(const ReplayStep& step) {
       d.peak_tid = e.tid;
       d.peak_unsaved = true;
       new_peak_ = true;
+      d.peak_has_outside = d.samples > 0;
+      d.outside_at_peak = d.outside_latest;
+      d.outside_at_peak_time = d.outside_latest_time;
     }
   }
   if (step.pinned_host_bytes) {
     pinned_host_live_ += static_cast<uint64_t>(step.pinned_host_bytes);
     pinned_host_peak_ = std::max(pinned_host_peak_, pinned_host_live_);
+  }
+}
+
+// Only the reserved layer's builder keeps the device layer: what lies outside the reserved layer
+// is the sample minus what it holds.
+void ReportBuilder::sample_device(int32_t device, uint64_t used, uint64_t t_ns) {
+  // A device nothing was reserved on (every allocation failed) gets no row from a sample.
+  if (layer_ != Layer::kReserved || device < 0 || !devices_.count(device)) return;
+  DeviceState& d = device_state(device);
+  ++d.samples;
+  d.used_max = std::max(d.used_max, used);
+  d.outside_latest = used > d.live ? used - d.live : 0;
+  d.outside_latest_time = t_ns;
+  if (!d.peak_has_outside) {  // a peak before the first sample takes the first after it
+    d.outside_at_peak = d.outside_latest;
+    d.outside_at_peak_time = t_ns;
+    d.peak_has_outside = true;
   }
 }
 
@@ -146,7 +171,7 @@ void ReportBuilder::finish(ProcessReport& report) {
   report.unmatched_frees = unmatched_frees_;
   report.captured_events = captured_events_;
   report.cupti_events = cupti_events_;
-  report.activity_records = observations_;
+  report.activity_records = activity_records_;
   report.pinned_host_peak_bytes = pinned_host_peak_;
   report.devices.clear();
   for (auto& [ordinal, d] : devices_) {
@@ -163,6 +188,10 @@ void ReportBuilder::finish(ProcessReport& report) {
     r.live_at_exit_count = d.count;
     r.peak_sites = largest(d.at_peak);
     r.exit_sites = largest(d.sites);
+    r.device_samples = d.samples;
+    r.outside_reserved_at_peak_bytes = d.peak_has_outside ? d.outside_at_peak : 0;
+    r.outside_sampled_at_ns = d.outside_at_peak_time;
+    r.device_used_max_sampled_bytes = d.used_max;
     report.devices.push_back(std::move(r));
   }
 }

@@ -55,6 +55,14 @@ std::string process_heading(const ProcessId& p) {
   return "process " + std::to_string(p.pid) + ": " + command_line(p.command) + "\n";
 }
 
+std::string device_layer_line(const DeviceReport& d) {
+  if (!d.device_samples) return "device used: not sampled (an import, or a trace from an older memtrace)";
+  return "device used at the peak " + format_bytes(d.device_at_peak_bytes()) + ": " + format_bytes(d.peak_bytes) +
+         " reserved + " + format_bytes(d.outside_reserved_at_peak_bytes) +
+         " outside it (the CUDA context, library workspaces, other processes; cudaMemGetInfo at " +
+         format_duration_ns(d.outside_sampled_at_ns) + ")";
+}
+
 std::string percent(uint64_t part, uint64_t whole) {
   char text[16];
   std::snprintf(text, sizeof text, "%.1f%%",
@@ -141,7 +149,12 @@ nlohmann::json report_json(const std::vector<ProcessReport>& processes) {
                      {"peak_time_ns", d.peak_time_ns},
                      {"live_at_exit_bytes", d.live_at_exit_bytes},
                      {"live_at_exit_count", d.live_at_exit_count},
-                     {"top_sites_at_peak", sites}});
+                     {"top_sites_at_peak", sites},
+                     {"device_samples", d.device_samples},
+                     {"device_at_peak_bytes", d.device_at_peak_bytes()},
+                     {"outside_reserved_at_peak_bytes", d.outside_reserved_at_peak_bytes},
+                     {"outside_sampled_at_ns", d.outside_sampled_at_ns},
+                     {"device_used_max_sampled_bytes", d.device_used_max_sampled_bytes}});
       devices.push_back(std::move(device));
     }
     nlohmann::json oom_events = nlohmann::json::array();
@@ -226,6 +239,7 @@ std::string report_text(const std::vector<ProcessReport>& processes) {
       out += "\n  device " + std::to_string(d.device) + about + ": peak reserved " + format_bytes(d.peak_bytes) +
              " at " + format_duration_ns(d.peak_time_ns) + "; live at exit " + format_bytes(d.live_at_exit_bytes) +
              " in " + std::to_string(d.live_at_exit_count) + " allocations\n";
+      out += "    " + device_layer_line(d) + "\n";
       if (d.peak_sites.empty()) continue;
       out += "    largest sites at the peak:\n";
       out += "    " + pad("bytes", 11, true) + pad("share", 8, true) + pad("count", 8, true) + "  " + pad("api", 26) +

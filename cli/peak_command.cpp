@@ -17,14 +17,8 @@ struct PeakCli {
 };
 
 int peak(PeakCli& c) {
-  if (c.layer == "device") {
-    std::fprintf(stderr,
-                 "memtrace peak: the device layer is sampled only at out-of-memory moments; use --layer "
-                 "reserved or allocated\n");
-    return kExitUsage;
-  }
   PeakOptions options;
-  options.layer = c.layer == "allocated" ? Layer::kAllocated : Layer::kReserved;
+  options.layer = c.layer == "allocated" ? Layer::kAllocated : c.layer == "device" ? Layer::kDevice : Layer::kReserved;
   if (*c.device_option) options.device = c.device;
   options.by_category = c.analysis.by == "category";
   return analyze_and_show("peak", c.analysis, [&](const auto& processes) { return peak_view(processes, options); });
@@ -37,7 +31,8 @@ Command add_peak_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("peak", "When each device peaked, and what was live then, by site");
   add_analysis_options(cmd, c->analysis);
   cmd->add_option("--layer", c->layer,
-                  "reserved (what the allocation APIs hold; default) or allocated (what allocators handed out)")
+                  "reserved (what the allocation APIs hold; default), allocated (what allocators handed out) or device "
+                  "(what the device had in use: the reserved layer and what lay outside it)")
       ->check(CLI::IsMember({"reserved", "allocated", "device"}));
   c->device_option = cmd->add_option("--device", c->device, "Only this device")->check(CLI::Range(0, 1024));
   return {cmd, [c] { return peak(*c); }};

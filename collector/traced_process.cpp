@@ -176,6 +176,7 @@ void TracedProcess::record(const RingEvent& raw) {
   if (static_cast<uint16_t>(e.api) >= static_cast<uint16_t>(Api::kCount)) e.api = Api::kUnknown;
   if (static_cast<uint8_t>(e.kind) >= static_cast<uint8_t>(MemKind::kCount)) e.kind = MemKind::kUnknown;
   e.layer = api_info(e.api).layer;
+  if (is_observation(e.api)) ++observations_;
   writer_->add(e);
   snapshots_.before_event(e, replay_);
   const ReplayStep& step = replay_.apply(e);
@@ -244,7 +245,7 @@ void TracedProcess::finish_in_worker(Work& work) {
   report_.trace_path = writer_->path();
   report_.exit_status = work.exit_status;
   report_.end_reason = work.end_reason;
-  report_.events = writer_->events_written();
+  report_.events = writer_->events_written() - observations_;  // calls; samples and records are not
   report_.dropped_events = work.footer.dropped_events();
   report_.incomplete_records = work.footer.incomplete_records();
   report_.longest_wait_ns = work.footer.longest_wait_ns();

@@ -121,6 +121,7 @@ class TracedProcess : private RecordSink {
   std::unordered_map<uint32_t, std::pair<uint16_t, uint64_t>> in_flight_;
   std::vector<std::string> notices_;  // for the footer, each once
   uint64_t last_t_ = 0;
+  uint64_t observations_ = 0;  // events that are not calls (is_observation)
   Replay replay_;
   ReportBuilder summary_;
   SnapshotKeeper snapshots_;

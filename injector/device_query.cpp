@@ -6,10 +6,12 @@
 // are allowed during stream capture.
 #include <cuda.h>
 
+#include <atomic>
 #include <cstring>
 #include <string>
 
 #include "interpose.h"
+#include "memtrace/ring/producer.h"
 #include "memtrace/ring/protocol.h"
 
 namespace memtrace::inject {
@@ -61,6 +63,39 @@ bool query_device_memory(uint64_t caller, uint64_t& free_bytes, uint64_t& total_
   free_bytes = f;
   total_bytes = t;
   return true;
+}
+
+namespace {
+
+constexpr uint64_t kSampleInterval = 1'000'000;     // ns
+constexpr uint64_t kAlwaysSampledBytes = 64 << 20;  // an allocation this large may make the peak
+constexpr int kSampledDevices = 64;
+std::atomic<uint64_t> g_last_sample[kSampledDevices];
+
+void publish_device_used(int device, uint64_t free_bytes, uint64_t total_bytes) {
+  Event e;
+  e.api = Api::kDeviceUsed;
+  e.kind = MemKind::kDevice;
+  e.layer = Layer::kDevice;
+  e.device = device;
+  e.size = total_bytes > free_bytes ? total_bytes - free_bytes : 0;
+  e.device_free = free_bytes;
+  e.device_total = total_bytes;
+  publish(e, stamp(e), nullptr);
+}
+
+}  // namespace
+
+void sample_device_memory(uint64_t caller, int device, uint64_t bytes) {
+  if (device < 0 || device >= kSampledDevices) return;
+  const uint64_t now = ring::monotonic_ns();
+  std::atomic<uint64_t>& last = g_last_sample[device];
+  uint64_t before = last.load(std::memory_order_relaxed);
+  if (before && now - before < kSampleInterval && bytes < kAlwaysSampledBytes) return;
+  if (!last.compare_exchange_strong(before, now, std::memory_order_relaxed)) return;  // another thread samples
+  if (driver_device(caller) != device) return;  // cuMemGetInfo would answer for another device
+  uint64_t free_bytes = 0, total_bytes = 0;
+  if (query_device_memory(caller, free_bytes, total_bytes)) publish_device_used(device, free_bytes, total_bytes);
 }
 
 bool query_devices(uint64_t caller, std::string& payload, uint32_t& count) {

@@ -82,6 +82,9 @@ class Call {
       publish(event, seq_, &stack);
       if (result == 0 && (event.kind == MemKind::kDevice || event.kind == MemKind::kVmmMapping))
         note_reserved(event.addr, event.size);
+      if (result == 0 &&
+          (event.kind == MemKind::kDevice || event.kind == MemKind::kManaged || event.kind == MemKind::kVmmPhysical))
+        sample_device_memory(origin(), event.device, event.size);
     } else {
       if (!stamped_) seq_ = stamp(event);
       publish(event, seq_, nullptr);

@@ -245,7 +245,7 @@ void publish(const Event& event, uint64_t seq, const StackCapture* stack, std::s
   if (name_bytes) std::memcpy(reinterpret_cast<char*>(words + count), name.data(), name_bytes);  // data() may be null
   if (!deliver(ring::kSlotEvent, &rec, words, count * sizeof(uint64_t) + name_bytes) &&
       g_state.load(std::memory_order_relaxed) == kActive)
-    g_ring.count_dropped(seq, event.tid);
+    g_ring.count_dropped(seq, event.tid, !is_observation(event.api));
 }
 
 }  // namespace memtrace::inject

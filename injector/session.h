@@ -48,6 +48,11 @@ void publish_module(uint64_t bias, uint64_t start, uint64_t end, std::string_vie
 // lack of memory; false when the driver cannot say (device_query.cpp).
 bool query_device_memory(uint64_t caller, uint64_t& free_bytes, uint64_t& total_bytes);
 
+// Samples the memory in use on DEVICE (the device layer) after an allocation of BYTES there, at
+// most once a millisecond per device unless it is a large one, when DEVICE is the current
+// context's (cuMemGetInfo asks about that one) (device_query.cpp).
+void sample_device_memory(uint64_t caller, int device, uint64_t bytes);
+
 // The devices the process sees, as ring::DeviceEntry records followed by their names; false
 // when the driver cannot say yet (device_query.cpp).
 bool query_devices(uint64_t caller, std::string& payload, uint32_t& count);

@@ -131,10 +131,11 @@ Producer::Reserved Producer::publish(uint32_t type, const void* first, const voi
   return r;
 }
 
-void Producer::count_dropped(uint64_t seq, uint32_t tid) {
+void Producer::count_dropped(uint64_t seq, uint32_t tid, bool counted) {
   RingHeader* h = ring_.header;
   uint64_t i = h->dropped_log_count.fetch_add(1, std::memory_order_relaxed);
   if (i < kDroppedLogSize) h->dropped_log[i].store(seq + 1, std::memory_order_release);  // 0: not written yet
+  if (!counted) return;
   note_thread_drop(tid);
   h->dropped_events.fetch_add(1, std::memory_order_release);
 }

@@ -294,3 +294,46 @@ TEST(Ranks, AJobFolderIsEveryRanksTraces) {
 }
 
 }  // namespace
+
+namespace {
+
+using nlohmann::json;
+
+// The device layer: memtrace samples what the device has in use (cudaMemGetInfo) and every
+// report shows what lies outside the reserved layer (on the simulated device: its context, a
+// fixed MEMTRACE_SIM_CONTEXT_BYTES), so that device >= reserved >= allocated add up.
+TEST(DeviceLayer, EveryReportShowsWhatLiesOutsideTheReservedLayer) {
+  std::string dir = e2e::temp_dir("device_layer");
+  e2e::Result r = e2e::run_traced(
+      dir, {"/usr/bin/env", "MEMTRACE_SIM_CONTEXT_BYTES=200MiB", e2e::sample_path("train_loop"), "--steps", "5"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  json d = e2e::report_json(dir + "/traces")["processes"][0]["devices"][0];
+  EXPECT_GT(d["device_samples"].get<int>(), 0);
+  EXPECT_EQ(d["outside_reserved_at_peak_bytes"], 200u << 20) << d.dump(2);
+  EXPECT_EQ(d["device_at_peak_bytes"].get<uint64_t>(), d["peak_reserved_bytes"].get<uint64_t>() + (200u << 20));
+  EXPECT_GE(d["device_used_max_sampled_bytes"].get<uint64_t>(), 200u << 20);
+
+  e2e::Result text = e2e::run({e2e::kMemtrace, "report", dir + "/traces"});
+  EXPECT_NE(text.out.find("device used at the peak"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("200 MiB outside it"), std::string::npos) << text.out;
+
+  json peak = e2e::command_json({e2e::kMemtrace, "peak", "--layer", "device", "--json", dir + "/traces"});
+  EXPECT_EQ(peak["layer"], "device");
+  json pd = peak["processes"][0]["devices"][0];
+  EXPECT_EQ(pd["peak_bytes"], d["device_at_peak_bytes"]);
+  bool outside = false;
+  for (const json& s : pd["sites"])
+    if (s["api"] == "device.used") {
+      outside = true;
+      EXPECT_EQ(s["bytes"], 200u << 20);
+    }
+  EXPECT_TRUE(outside) << pd.dump(2);
+}
+
+TEST(DeviceLayer, AnImportHasNoSamplesAndSaysSo) {
+  json peak = e2e::command_json({e2e::kMemtrace, "peak", "--layer", "device", "--json",
+                                 std::string(MEMTRACE_TEST_DATA) + "/torch/2.1-finetune.pickle"});
+  EXPECT_EQ(peak["processes"][0]["layer_recorded"], false) << peak.dump(2);
+}
+
+}  // namespace

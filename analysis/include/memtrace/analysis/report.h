@@ -54,6 +54,15 @@ struct DeviceReport {
   std::string peak_phase;
   // The allocated layer's peak by category (parameters, gradients, ...), when the trace tells.
   std::vector<CategoryTotal> peak_categories;
+  // The device layer, from memtrace's samples of the device's memory in use (and the figures an
+  // out-of-memory reported): what lay outside the reserved layer (the CUDA context, library
+  // workspaces, other processes) by the sample nearest before the peak (else the first after),
+  // which puts the device at the peak at peak_bytes plus that; and the largest sample itself.
+  uint64_t device_samples = 0;
+  uint64_t outside_reserved_at_peak_bytes = 0;
+  uint64_t outside_sampled_at_ns = 0;
+  uint64_t device_used_max_sampled_bytes = 0;
+  uint64_t device_at_peak_bytes() const { return peak_bytes + outside_reserved_at_peak_bytes; }
 };
 
 // An allocation that failed for lack of memory.
@@ -76,7 +85,7 @@ struct ProcessReport {
   std::string trace_path;
   bool complete = true;  // the trace ended with its footer
   std::string problem;   // why the trace was read only in part
-  uint64_t events = 0;
+  uint64_t events = 0;   // the calls recorded (not memtrace's own samples and CUPTI's records)
   uint64_t dropped_events = 0;
   uint64_t longest_wait_ns = 0;      // the longest the program waited for memtrace (room in its ring)
   std::vector<std::string> notices;  // about the recording, a sentence each
@@ -138,7 +147,13 @@ class ReportBuilder {
     bool peak_unsaved = false;  // the sites at the newest peak are not in at_peak yet
     SiteMap sites;
     SiteMap at_peak;
+    // The device layer: samples, the outside of the newest, and the one the peak goes with.
+    uint64_t samples = 0, used_max = 0;
+    uint64_t outside_latest = 0, outside_latest_time = 0;
+    bool peak_has_outside = false;
+    uint64_t outside_at_peak = 0, outside_at_peak_time = 0;
   };
+  void sample_device(int32_t device, uint64_t used, uint64_t t_ns);
   std::vector<SiteTotal> largest(const SiteMap& sites) const;
   // Sites are numbered in order of appearance; a stack id remembers its site's slot, so the key
   // function and the key's hash run once per stack, not once per event.
@@ -167,7 +182,7 @@ class ReportBuilder {
   uint64_t unmatched_frees_ = 0;
   uint64_t captured_events_ = 0;
   uint64_t cupti_events_ = 0;
-  uint64_t observations_ = 0;
+  uint64_t activity_records_ = 0;
   uint64_t events_ = 0;
   bool new_peak_ = false;
 };

@@ -22,6 +22,9 @@ std::string stack_text(const std::vector<FrameView>& frames, size_t first, size_
 // A site: {"api","bytes","count","location","stack"}, and what its stack is missing, if anything.
 nlohmann::json site_json(const SiteTotal& site);
 std::string command_line(const std::vector<std::string>& command);
+// The device layer of DEVICE in one line: what it used at most, and how much of that lay outside
+// the reserved layer.
+std::string device_layer_line(const DeviceReport& d);
 // "12.5%" of WHOLE; and S padded with spaces to WIDTH, on the left when RIGHT (for numbers).
 std::string percent(uint64_t part, uint64_t whole);
 std::string pad(std::string s, size_t width, bool right = false);

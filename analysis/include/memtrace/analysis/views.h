@@ -17,7 +17,7 @@ namespace memtrace {
 
 // memtrace peak: per process and device, the peak of one layer and what was live then.
 struct PeakOptions {
-  Layer layer = Layer::kReserved;  // or kAllocated
+  Layer layer = Layer::kReserved;  // or kAllocated, kDevice
   std::optional<int32_t> device;   // all devices when unset
   bool by_category = false;        // what was live by category (the allocated layer), not by site
 };

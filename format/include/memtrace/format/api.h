@@ -83,7 +83,12 @@ enum class Api : uint16_t {
   // calls: they change nothing in the live set and are compared with the calls recorded.
   kCuptiMemoryAlloc = 52,
   kCuptiMemoryFree = 53,
-  kCount = 54,
+  // The device layer: the device's memory in use (cudaMemGetInfo: total minus free; size), with
+  // device_free and device_total, sampled after allocations (a millisecond apart at most per
+  // device, but after every large one). An observation: what lies outside the reserved layer is
+  // this minus what the reserved layer holds then.
+  kDeviceUsed = 54,
+  kCount = 55,
 };
 
 // What a recorded object is. Each kind has its own address space in the live set: a VMM mapping
@@ -189,6 +194,7 @@ inline constexpr ApiInfo kApiTable[] = {
     {"snapshot.segment_free", Op::kFree, MemKind::kDevice},
     {"cupti.memory_alloc", Op::kMark, MemKind::kDevice, Layer::kUnknown},
     {"cupti.memory_free", Op::kMark, MemKind::kDevice, Layer::kUnknown},
+    {"device.used", Op::kMark, MemKind::kDevice, Layer::kDevice},
 };
 static_assert(std::size(kApiTable) == static_cast<size_t>(Api::kCount));
 
@@ -204,8 +210,11 @@ inline const ApiInfo& api_info(Api api) {
   return kApiTable[i < std::size(kApiTable) ? i : 0];
 }
 inline std::string_view api_name(Api api) { return api_info(api).name; }
-// What memtrace observed rather than a call the program made (CUPTI's activity records).
-inline bool is_observation(Api api) { return api == Api::kCuptiMemoryAlloc || api == Api::kCuptiMemoryFree; }
+// What memtrace observed rather than a call the program made (CUPTI's activity records, samples
+// of the device's memory).
+inline bool is_observation(Api api) {
+  return api == Api::kCuptiMemoryAlloc || api == Api::kCuptiMemoryFree || api == Api::kDeviceUsed;
+}
 inline std::string_view mem_kind_name(MemKind kind) {
   auto i = static_cast<size_t>(kind);
   return kMemKindNames[i < std::size(kMemKindNames) ? i : 0];
