@@ -4,7 +4,10 @@
 # without PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, then runs one that leaks a tensor per
 # step and one that runs out of memory, and prints one table: memtrace's figures beside
 # PyTorch's own (the peaks of allocated and reserved memory, the segments), the time per step
-# without and with memtrace, the leak found with its line, whether the OOM snapshot names the line.
+# without and with memtrace, the leak found with its line, whether the OOM snapshot names the line;
+# then the same training through CUPTI's callbacks alone (--backend cupti), with --verify against
+# CUPTI's own records, and a program linked with NVIDIA's static runtime (static_runtime_nvidia),
+# whose allocations must all be recorded, through CUPTI and through dlsym.
 #
 #   samples/gpu/check.sh          on the GPU, with the PyTorch of `python3` (or $PYTHON)
 #   samples/gpu/check.sh --sim    the same plumbing on memtrace's simulated device, with the
@@ -52,20 +55,52 @@ run() {
   echo $? >"$work/$name.status"
 }
 
+# run_memtrace NAME MEMTRACE-OPTIONS... -- CMD...: CMD under memtrace only; keeps its output.
+run_memtrace() {
+  local name=$1 options=()
+  shift
+  while [ "$1" != -- ]; do options+=("$1"); shift; done
+  shift
+  "$memtrace" run "${sim[@]}" "${options[@]}" -o "$work/$name" -- "$@" >"$work/$name.out" 2>"$work/$name.err"
+  echo $? >"$work/$name.status"
+}
+
 run default -- "${steps[@]}"
 run expandable PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True -- "${steps[@]}"
 run leak -- "${steps[@]}" --leak
 run oom -- --steps 2 --oom
+# CUPTI's callbacks alone; CUPTI's own records held against what was recorded; a program linked
+# with the CUDA runtime statically (nvcc's default), seen through CUPTI (auto) and through dlsym
+# (preload).
+run_memtrace cupti --backend cupti -- "$python" "$model" "${steps[@]}"
+run_memtrace verify --verify -- "$python" "$model" "${steps[@]}"
+static=""
+for candidate in "$here/static_runtime_nvidia" "$root/build/samples/static_runtime_nvidia"; do
+  [ -z "$static" ] && [ -x "$candidate" ] && static=$candidate
+done
+if [ ${#sim[@]} -gt 0 ]; then  # NVIDIA's static runtime needs a GPU: the simulated runtime's archive
+  static=""
+  for candidate in "$here/static_runtime" "$root/build/samples/static_runtime"; do
+    [ -z "$static" ] && [ -x "$candidate" ] && static=$candidate
+  done
+fi
+if [ -n "$static" ]; then
+  run_memtrace static_auto --backend auto -- "$static"
+  run_memtrace static_preload --backend preload -- "$static"
+fi
 
-"$python" - "$work" "$memtrace" "$model" "${#sim[@]}" <<'PY'
+"$python" - "$work" "$memtrace" "$model" "${#sim[@]}" "$static" <<'PY'
 import glob, json, os, subprocess, sys
 
 work, memtrace, model = sys.argv[1:4]
 simulated = sys.argv[4] != "0"  # step times on the simulated device say nothing of a GPU
+static = sys.argv[5]
 rows, failed = [], []
 
 
 def account(path):
+    if not os.path.exists(path):
+        return None
     for line in open(path, errors="replace"):
         if line.startswith("memtrace-sample: "):
             return json.loads(line[len("memtrace-sample: "):])
@@ -94,7 +129,11 @@ def mib(n):
     return f"{n / 2**20:.1f} MiB" if isinstance(n, (int, float)) else str(n)
 
 
-for name in ("default", "expandable"):
+def is_allocation(api):
+    return ("Malloc" in api or "Alloc" in api) and not api.startswith("torch")
+
+
+for name in ("default", "expandable", "cupti"):
     status = open(f"{work}/{name}.status").read().strip()
     traced, bare = account(f"{work}/{name}.out"), account(f"{work}/{name}.bare")
     if status != "0" or traced is None:
@@ -117,6 +156,11 @@ for name in ("default", "expandable"):
         segments == traced.get("segments_allocated"))
     for notice in report["processes"][0].get("notices", []) if report else []:
         row(f"{name}: notice", notice, "none", False)
+    if name == "cupti":  # every allocation call seen through CUPTI's callbacks
+        p = report["processes"][0] if report else {}
+        calls = sum(c["calls"] for api, c in events.items() if api.startswith("cu"))  # the CUDA calls
+        row("cupti: calls seen through CUPTI", p.get("events_from_cupti"), calls, p.get("events_from_cupti") == calls)
+        continue
     if bare:
         ratio = traced["step_ms"] / bare["step_ms"] if bare.get("step_ms") else float("nan")
         row(f"{name}: ms per step, with memtrace / without", f"{traced['step_ms']:.2f} / {bare['step_ms']:.2f}",
@@ -144,6 +188,33 @@ if oom_snapshots:
         "both", s["layers"]["allocated"] is not None)
 else:
     row("oom: a snapshot was written", "none", "oom-*.memsnap", False)
+
+verify = subprocess.run([memtrace, "verify", "--json", f"{work}/verify"], capture_output=True, text=True)
+try:
+    v = json.loads(verify.stdout)["processes"][0]
+    row("verify: allocations recorded / in CUPTI's records", f"{v['recorded']} / {v['seen_by_cupti']}", "equal",
+        v["agree"])
+    for a in v["only_cupti"][:3] + v["only_recorded"][:3]:
+        row("verify: seen by one side only", f"{mib(a['size'])} {a['api']}", a["location"] or a["kind"], False)
+except (ValueError, KeyError, IndexError):
+    row("verify: memtrace verify", f"exit {verify.returncode}", "exit 0", False)
+    sys.stderr.write(open(f"{work}/verify.err").read()[-2000:])
+
+for name in ("static_auto", "static_preload") if static else ():
+    status = open(f"{work}/{name}.status").read().strip()
+    own = account(f"{work}/{name}.out")
+    report = memtrace_json("report", f"{work}/{name}")
+    if status != "0" or own is None or report is None:
+        row(f"{name}: the static-runtime program under memtrace", f"exit {status}", "exit 0", False)
+        sys.stderr.write(open(f"{work}/{name}.err").read()[-2000:])
+        continue
+    p = report["processes"][0]
+    recorded = sum(c["calls"] for api, c in p["events"].items() if is_allocation(api))
+    made = sum(n for api, n in own["calls"].items() if is_allocation(api))
+    row(f"{name}: allocation calls (its own count)", recorded, made, recorded == made)
+    live = p["devices"][0]["live_at_exit_bytes"] if p["devices"] else 0
+    row(f"{name}: live at exit", mib(live), mib(own["live_at_exit_bytes"].get("0")),
+        live == own["live_at_exit_bytes"].get("0"))
 
 width = max(len(r[0]) for r in rows)
 print(f"{'check':{width}}  {'memtrace':>24}  {'PyTorch / expected':>24}  verdict")
