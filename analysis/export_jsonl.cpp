@@ -68,7 +68,7 @@ void append_event(std::string& out, int pid, const Event& e, const ReplayStep& s
   append_number(out, e.addr);
   out += ",\"size\":";
   append_number(out, step.size);
-  if (e.kind == MemKind::kVmmMapping && e.op() == Op::kAlloc) {
+  if (api_info(e.api).aux == AuxField::kHandle && e.op() == Op::kAlloc) {  // the physical handle, pool or graph
     out += ",\"handle\":";
     append_number(out, e.handle);
   }

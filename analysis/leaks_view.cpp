@@ -106,7 +106,7 @@ std::string to_text(const LeaksView& view) {
       for (const LeaksView::Site& s : d.sites) {
         out += "    " + pad(format_bytes(s.site.bytes), 11, true) + pad(std::to_string(s.site.count), 8, true) + "  " +
                pad(s.kind == LeaksView::Kind::kGrowing ? "GROWING" : kind_name(s.kind), 9) +
-               pad(std::string(api_name(s.site.site.api)), 24) + s.site.location + "\n";
+               pad(std::string(api_name(s.site.site.api)), kApiColumn) + s.site.location + "\n";
         out += stack_text(s.site.stack, s.site.named_frame + 1, 10, 5);  // who called it, in one allocation
       }
     }

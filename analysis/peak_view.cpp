@@ -13,15 +13,21 @@ namespace {
 DeviceReport device_layer_of(const DeviceReport& reserved) {
   DeviceReport d = reserved;
   d.peak_bytes = reserved.device_at_peak_bytes();
-  if (reserved.outside_reserved_at_peak_bytes) {
+  auto add = [&](Api api, uint64_t bytes, const char* what) {
+    if (!bytes) return;
     SiteTotal outside;
-    outside.site.api = Api::kDeviceUsed;
-    outside.bytes = reserved.outside_reserved_at_peak_bytes;
-    outside.location = "outside the reserved layer: the CUDA context, library workspaces, other processes";
+    outside.site.api = api;
+    outside.bytes = bytes;
+    outside.location = what;
     auto at = std::find_if(d.peak_sites.begin(), d.peak_sites.end(),
                            [&](const SiteTotal& s) { return s.bytes < outside.bytes; });
     d.peak_sites.insert(at, std::move(outside));
-  }
+  };
+  const uint64_t pools = reserved.pool_held_at_peak_bytes, graphs = reserved.graph_reserved_at_peak_bytes;
+  add(Api::kDevicePoolHeld, pools, "kept by stream-ordered pools beyond their allocations");
+  add(Api::kDeviceGraphReserved, graphs, "held by CUDA graphs for their memory nodes");
+  add(Api::kDeviceUsed, reserved.outside_reserved_at_peak_bytes - pools - graphs,
+      "outside the reserved layer: the CUDA context, library workspaces, other processes");
   return d;
 }
 
@@ -135,12 +141,12 @@ std::string to_text(const PeakView& view) {
         continue;
       }
       if (d.peak_sites.empty()) continue;
-      out += "    " + pad("bytes", 11, true) + pad("share", 8, true) + pad("count", 8, true) + "  " + pad("api", 24) +
-             "allocated at\n";
+      out += "    " + pad("bytes", 11, true) + pad("share", 8, true) + pad("count", 8, true) + "  " +
+             pad("api", kApiColumn) + "allocated at\n";
       for (const SiteTotal& s : d.peak_sites)
         out += "    " + pad(format_bytes(s.bytes), 11, true) + pad(percent(s.bytes, d.peak_bytes), 8, true) +
-               pad(std::to_string(s.count), 8, true) + "  " + pad(std::string(api_name(s.site.api)), 24) + s.location +
-               "\n";
+               pad(std::to_string(s.count), 8, true) + "  " + pad(std::string(api_name(s.site.api)), kApiColumn) +
+               s.location + "\n";
     }
   }
   if (view.all) {

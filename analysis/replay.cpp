@@ -135,7 +135,9 @@ void Replay::count(const LiveAllocation& a, int64_t sign) {
 void Replay::allocate(const Event& e) {
   LiveAllocation a{e.api, e.kind, e.device, e.size, e.stack_id, e.t_ns, e.tid};
   switch (e.kind) {
-    case MemKind::kVmmPhysical: {
+    case MemKind::kVmmPhysical:
+    case MemKind::kVmmImported:
+    case MemKind::kMulticast: {  // handles, released alike by cuMemRelease
       auto [it, fresh] = handles_.try_emplace(e.addr);
       if (!fresh) count(it->second.allocation, -1);  // a handle we never saw released
       it->second = Handle{a};
@@ -148,6 +150,9 @@ void Replay::allocate(const Event& e) {
       if (h != handles_.end()) {
         ++h->second.mappings;
         step_.device = h->second.allocation.device;
+        // An imported handle's size is known only from how much of it is mapped.
+        LiveAllocation& a = h->second.allocation;
+        if (a.kind == MemKind::kVmmImported && a.size < e.size) a.size = e.size;
       }
       break;
     }
@@ -185,7 +190,7 @@ void Replay::free(const Event& e) {
     step_.size = a.size;
   };
   switch (e.kind) {
-    case MemKind::kVmmPhysical: {
+    case MemKind::kVmmPhysical: {  // cuMemRelease: whatever kind of handle it is
       auto it = handles_.find(e.addr);
       if (it == handles_.end() || it->second.released) break;
       describe(it->second.allocation);

@@ -38,10 +38,15 @@ void ReportBuilder::add(const ReplayStep& step) {
   ++events_;
   new_peak_ = false;
   if (is_observation(e.api)) {  // not a call: no row of its own
-    if (e.api == Api::kDeviceUsed)
+    if (e.api == Api::kDeviceUsed) {
       sample_device(e.device, e.size, e.t_ns);
-    else
+    } else if (e.api == Api::kDevicePoolHeld || e.api == Api::kDeviceGraphReserved) {
+      if (layer_ == Layer::kReserved && devices_.count(e.device))  // read with the device.used that follows
+        (e.api == Api::kDevicePoolHeld ? device_state(e.device).pool_held_latest
+                                       : device_state(e.device).graph_latest) = e.size;
+    } else {
       ++activity_records_;
+    }
     return;
   }
   ApiCounts& c = calls_[static_cast<size_t>(e.api) < calls_.size() ? static_cast<size_t>(e.api) : 0];
@@ -95,6 +100,8 @@ void ReportBuilder::add(const ReplayStep& step) {
       d.peak_has_outside = d.samples > 0;
       d.outside_at_peak = d.outside_latest;
       d.outside_at_peak_time = d.outside_latest_time;
+      d.pool_held_at_peak = d.pool_held_latest;
+      d.graph_at_peak = d.graph_latest;
     }
   }
   if (step.pinned_host_bytes) {
@@ -116,6 +123,8 @@ void ReportBuilder::sample_device(int32_t device, uint64_t used, uint64_t t_ns) 
   if (!d.peak_has_outside) {  // a peak before the first sample takes the first after it
     d.outside_at_peak = d.outside_latest;
     d.outside_at_peak_time = t_ns;
+    d.pool_held_at_peak = d.pool_held_latest;
+    d.graph_at_peak = d.graph_latest;
     d.peak_has_outside = true;
   }
 }
@@ -192,6 +201,11 @@ void ReportBuilder::finish(ProcessReport& report) {
     r.outside_reserved_at_peak_bytes = d.peak_has_outside ? d.outside_at_peak : 0;
     r.outside_sampled_at_ns = d.outside_at_peak_time;
     r.device_used_max_sampled_bytes = d.used_max;
+    r.pool_held_at_peak_bytes =
+        d.peak_has_outside ? std::min(d.pool_held_at_peak, r.outside_reserved_at_peak_bytes) : 0;
+    r.graph_reserved_at_peak_bytes =
+        d.peak_has_outside ? std::min(d.graph_at_peak, r.outside_reserved_at_peak_bytes - r.pool_held_at_peak_bytes)
+                           : 0;
     report.devices.push_back(std::move(r));
   }
 }

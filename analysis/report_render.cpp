@@ -57,9 +57,14 @@ std::string process_heading(const ProcessId& p) {
 
 std::string device_layer_line(const DeviceReport& d) {
   if (!d.device_samples) return "device used: not sampled (an import, or a trace from an older memtrace)";
+  std::string parts;
+  if (d.pool_held_at_peak_bytes)
+    parts += format_bytes(d.pool_held_at_peak_bytes) + " kept by stream-ordered pools beyond their allocations, ";
+  if (d.graph_reserved_at_peak_bytes) parts += format_bytes(d.graph_reserved_at_peak_bytes) + " by CUDA graphs, ";
+  if (!parts.empty()) parts += "the rest: ";
   return "device used at the peak " + format_bytes(d.device_at_peak_bytes()) + ": " + format_bytes(d.peak_bytes) +
-         " reserved + " + format_bytes(d.outside_reserved_at_peak_bytes) +
-         " outside it (the CUDA context, library workspaces, other processes; cudaMemGetInfo at " +
+         " reserved + " + format_bytes(d.outside_reserved_at_peak_bytes) + " outside it (" + parts +
+         "the CUDA context, library workspaces, other processes; cudaMemGetInfo at " +
          format_duration_ns(d.outside_sampled_at_ns) + ")";
 }
 
@@ -154,7 +159,9 @@ nlohmann::json report_json(const std::vector<ProcessReport>& processes) {
                      {"device_at_peak_bytes", d.device_at_peak_bytes()},
                      {"outside_reserved_at_peak_bytes", d.outside_reserved_at_peak_bytes},
                      {"outside_sampled_at_ns", d.outside_sampled_at_ns},
-                     {"device_used_max_sampled_bytes", d.device_used_max_sampled_bytes}});
+                     {"device_used_max_sampled_bytes", d.device_used_max_sampled_bytes},
+                     {"pool_held_at_peak_bytes", d.pool_held_at_peak_bytes},
+                     {"graph_reserved_at_peak_bytes", d.graph_reserved_at_peak_bytes}});
       devices.push_back(std::move(device));
     }
     nlohmann::json oom_events = nlohmann::json::array();
@@ -225,9 +232,10 @@ std::string report_text(const std::vector<ProcessReport>& processes) {
     if (p.calls.empty())
       out += "\n  the program used CUDA (it initialised CUDA or asked for its devices) but made no allocation call\n";
     else
-      out += "\n  " + pad("API", 26) + pad("calls", 10, true) + pad("failed", 10, true) + pad("bytes", 12, true) + "\n";
+      out += "\n  " + pad("API", kApiColumn) + pad("calls", 10, true) + pad("failed", 10, true) +
+             pad("bytes", 12, true) + "\n";
     for (const auto& [api, c] : p.calls)
-      out += "  " + pad(std::string(api_name(api)), 26) + pad(std::to_string(c.calls), 10, true) +
+      out += "  " + pad(std::string(api_name(api)), kApiColumn) + pad(std::to_string(c.calls), 10, true) +
              pad(std::to_string(c.failed), 10, true) + pad(format_bytes(c.bytes), 12, true) + "\n";
     if (p.pinned_host_peak_bytes)
       out += "\n  pinned host memory: peak " + format_bytes(p.pinned_host_peak_bytes) + "\n";
@@ -242,12 +250,12 @@ std::string report_text(const std::vector<ProcessReport>& processes) {
       out += "    " + device_layer_line(d) + "\n";
       if (d.peak_sites.empty()) continue;
       out += "    largest sites at the peak:\n";
-      out += "    " + pad("bytes", 11, true) + pad("share", 8, true) + pad("count", 8, true) + "  " + pad("api", 26) +
-             "allocated at\n";
+      out += "    " + pad("bytes", 11, true) + pad("share", 8, true) + pad("count", 8, true) + "  " +
+             pad("api", kApiColumn) + "allocated at\n";
       for (const SiteTotal& s : d.peak_sites) {
         out += "    " + pad(format_bytes(s.bytes), 11, true) + pad(percent(s.bytes, d.peak_bytes), 8, true) +
-               pad(std::to_string(s.count), 8, true) + "  " + pad(std::string(api_name(s.site.api)), 26) + s.location +
-               "\n";
+               pad(std::to_string(s.count), 8, true) + "  " + pad(std::string(api_name(s.site.api)), kApiColumn) +
+               s.location + "\n";
         if (s.stack_flags & pb::STACK_PYTHON_NO_GIL) out += std::string(57, ' ') + "(GIL not held: no Python frames)\n";
       }
     }

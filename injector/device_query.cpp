@@ -7,10 +7,12 @@
 #include <cuda.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
 #include "interpose.h"
+#include "memtrace/ring/environment.h"
 #include "memtrace/ring/producer.h"
 #include "memtrace/ring/protocol.h"
 
@@ -43,6 +45,24 @@ int pointer_device(uint64_t caller, uint64_t addr, int fallback) {
   return device;
 }
 
+int handle_device(uint64_t caller, uint64_t handle) {
+  static RealFunction<decltype(&cuMemGetAllocationPropertiesFromHandle)> get_properties(
+      "cuMemGetAllocationPropertiesFromHandle", Library::kDriver);
+  auto fn = get_properties.get(caller);
+  CUmemAllocationProp prop{};
+  return handle && fn && fn(&prop, handle) == CUDA_SUCCESS && prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE
+             ? prop.location.id
+             : -1;
+}
+
+uint64_t allocation_size(uint64_t caller, uint64_t addr) {
+  static RealFunction<decltype(&cuMemGetAddressRange_v2)> get_range("cuMemGetAddressRange_v2", Library::kDriver);
+  auto fn = get_range.get(caller);
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  return fn && fn(&base, &size, addr) == CUDA_SUCCESS ? size : 0;
+}
+
 bool stream_capturing(uint64_t caller, const void* stream, bool per_thread) {
   // The legacy stream cannot be captured, and asking about it while another stream captures
   // is an error (cudaErrorStreamCaptureImplicit): it is never asked about.
@@ -67,21 +87,56 @@ bool query_device_memory(uint64_t caller, uint64_t& free_bytes, uint64_t& total_
 
 namespace {
 
-constexpr uint64_t kSampleInterval = 1'000'000;     // ns
+uint64_t sample_interval_ns() {
+  static const uint64_t ns = [] {
+    const char* v = std::getenv(env::kSampleIntervalUs);
+    char* end = nullptr;
+    unsigned long long us = v ? std::strtoull(v, &end, 10) : 1000;
+    return (v && (end == v || *end)) ? 1'000'000ull : us * 1000;
+  }();
+  return ns;
+}
 constexpr uint64_t kAlwaysSampledBytes = 64 << 20;  // an allocation this large may make the peak
 constexpr int kSampledDevices = 64;
 std::atomic<uint64_t> g_last_sample[kSampledDevices];
 
-void publish_device_used(int device, uint64_t free_bytes, uint64_t total_bytes) {
+void publish_observation(Api api, int device, uint64_t size, uint64_t free_bytes = 0, uint64_t total_bytes = 0) {
   Event e;
-  e.api = Api::kDeviceUsed;
+  e.api = api;
   e.kind = MemKind::kDevice;
   e.layer = Layer::kDevice;
   e.device = device;
-  e.size = total_bytes > free_bytes ? total_bytes - free_bytes : 0;
+  e.size = size;
   e.device_free = free_bytes;
   e.device_total = total_bytes;
   publish(e, stamp(e), nullptr);
+}
+
+// What the device's current pool holds beyond its allocations, and CUDA graphs hold; each only
+// when it changed since the last sample of the device (0 when the driver cannot say).
+std::atomic<uint64_t> g_last_pool_held[kSampledDevices], g_last_graph_reserved[kSampledDevices];
+
+void sample_pools_and_graphs(uint64_t caller, int device) {
+  static RealFunction<decltype(&cuDeviceGetMemPool)> get_pool("cuDeviceGetMemPool", Library::kDriver);
+  static RealFunction<decltype(&cuMemPoolGetAttribute)> pool_attribute("cuMemPoolGetAttribute", Library::kDriver);
+  static RealFunction<decltype(&cuDeviceGetGraphMemAttribute)> graph_attribute("cuDeviceGetGraphMemAttribute",
+                                                                               Library::kDriver);
+  uint64_t held = 0, graphs = 0;
+  CUmemoryPool pool = nullptr;
+  cuuint64_t reserved = 0, used = 0, graph_reserved = 0;
+  auto get_pool_fn = get_pool.get(caller);
+  auto pool_fn = pool_attribute.get(caller);
+  if (get_pool_fn && pool_fn && get_pool_fn(&pool, device) == CUDA_SUCCESS &&
+      pool_fn(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved) == CUDA_SUCCESS &&
+      pool_fn(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used) == CUDA_SUCCESS && reserved > used)
+    held = reserved - used;
+  auto graph_fn = graph_attribute.get(caller);
+  if (graph_fn && graph_fn(device, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &graph_reserved) == CUDA_SUCCESS)
+    graphs = graph_reserved;
+  if (g_last_pool_held[device].exchange(held, std::memory_order_relaxed) != held)
+    publish_observation(Api::kDevicePoolHeld, device, held);
+  if (g_last_graph_reserved[device].exchange(graphs, std::memory_order_relaxed) != graphs)
+    publish_observation(Api::kDeviceGraphReserved, device, graphs);
 }
 
 }  // namespace
@@ -91,11 +146,14 @@ void sample_device_memory(uint64_t caller, int device, uint64_t bytes) {
   const uint64_t now = ring::monotonic_ns();
   std::atomic<uint64_t>& last = g_last_sample[device];
   uint64_t before = last.load(std::memory_order_relaxed);
-  if (before && now - before < kSampleInterval && bytes < kAlwaysSampledBytes) return;
+  if (before && now - before < sample_interval_ns() && bytes < kAlwaysSampledBytes) return;
   if (!last.compare_exchange_strong(before, now, std::memory_order_relaxed)) return;  // another thread samples
   if (driver_device(caller) != device) return;  // cuMemGetInfo would answer for another device
   uint64_t free_bytes = 0, total_bytes = 0;
-  if (query_device_memory(caller, free_bytes, total_bytes)) publish_device_used(device, free_bytes, total_bytes);
+  if (!query_device_memory(caller, free_bytes, total_bytes)) return;
+  sample_pools_and_graphs(caller, device);  // first: the used figure below includes them
+  publish_observation(Api::kDeviceUsed, device, total_bytes > free_bytes ? total_bytes - free_bytes : 0, free_bytes,
+                      total_bytes);
 }
 
 bool query_devices(uint64_t caller, std::string& payload, uint32_t& count) {

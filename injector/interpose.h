@@ -139,6 +139,10 @@ int runtime_device(uint64_t caller);
 int driver_device(uint64_t caller);
 // The device ADDR lies on; FALLBACK when the driver cannot say.
 int pointer_device(uint64_t caller, uint64_t addr, int fallback);
+// The device a physical memory handle's memory is on (cuMemGetAllocationPropertiesFromHandle); -1 if unknown.
+int handle_device(uint64_t caller, uint64_t handle);
+// The size of the allocation at ADDR as the driver knows it (cuMemGetAddressRange); 0 if it cannot say.
+uint64_t allocation_size(uint64_t caller, uint64_t addr);
 // Whether STREAM is being captured into a CUDA graph. Stream 0 is the legacy stream (never
 // captured) unless PER_THREAD (the _ptsz entry points), where it is the per-thread stream.
 bool stream_capturing(uint64_t caller, const void* stream, bool per_thread);
@@ -147,11 +151,14 @@ bool stream_capturing(uint64_t caller, const void* stream, bool per_thread);
 enum class Ordering { kImmediate, kStream, kPerThreadStream };
 
 // A stream-ordered call made while its stream is being captured only adds a node to a CUDA
-// graph: the memory is the graph's, obtained at each launch. Such calls are tagged.
+// graph: the memory is the graph's, obtained at each launch. Such calls are tagged, and what they
+// allocate is graph memory.
 inline void tag_if_captured(Call& call, Ordering ordering, bool ok, const void* stream) {
   if (ok && ordering != Ordering::kImmediate &&
-      stream_capturing(call.origin(), stream, ordering == Ordering::kPerThreadStream))
+      stream_capturing(call.origin(), stream, ordering == Ordering::kPerThreadStream)) {
     call.event.flags |= kEventCaptured;
+    if (call.event.op() == Op::kAlloc) call.event.kind = MemKind::kGraphMemory;
+  }
 }
 
 // Records a call that created something, once the real call has returned it. DEVICE says which
@@ -170,6 +177,28 @@ Result record_after(Call& call, Result result, uint64_t addr, uint64_t size, Dev
     call.finish(static_cast<int>(result));
   }
   return result;
+}
+
+// The device a memory location (CUmemLocation, cudaMemLocation) names; -1 for the host.
+template <typename Location>
+int location_device(const Location& at) {
+  constexpr int kLocationTypeDevice = 1;  // CU_MEM_LOCATION_TYPE_DEVICE, cudaMemLocationTypeDevice
+  return static_cast<int>(at.type) == kLocationTypeDevice ? at.id : -1;
+}
+
+// A CUDA graph's memory node, once the real call has given its allocation an address: GRAPH in
+// handle, on DEVICE (the one its pool's properties name).
+template <typename Result>
+Result record_graph_node(Call& call, Result result, uint64_t addr, uint64_t size, const void* graph, int device) {
+  if (call.active()) call.event.handle = reinterpret_cast<uint64_t>(graph);
+  return record_after(call, result, result == 0 ? addr : 0, size, [device] { return device; });
+}
+
+// Another process's memory opened at ADDR: its size and device, as the driver knows them.
+template <typename Result>
+Result record_opened(Call& call, Result result, uint64_t addr) {
+  const uint64_t size = call.active() && addr ? allocation_size(call.origin(), addr) : 0;
+  return record_after(call, result, addr, size, [&call, addr] { return pointer_device(call.origin(), addr, -1); });
 }
 
 // Which device an allocation is on: the current one (cudaMalloc, cuMemAlloc) or, for

@@ -9,12 +9,14 @@
 #include "interpose.h"
 
 #undef cuGetProcAddress
+#undef cuIpcOpenMemHandle
 
 using namespace memtrace;
 using namespace memtrace::inject;
 
 extern "C" {
 CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags);
+CUresult cuIpcOpenMemHandle(CUdeviceptr* pdptr, CUipcMemHandle handle, unsigned int Flags);
 CUresult cuMemAllocAsync_ptsz(CUdeviceptr*, size_t, CUstream);
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr, CUstream);
 CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr*, size_t, CUmemoryPool, CUstream);
@@ -58,19 +60,27 @@ const Wrapped kWrapped[] = {
     {"cuMemUnmap", 10020, as_pointer(&cuMemUnmap), as_pointer(&cuMemUnmap)},
     {"cuMemAddressReserve", 10020, as_pointer(&cuMemAddressReserve), as_pointer(&cuMemAddressReserve)},
     {"cuMemAddressFree", 10020, as_pointer(&cuMemAddressFree), as_pointer(&cuMemAddressFree)},
+    {"cuGraphAddMemAllocNode", 11040, as_pointer(&cuGraphAddMemAllocNode), as_pointer(&cuGraphAddMemAllocNode)},
+    {"cuGraphAddMemFreeNode", 11040, as_pointer(&cuGraphAddMemFreeNode), as_pointer(&cuGraphAddMemFreeNode)},
+    {"cuIpcOpenMemHandle", 11000, as_pointer(&cuIpcOpenMemHandle_v2), as_pointer(&cuIpcOpenMemHandle_v2)},
+    {"cuIpcOpenMemHandle", 4010, as_pointer(&cuIpcOpenMemHandle), as_pointer(&cuIpcOpenMemHandle)},
+    {"cuIpcCloseMemHandle", 4010, as_pointer(&cuIpcCloseMemHandle), as_pointer(&cuIpcCloseMemHandle)},
+    {"cuMemPoolImportPointer", 11020, as_pointer(&cuMemPoolImportPointer), as_pointer(&cuMemPoolImportPointer)},
+    {"cuMemImportFromShareableHandle", 10020, as_pointer(&cuMemImportFromShareableHandle),
+     as_pointer(&cuMemImportFromShareableHandle)},
+    {"cuMulticastCreate", 12010, as_pointer(&cuMulticastCreate), as_pointer(&cuMulticastCreate)},
     {"cuGetProcAddress", 12000, as_pointer(&cuGetProcAddress_v2), as_pointer(&cuGetProcAddress_v2)},
+    {"cuGetProcAddress", 0, as_pointer(&cuGetProcAddress), as_pointer(&cuGetProcAddress)},
 };
 
 // Replaces a driver function the real lookup found with our interposer for it, when we have one
-// with the same ABI. Anything else is handed back untouched.
+// with the same ABI (the newest the caller's version has: kWrapped lists a name's newest ABI
+// first). Anything else is handed back untouched.
 void substitute(const char* symbol, void** pfn, int cuda_version, unsigned long long flags) {
   if (!symbol || !pfn || !*pfn) return;
   for (const Wrapped& w : kWrapped) {
-    if (std::strcmp(symbol, w.name) != 0) continue;
-    if (cuda_version >= w.since_version)
-      *pfn = (flags & kPerThreadStream) ? w.per_thread_stream : w.legacy_stream;
-    else if (std::strcmp(symbol, "cuGetProcAddress") == 0)
-      *pfn = as_pointer(&cuGetProcAddress);
+    if (std::strcmp(symbol, w.name) != 0 || cuda_version < w.since_version) continue;
+    *pfn = (flags & kPerThreadStream) ? w.per_thread_stream : w.legacy_stream;
     return;
   }
 }

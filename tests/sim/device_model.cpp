@@ -1,11 +1,14 @@
 #include "device_model.h"
 
 #include <cupti_activity.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -26,6 +29,7 @@ int activity_kind(Memory memory) {
     case Memory::kDevice: return CUPTI_ACTIVITY_MEMORY_KIND_DEVICE;
     case Memory::kManaged: return CUPTI_ACTIVITY_MEMORY_KIND_MANAGED;
     case Memory::kPinnedHost: return CUPTI_ACTIVITY_MEMORY_KIND_PINNED;
+    case Memory::kImported: break;
   }
   return CUPTI_ACTIVITY_MEMORY_KIND_UNKNOWN;
 }
@@ -50,9 +54,10 @@ struct Allocation {
 struct Physical {
   int device;
   uint64_t size;
-  int fd;
+  int fd;          // the memory; -1 for a multicast object
   int references;  // 1 for the handle until released, 1 per mapping
   bool released;
+  bool counted = true;  // in its device's live bytes: not for imported memory or multicast objects
 };
 
 struct Mapping {
@@ -61,8 +66,9 @@ struct Mapping {
 };
 
 struct DeviceState {
-  uint64_t live = 0;
+  uint64_t live = 0;  // the program's allocations
   uint64_t peak = 0;
+  uint64_t graph_reserved = 0;  // CUDA graphs' memory
 };
 
 struct Model {
@@ -120,9 +126,12 @@ size_t page_round(uint64_t size) {
   return static_cast<size_t>((size + page - 1) / page * page);
 }
 
-bool fits(Model& m, int device, uint64_t size) {
-  return size <= m.capacity - m.overhead - m.state[static_cast<size_t>(device)].live;
+uint64_t used(Model& m, int device) {
+  const DeviceState& s = m.state[static_cast<size_t>(device)];
+  return m.overhead + s.live + s.graph_reserved;
 }
+
+bool fits(Model& m, int device, uint64_t size) { return size <= m.capacity - used(m, device); }
 
 void add_live(Model& m, int device, int64_t delta) {
   DeviceState& s = m.state[static_cast<size_t>(device)];
@@ -133,8 +142,8 @@ void add_live(Model& m, int device, int64_t delta) {
 
 void drop_reference(Model& m, std::map<uint64_t, Physical>::iterator it) {
   if (--it->second.references > 0) return;
-  add_live(m, it->second.device, -static_cast<int64_t>(it->second.size));
-  ::close(it->second.fd);
+  if (it->second.counted) add_live(m, it->second.device, -static_cast<int64_t>(it->second.size));
+  if (it->second.fd >= 0) ::close(it->second.fd);
   m.handles.erase(it);
 }
 
@@ -152,15 +161,39 @@ void memory_info(int device, uint64_t* free_bytes, uint64_t* total_bytes) {
   Model& m = model();
   std::lock_guard lock(m.mutex);
   *total_bytes = m.capacity;
-  *free_bytes = m.capacity - m.overhead - m.state[static_cast<size_t>(device)].live;
+  *free_bytes = m.capacity - used(m, device);
+}
+
+Status reserve_graph_memory(int device, uint64_t bytes) {
+  Model& m = model();
+  std::lock_guard lock(m.mutex);
+  if (!valid_device(device)) return Status::kInvalidDevice;
+  uint64_t& reserved = m.state[static_cast<size_t>(device)].graph_reserved;
+  if (bytes <= reserved) return Status::kOk;
+  if (!fits(m, device, bytes - reserved)) return Status::kOutOfMemory;
+  reserved = bytes;
+  return Status::kOk;
+}
+
+uint64_t graph_memory(int device) {
+  Model& m = model();
+  std::lock_guard lock(m.mutex);
+  return valid_device(device) ? m.state[static_cast<size_t>(device)].graph_reserved : 0;
+}
+
+void trim_graph_memory(int device) {
+  Model& m = model();
+  std::lock_guard lock(m.mutex);
+  if (valid_device(device)) m.state[static_cast<size_t>(device)].graph_reserved = 0;
 }
 
 Status allocate(Memory memory, int device, uint64_t size, uint64_t* addr) {
   Model& m = model();
   std::lock_guard lock(m.mutex);
   bool on_device = memory != Memory::kPinnedHost;
+  bool counted = on_device && memory != Memory::kImported;  // in the device's live bytes
   if (on_device && !valid_device(device)) return Status::kInvalidDevice;
-  if (on_device && !fits(m, device, size)) return Status::kOutOfMemory;
+  if (counted && !fits(m, device, size)) return Status::kOutOfMemory;
   if (m.unbacked && memory == Memory::kDevice) {
     const uint64_t step = (size + 511) / 256 * 256;  // 256-byte aligned, with a gap after each
     if (m.next_unbacked + step > kUnbackedEnd) return Status::kOutOfMemory;
@@ -176,8 +209,8 @@ Status allocate(Memory memory, int device, uint64_t size, uint64_t* addr) {
   if (p == MAP_FAILED) return Status::kOutOfMemory;
   *addr = reinterpret_cast<uint64_t>(p);
   m.allocations[*addr] = Allocation{on_device ? device : -1, memory, size, bytes};
-  if (on_device) add_live(m, device, static_cast<int64_t>(size));
-  memory_activity(false, activity_kind(memory), *addr, size, on_device ? device : -1);
+  if (counted) add_live(m, device, static_cast<int64_t>(size));
+  if (memory != Memory::kImported) memory_activity(false, activity_kind(memory), *addr, size, on_device ? device : -1);
   return Status::kOk;
 }
 
@@ -188,8 +221,11 @@ Status release(uint64_t addr, bool host_memory, uint64_t* size) {
   if (it == m.allocations.end() || (it->second.memory == Memory::kPinnedHost) != host_memory)
     return Status::kInvalidValue;
   *size = it->second.size;
-  if (it->second.memory != Memory::kPinnedHost) add_live(m, it->second.device, -static_cast<int64_t>(it->second.size));
-  memory_activity(true, activity_kind(it->second.memory), addr, it->second.size, it->second.device);
+  const Memory memory = it->second.memory;
+  if (memory != Memory::kPinnedHost && memory != Memory::kImported)
+    add_live(m, it->second.device, -static_cast<int64_t>(it->second.size));
+  if (memory != Memory::kImported)
+    memory_activity(true, activity_kind(memory), addr, it->second.size, it->second.device);
   if (it->second.mapped) ::munmap(reinterpret_cast<void*>(addr), it->second.mapped);
   m.allocations.erase(it);
   return Status::kOk;
@@ -200,7 +236,7 @@ void reset_device(int device) {
   std::lock_guard lock(m.mutex);
   for (auto it = m.allocations.begin(); it != m.allocations.end();) {
     if (it->second.device == device) {
-      add_live(m, device, -static_cast<int64_t>(it->second.size));
+      if (it->second.memory != Memory::kImported) add_live(m, device, -static_cast<int64_t>(it->second.size));
       if (it->second.mapped) ::munmap(reinterpret_cast<void*>(it->first), it->second.mapped);
       it = m.allocations.erase(it);
     } else {
@@ -209,13 +245,28 @@ void reset_device(int device) {
   }
 }
 
+Status address_range(uint64_t addr, uint64_t* base, uint64_t* size, Memory* memory) {
+  Model& m = model();
+  std::lock_guard lock(m.mutex);
+  auto it = m.allocations.upper_bound(addr);
+  if (it == m.allocations.begin()) return Status::kNotFound;
+  --it;
+  if (addr >= it->first + (it->second.size ? it->second.size : 1)) return Status::kNotFound;
+  *base = it->first;
+  *size = it->second.size;
+  if (memory) *memory = it->second.memory;
+  return Status::kOk;
+}
+
 Status vmm_create(int device, uint64_t size, uint64_t* handle) {
   Model& m = model();
   std::lock_guard lock(m.mutex);
   if (!valid_device(device)) return Status::kInvalidDevice;
   if (size == 0 || size % kVmmGranularity != 0) return Status::kInvalidValue;
   if (!fits(m, device, size)) return Status::kOutOfMemory;
-  int fd = static_cast<int>(::syscall(SYS_memfd_create, "memtrace-sim-vmm", 1u /* MFD_CLOEXEC */));
+  // Named after its device, so that a process that imports it knows where it lies.
+  const std::string name = "memtrace-sim-vmm-device-" + std::to_string(device);
+  int fd = static_cast<int>(::syscall(SYS_memfd_create, name.c_str(), 1u /* MFD_CLOEXEC */));
   if (fd < 0) return Status::kOutOfMemory;
   if (::ftruncate(fd, static_cast<off_t>(size)) != 0) {
     ::close(fd);
@@ -274,8 +325,8 @@ Status vmm_map(uint64_t addr, uint64_t size, uint64_t offset, uint64_t handle) {
   Model& m = model();
   std::lock_guard lock(m.mutex);
   auto h = m.handles.find(handle);
-  if (h == m.handles.end() || h->second.released || size == 0 || size % kVmmGranularity || offset % kVmmGranularity ||
-      offset + size > h->second.size)
+  if (h == m.handles.end() || h->second.released || h->second.fd < 0 || size == 0 || size % kVmmGranularity ||
+      offset % kVmmGranularity || offset + size > h->second.size)
     return Status::kInvalidValue;
   auto r = m.reservations.upper_bound(addr);
   if (r == m.reservations.begin()) return Status::kInvalidValue;
@@ -310,6 +361,50 @@ Status vmm_unmap(uint64_t addr, uint64_t size, uint64_t* bytes) {
     if (h != m.handles.end()) drop_reference(m, h);
     it = m.mappings.erase(it);
   }
+  return Status::kOk;
+}
+
+Status vmm_handle_device(uint64_t handle, int* device) {
+  Model& m = model();
+  std::lock_guard lock(m.mutex);
+  auto it = m.handles.find(handle);
+  if (it == m.handles.end() || it->second.released) return Status::kInvalidValue;
+  *device = it->second.device;
+  return Status::kOk;
+}
+
+Status vmm_export(uint64_t handle, int* fd) {
+  Model& m = model();
+  std::lock_guard lock(m.mutex);
+  auto it = m.handles.find(handle);
+  if (it == m.handles.end() || it->second.released || it->second.fd < 0) return Status::kInvalidValue;
+  *fd = ::dup(it->second.fd);  // without close-on-exec: it is handed to other processes
+  return *fd >= 0 ? Status::kOk : Status::kInvalidValue;
+}
+
+Status vmm_import(int fd, uint64_t* handle) {
+  struct stat st {};
+  char link[64], target[256] = {};
+  std::snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+  const ssize_t n = ::readlink(link, target, sizeof target - 1);
+  const char* tag = n > 0 ? std::strstr(target, "memtrace-sim-vmm-device-") : nullptr;
+  if (!tag || ::fstat(fd, &st) != 0) return Status::kInvalidValue;  // not memory this device exported
+  const int device = std::atoi(tag + std::strlen("memtrace-sim-vmm-device-"));
+  int own = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (own < 0) return Status::kInvalidValue;
+  Model& m = model();
+  std::lock_guard lock(m.mutex);
+  *handle = m.next_handle++;
+  m.handles[*handle] = Physical{device, static_cast<uint64_t>(st.st_size), own, 1, false, false};
+  return Status::kOk;
+}
+
+Status multicast_create(uint64_t size, uint64_t* handle) {
+  if (size == 0 || size % kVmmGranularity != 0) return Status::kInvalidValue;
+  Model& m = model();
+  std::lock_guard lock(m.mutex);
+  *handle = m.next_handle++;
+  m.handles[*handle] = Physical{-1, size, -1, 1, false, false};
   return Status::kOk;
 }
 
@@ -374,8 +469,11 @@ void device_uuid(int ordinal, unsigned char (&uuid)[16]) {
 }  // namespace sim
 
 extern "C" uint64_t memtrace_sim_allocation_size(uint64_t addr) {
-  sim::Model& m = sim::model();
-  std::lock_guard lock(m.mutex);
-  auto it = m.allocations.find(addr);
-  return it == m.allocations.end() ? 0 : it->second.size;
+  {
+    sim::Model& m = sim::model();
+    std::lock_guard lock(m.mutex);
+    auto it = m.allocations.find(addr);
+    if (it != m.allocations.end()) return it->second.size;
+  }
+  return sim::graph_allocation_size(addr);
 }

@@ -7,7 +7,9 @@
 
 namespace sim {
 
-enum class Memory { kDevice, kManaged, kPinnedHost };
+// kImported: another process's device memory opened here (IPC): addresses of its own, in no
+// device's use by this process, and sharing no contents with the exporter's.
+enum class Memory { kDevice, kManaged, kPinnedHost, kImported };
 
 enum class Status { kOk, kOutOfMemory, kInvalidValue, kInvalidDevice, kNotFound };
 
@@ -29,6 +31,18 @@ Status allocate(Memory memory, int device, uint64_t size, uint64_t* addr);
 Status release(uint64_t addr, bool host_memory, uint64_t* size);
 void reset_device(int device);
 
+// What CUDA graphs keep reserved on DEVICE for their allocations: in use on the device, in no
+// allocation of the program's. Grows to BYTES at a launch (kOutOfMemory if it cannot), given back
+// by a trim.
+Status reserve_graph_memory(int device, uint64_t bytes);
+// The size of the graph allocation at ADDR that no free node has freed yet, 0 if none (graph_memory.cpp).
+uint64_t graph_allocation_size(uint64_t addr);
+uint64_t graph_memory(int device);
+void trim_graph_memory(int device);
+
+// The allocation ADDR lies in: its start, size and kind.
+Status address_range(uint64_t addr, uint64_t* base, uint64_t* size, Memory* memory = nullptr);
+
 // Virtual memory management.
 Status vmm_create(int device, uint64_t size, uint64_t* handle);
 Status vmm_release(uint64_t handle, uint64_t* size);
@@ -37,6 +51,15 @@ Status vmm_free_reservation(uint64_t addr, uint64_t size);
 Status vmm_map(uint64_t addr, uint64_t size, uint64_t offset, uint64_t handle);
 Status vmm_unmap(uint64_t addr, uint64_t size, uint64_t* bytes);
 Status vmm_set_access(uint64_t addr, uint64_t size);
+// The device a handle's memory is on (-1 for a multicast object).
+Status vmm_handle_device(uint64_t handle, int* device);
+// Sharing physical memory between processes, as POSIX file descriptors: what export hands out
+// (the memory itself, a memfd) is what import takes. Imported memory is the exporter's: mapped
+// here, it shares its contents, but it is in no device's use by this process.
+Status vmm_export(uint64_t handle, int* fd);
+Status vmm_import(int fd, uint64_t* handle);
+// A multicast object of SIZE bytes: a handle, released like the others, holding no memory of its own.
+Status multicast_create(uint64_t size, uint64_t* handle);
 
 // The device the memory at ADDR (inside an allocation or a mapping) is on; kNotFound for an
 // address the device did not hand out, -1 in *device for pinned host memory.

@@ -7,28 +7,17 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "api_callbacks.h"
 #include "device_model.h"
+#include "driver_objects.h"
 #include "ledger.h"
 
 #undef cuGetProcAddress
-
-struct CUctx_st {
-  int device;
-  bool primary;
-};
-struct CUstream_st {
-  int device;
-  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-};
-struct CUgraph_st {};
-struct CUmemPoolHandle_st {
-  int device;
-};
 
 extern "C" {
 CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags);
@@ -48,6 +37,36 @@ thread_local std::vector<CUcontext> t_context_stack;  // back() is current
 CUctx_st g_primary[64];
 CUmemPoolHandle_st g_default_pool[64];
 
+constexpr int kDriverApi = CUPTI_CB_DOMAIN_DRIVER_API;
+
+CUcontext current_context() { return t_context_stack.empty() ? nullptr : t_context_stack.back(); }
+
+// Stream capture (CUDA graphs): whether a stream is capturing, and the graph it builds. The legacy
+// stream cannot capture; the per-thread default stream is one per thread.
+thread_local CUstreamCaptureStatus t_per_thread_capture = CU_STREAM_CAPTURE_STATUS_NONE;
+thread_local CUgraph t_per_thread_graph = nullptr;
+
+CUstream capturable(CUstream stream, bool per_thread) {
+  if (!stream) stream = per_thread ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
+  return stream == CU_STREAM_LEGACY ? nullptr : stream;
+}
+CUstreamCaptureStatus* capture_of(CUstream stream, bool per_thread) {
+  stream = capturable(stream, per_thread);
+  if (!stream) return nullptr;
+  return stream == CU_STREAM_PER_THREAD ? &t_per_thread_capture : &stream->capture;
+}
+CUgraph* capture_graph_of(CUstream stream, bool per_thread) {
+  stream = capturable(stream, per_thread);
+  if (!stream) return nullptr;
+  return stream == CU_STREAM_PER_THREAD ? &t_per_thread_graph : &stream->capture_graph;
+}
+
+}  // namespace
+
+namespace sim_driver {
+
+bool initialized() { return g_initialized.load(); }
+
 CUresult to_result(sim::Status status) {
   switch (status) {
     case sim::Status::kOk: return CUDA_SUCCESS;
@@ -58,10 +77,6 @@ CUresult to_result(sim::Status status) {
   }
 }
 
-constexpr int kDriverApi = CUPTI_CB_DOMAIN_DRIVER_API;
-
-CUcontext current_context() { return t_context_stack.empty() ? nullptr : t_context_stack.back(); }
-
 // The device an allocation goes to: the current context's, as on a GPU.
 CUresult context_device(int* device) {
   if (!g_initialized.load()) return CUDA_ERROR_NOT_INITIALIZED;
@@ -71,23 +86,23 @@ CUresult context_device(int* device) {
   return CUDA_SUCCESS;
 }
 
+CUgraph capture_graph(CUstream stream, bool per_thread) {
+  CUgraph* graph = capture_graph_of(stream, per_thread);
+  return graph ? *graph : nullptr;
+}
+
+}  // namespace sim_driver
+
+namespace {
+
+using sim_driver::context_device;
+using sim_driver::to_result;
+
 CUresult stream_device(CUstream stream, int* device) {
   CUresult r = context_device(device);
   if (r == CUDA_SUCCESS && stream && stream != CU_STREAM_LEGACY && stream != CU_STREAM_PER_THREAD)
     *device = stream->device;
   return r;
-}
-
-// Stream capture (CUDA graphs): whether a stream is capturing. The legacy stream cannot capture;
-// the per-thread default stream is one per thread. (The simulated device allocates at capture
-// time; a GPU reserves a graph's memory when the graph is instantiated and launched.)
-thread_local CUstreamCaptureStatus t_per_thread_capture = CU_STREAM_CAPTURE_STATUS_NONE;
-
-CUstreamCaptureStatus* capture_of(CUstream stream, bool per_thread) {
-  if (!stream) stream = per_thread ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
-  if (stream == CU_STREAM_LEGACY) return nullptr;
-  if (stream == CU_STREAM_PER_THREAD) return &t_per_thread_capture;
-  return &stream->capture;
 }
 
 CUresult begin_capture(CUstream stream, bool per_thread) {
@@ -96,6 +111,7 @@ CUresult begin_capture(CUstream stream, bool per_thread) {
   if (!status) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   if (*status != CU_STREAM_CAPTURE_STATUS_NONE) return CUDA_ERROR_ILLEGAL_STATE;
   *status = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  *capture_graph_of(stream, per_thread) = new CUgraph_st;
   return CUDA_SUCCESS;
 }
 
@@ -104,7 +120,9 @@ CUresult end_capture(CUstream stream, CUgraph* graph, bool per_thread) {
   CUstreamCaptureStatus* status = capture_of(stream, per_thread);
   if (!status || *status == CU_STREAM_CAPTURE_STATUS_NONE) return CUDA_ERROR_ILLEGAL_STATE;
   *status = CU_STREAM_CAPTURE_STATUS_NONE;
-  *graph = new CUgraph_st;
+  CUgraph* captured = capture_graph_of(stream, per_thread);
+  *graph = *captured;
+  *captured = nullptr;
   return CUDA_SUCCESS;
 }
 
@@ -149,13 +167,88 @@ CUresult free_memory(const char* api, uint64_t addr, bool host) {
   return call.done(r, size);
 }
 
-CUresult alloc_stream_ordered(const char* api, CUdeviceptr* dptr, size_t size, int device, CUresult status) {
+// Stream-ordered memory, by device: what the pools handed out, and (MEMTRACE_SIM_POOL_HOLDS=1)
+// what they kept once freed, as a real pool keeps freed memory (its release threshold): reused by
+// an allocation of the same size, given back by cuMemPoolTrimTo. Kept memory stays in use on the
+// device.
+struct Pools {
+  std::mutex mutex;
+  std::map<uint64_t, std::pair<int, uint64_t>> in_use;     // address -> device, size
+  std::multimap<std::pair<int, uint64_t>, uint64_t> kept;  // (device, size) -> address
+};
+Pools& pools() {
+  static Pools* p = new Pools;
+  return *p;
+}
+bool pools_keep_freed_memory() {
+  static const bool keep = [] {
+    const char* v = std::getenv("MEMTRACE_SIM_POOL_HOLDS");
+    return v && std::strcmp(v, "1") == 0;
+  }();
+  return keep;
+}
+uint64_t pool_bytes(int device, bool kept) {
+  Pools& p = pools();
+  std::lock_guard lock(p.mutex);
+  uint64_t bytes = 0;
+  if (kept) {
+    for (const auto& [key, addr] : p.kept)
+      if (key.first == device) bytes += key.second;
+  } else {
+    for (const auto& [addr, use] : p.in_use)
+      if (use.first == device) bytes += use.second;
+  }
+  return bytes;
+}
+
+// A stream-ordered allocation; while STREAM is being captured, an allocation node of its graph.
+CUresult alloc_stream_ordered(const char* api, CUdeviceptr* dptr, size_t size, int device, CUresult status,
+                              CUstream stream, bool per_thread) {
   sim::ApiCall call(api);
   if (!dptr) return call.done(CUDA_ERROR_INVALID_VALUE);
+  if (status == CUDA_SUCCESS)
+    if (CUgraph graph = sim_driver::capture_graph(stream, per_thread))
+      return call.done(sim_driver::add_alloc_node(graph, device, size, dptr, nullptr), size);
   uint64_t addr = 0;
-  if (status == CUDA_SUCCESS) status = allocate_on(sim::Memory::kDevice, device, size, &addr);
+  if (status == CUDA_SUCCESS) {
+    Pools& p = pools();
+    std::unique_lock lock(p.mutex);
+    if (auto kept = p.kept.find({device, size}); kept != p.kept.end()) {
+      addr = kept->second;
+      p.kept.erase(kept);
+    } else {
+      lock.unlock();
+      status = allocate_on(sim::Memory::kDevice, device, size, &addr);
+      lock.lock();
+    }
+    if (status == CUDA_SUCCESS) p.in_use[addr] = {device, size};
+  }
   if (status == CUDA_SUCCESS) *dptr = addr;
   return call.done(status, size);
+}
+
+CUresult free_stream_ordered(const char* api, CUdeviceptr dptr, CUstream stream, bool per_thread) {
+  if (CUgraph graph = sim_driver::capture_graph(stream, per_thread)) {
+    sim::ApiCall call(api);
+    uint64_t size = 0;
+    CUresult r = sim_driver::add_free_node(graph, dptr, nullptr, &size);
+    return call.done(r, size);
+  }
+  if (!pools_keep_freed_memory()) {
+    std::lock_guard lock(pools().mutex);
+    pools().in_use.erase(dptr);
+  } else {
+    sim::ApiCall call(api);
+    Pools& p = pools();
+    std::lock_guard lock(p.mutex);
+    auto it = p.in_use.find(dptr);
+    if (it == p.in_use.end()) return call.done(CUDA_ERROR_INVALID_VALUE);
+    const auto [device, size] = it->second;
+    p.in_use.erase(it);
+    p.kept.emplace(std::pair{device, size}, dptr);
+    return call.done(CUDA_SUCCESS, size);
+  }
+  return free_memory(api, dptr, false);
 }
 
 // As NVIDIA's driver does on its first cuInit: the library CUDA_INJECTION64_PATH names (a profiler,
@@ -168,9 +261,10 @@ void load_injection_library() {
   if (initialize) initialize();
 }
 
-CUresult alloc_from_pool(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool) {
+CUresult alloc_from_pool(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, CUstream stream, bool per_thread) {
   CUresult r = g_initialized.load() ? (pool ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE) : CUDA_ERROR_NOT_INITIALIZED;
-  return alloc_stream_ordered("cuMemAllocFromPoolAsync", dptr, bytesize, pool ? pool->device : -1, r);
+  return alloc_stream_ordered("cuMemAllocFromPoolAsync", dptr, bytesize, pool ? pool->device : -1, r, stream,
+                              per_thread);
 }
 
 }  // namespace
@@ -397,7 +491,7 @@ CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream stream) {
                      cuMemAllocAsync_params{dptr, bytesize, stream}, [&] {
                        int device = -1;
                        CUresult r = stream_device(stream, &device);
-                       return alloc_stream_ordered("cuMemAllocAsync", dptr, bytesize, device, r);
+                       return alloc_stream_ordered("cuMemAllocAsync", dptr, bytesize, device, r, stream, false);
                      });
 }
 
@@ -406,31 +500,32 @@ CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream strea
                      cuMemAllocAsync_ptsz_params{dptr, bytesize, stream}, [&] {
                        int device = -1;
                        CUresult r = stream_device(stream, &device);
-                       return alloc_stream_ordered("cuMemAllocAsync", dptr, bytesize, device, r);
+                       return alloc_stream_ordered("cuMemAllocAsync", dptr, bytesize, device, r, stream, true);
                      });
 }
 
 CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, CUstream stream) {
   return sim::traced(kDriverApi, CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync",
                      cuMemAllocFromPoolAsync_params{dptr, bytesize, pool, stream},
-                     [&] { return alloc_from_pool(dptr, bytesize, pool); });
+                     [&] { return alloc_from_pool(dptr, bytesize, pool, stream, false); });
 }
 
 CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, CUstream stream) {
   return sim::traced(kDriverApi, CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz, "cuMemAllocFromPoolAsync_ptsz",
                      cuMemAllocFromPoolAsync_ptsz_params{dptr, bytesize, pool, stream},
-                     [&] { return alloc_from_pool(dptr, bytesize, pool); });
+                     [&] { return alloc_from_pool(dptr, bytesize, pool, stream, true); });
 }
 
 CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
   return sim::traced(kDriverApi, CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync, "cuMemFreeAsync",
-                     cuMemFreeAsync_params{dptr, stream}, [&] { return free_memory("cuMemFreeAsync", dptr, false); });
+                     cuMemFreeAsync_params{dptr, stream},
+                     [&] { return free_stream_ordered("cuMemFreeAsync", dptr, stream, false); });
 }
 
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream) {
   return sim::traced(kDriverApi, CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz, "cuMemFreeAsync_ptsz",
                      cuMemFreeAsync_ptsz_params{dptr, stream},
-                     [&] { return free_memory("cuMemFreeAsync", dptr, false); });
+                     [&] { return free_stream_ordered("cuMemFreeAsync", dptr, stream, true); });
 }
 
 CUresult cuDeviceGetDefaultMemPool(CUmemoryPool* pool, CUdevice dev) {
@@ -453,7 +548,41 @@ CUresult cuMemPoolDestroy(CUmemoryPool pool) {
   return CUDA_SUCCESS;
 }
 
-CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t) { return pool ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; }
+// Gives back what the pool's device kept beyond KEEP bytes.
+CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
+  if (!pool) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<uint64_t> released;
+  {
+    Pools& p = pools();
+    std::lock_guard lock(p.mutex);
+    uint64_t kept = 0;
+    for (auto it = p.kept.begin(); it != p.kept.end();) {
+      if (it->first.first == pool->device && kept + it->first.second > keep) {
+        released.push_back(it->second);
+        it = p.kept.erase(it);
+      } else {
+        if (it->first.first == pool->device) kept += it->first.second;
+        ++it;
+      }
+    }
+  }
+  uint64_t size;
+  for (uint64_t addr : released) sim::release(addr, false, &size);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetMemPool(CUmemoryPool* pool, CUdevice dev) { return cuDeviceGetDefaultMemPool(pool, dev); }
+
+// What a pool's device has handed out (used) and holds in all (reserved).
+CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
+  if (!pool || !value) return CUDA_ERROR_INVALID_VALUE;
+  const uint64_t used = pool_bytes(pool->device, false), kept = pool_bytes(pool->device, true);
+  switch (attr) {
+    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT: *static_cast<cuuint64_t*>(value) = used; return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: *static_cast<cuuint64_t*>(value) = used + kept; return CUDA_SUCCESS;
+    default: return CUDA_ERROR_NOT_SUPPORTED;
+  }
+}
 
 CUresult cuMemGetAllocationGranularity(size_t* granularity, const CUmemAllocationProp* prop,
                                        CUmemAllocationGranularity_flags) {
@@ -559,11 +688,6 @@ CUresult cuStreamIsCapturing(CUstream stream, CUstreamCaptureStatus* status) {
 CUresult cuStreamIsCapturing_ptsz(CUstream stream, CUstreamCaptureStatus* status) {
   return is_capturing(stream, status, true);
 }
-CUresult cuGraphDestroy(CUgraph graph) {
-  if (!graph) return CUDA_ERROR_INVALID_VALUE;
-  delete graph;
-  return CUDA_SUCCESS;
-}
 
 // Only the device a pointer is on (what memtrace asks); other attributes are not simulated.
 CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr) {
@@ -651,6 +775,8 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion, cu
       {"cuMemAllocHost", "_v2", 3020},
       {"cuMemAllocPitch", "_v2", 3020},
       {"cuMemGetInfo", "_v2", 3020},
+      {"cuMemGetAddressRange", "_v2", 3020},
+      {"cuIpcOpenMemHandle", "_v2", 11000},
       {"cuDeviceTotalMem", "_v2", 3020},
       {"cuCtxDestroy", "_v2", 4000},
       {"cuCtxPushCurrent", "_v2", 4000},

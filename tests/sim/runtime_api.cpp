@@ -493,6 +493,101 @@ cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
   return remember(to_error(cuGraphDestroy(reinterpret_cast<CUgraph>(graph))));
 }
 
+// CUDA graphs and their memory nodes go to the driver, whose structures the runtime's mirror.
+static_assert(sizeof(cudaMemAllocNodeParams) == sizeof(CUDA_MEM_ALLOC_NODE_PARAMS));
+cudaError_t cudaGraphCreate(cudaGraph_t* graph, unsigned int flags) {
+  return with_context([&] { return to_error(cuGraphCreate(reinterpret_cast<CUgraph*>(graph), flags)); });
+}
+
+cudaError_t cudaGraphAddMemAllocNode(cudaGraphNode_t* node, cudaGraph_t graph, const cudaGraphNode_t* dependencies,
+                                     size_t count, cudaMemAllocNodeParams* params) {
+  return sim::traced(kRuntimeApi, CUPTI_RUNTIME_TRACE_CBID_cudaGraphAddMemAllocNode_v11040, "cudaGraphAddMemAllocNode",
+                     cudaGraphAddMemAllocNode_v11040_params{node, graph, dependencies, count, params}, [&] {
+                       sim::ApiCall call("cudaGraphAddMemAllocNode");
+                       return call.done(with_context([&] {
+                                          return to_error(cuGraphAddMemAllocNode(
+                                              reinterpret_cast<CUgraphNode*>(node), reinterpret_cast<CUgraph>(graph),
+                                              reinterpret_cast<const CUgraphNode*>(dependencies), count,
+                                              reinterpret_cast<CUDA_MEM_ALLOC_NODE_PARAMS*>(params)));
+                                        }),
+                                        params ? params->bytesize : 0);
+                     });
+}
+
+cudaError_t cudaGraphAddMemFreeNode(cudaGraphNode_t* node, cudaGraph_t graph, const cudaGraphNode_t* dependencies,
+                                    size_t count, void* dptr) {
+  return sim::traced(kRuntimeApi, CUPTI_RUNTIME_TRACE_CBID_cudaGraphAddMemFreeNode_v11040, "cudaGraphAddMemFreeNode",
+                     cudaGraphAddMemFreeNode_v11040_params{node, graph, dependencies, count, dptr}, [&] {
+                       sim::ApiCall call("cudaGraphAddMemFreeNode");
+                       const uint64_t size = memtrace_sim_allocation_size(reinterpret_cast<uint64_t>(dptr));
+                       return call.done(with_context([&] {
+                                          return to_error(cuGraphAddMemFreeNode(
+                                              reinterpret_cast<CUgraphNode*>(node), reinterpret_cast<CUgraph>(graph),
+                                              reinterpret_cast<const CUgraphNode*>(dependencies), count,
+                                              reinterpret_cast<CUdeviceptr>(dptr)));
+                                        }),
+                                        size);
+                     });
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long flags) {
+  return with_context([&] {
+    return to_error(
+        cuGraphInstantiateWithFlags(reinterpret_cast<CUgraphExec*>(exec), reinterpret_cast<CUgraph>(graph), flags));
+  });
+}
+
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
+  return with_context(
+      [&] { return to_error(cuGraphLaunch(reinterpret_cast<CUgraphExec>(exec), reinterpret_cast<CUstream>(stream))); });
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  return remember(to_error(cuGraphExecDestroy(reinterpret_cast<CUgraphExec>(exec))));
+}
+
+cudaError_t cudaDeviceGetGraphMemAttribute(int device, cudaGraphMemAttributeType attr, void* value) {
+  return with_context(
+      [&] { return to_error(cuDeviceGetGraphMemAttribute(device, static_cast<CUgraphMem_attribute>(attr), value)); });
+}
+
+cudaError_t cudaDeviceGraphMemTrim(int device) {
+  return with_context([&] { return to_error(cuDeviceGraphMemTrim(device)); });
+}
+
+// IPC: handles to allocations, opened in other processes; the driver's handle is the runtime's.
+static_assert(sizeof(cudaIpcMemHandle_t) == sizeof(CUipcMemHandle));
+cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t* handle, void* ptr) {
+  return with_context([&] {
+    return to_error(cuIpcGetMemHandle(reinterpret_cast<CUipcMemHandle*>(handle), reinterpret_cast<CUdeviceptr>(ptr)));
+  });
+}
+
+cudaError_t cudaIpcOpenMemHandle(void** ptr, cudaIpcMemHandle_t handle, unsigned int flags) {
+  return sim::traced(kRuntimeApi, CUPTI_RUNTIME_TRACE_CBID_cudaIpcOpenMemHandle_v4010, "cudaIpcOpenMemHandle",
+                     cudaIpcOpenMemHandle_v4010_params{ptr, handle, flags}, [&] {
+                       sim::ApiCall call("cudaIpcOpenMemHandle");
+                       if (!ptr) return call.done(remember(cudaErrorInvalidValue));
+                       CUdeviceptr p = 0;
+                       cudaError_t e = with_context([&] {
+                         CUipcMemHandle h;
+                         std::memcpy(&h, &handle, sizeof h);
+                         return to_error(cuIpcOpenMemHandle_v2(&p, h, flags));
+                       });
+                       if (e == cudaSuccess) *ptr = reinterpret_cast<void*>(p);
+                       return call.done(e, e == cudaSuccess ? memtrace_sim_allocation_size(p) : 0);
+                     });
+}
+
+cudaError_t cudaIpcCloseMemHandle(void* ptr) {
+  return sim::traced(kRuntimeApi, CUPTI_RUNTIME_TRACE_CBID_cudaIpcCloseMemHandle_v4010, "cudaIpcCloseMemHandle",
+                     cudaIpcCloseMemHandle_v4010_params{ptr}, [&] {
+                       return free_call("cudaIpcCloseMemHandle", ptr, [&] {
+                         return to_error(cuIpcCloseMemHandle(reinterpret_cast<CUdeviceptr>(ptr)));
+                       });
+                     });
+}
+
 cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* ptr) {
   if (!attributes) return remember(cudaErrorInvalidValue);
   return with_context([&] {

@@ -35,6 +35,20 @@ void* driver_function(const char* name, unsigned long long flags);
 #define cuDriverGetVersion(...) MEMTRACE_SIM_DRIVER(cuDriverGetVersion, "cuDriverGetVersion", 0)(__VA_ARGS__)
 #define cuGetProcAddress_v2(...) MEMTRACE_SIM_DRIVER(cuGetProcAddress_v2, "cuGetProcAddress", 0)(__VA_ARGS__)
 #define cuGraphDestroy(...) MEMTRACE_SIM_DRIVER(cuGraphDestroy, "cuGraphDestroy", 0)(__VA_ARGS__)
+#define cuGraphCreate(...) MEMTRACE_SIM_DRIVER(cuGraphCreate, "cuGraphCreate", 0)(__VA_ARGS__)
+#define cuGraphAddMemAllocNode(...) \
+  MEMTRACE_SIM_DRIVER(cuGraphAddMemAllocNode, "cuGraphAddMemAllocNode", 0)(__VA_ARGS__)
+#define cuGraphAddMemFreeNode(...) MEMTRACE_SIM_DRIVER(cuGraphAddMemFreeNode, "cuGraphAddMemFreeNode", 0)(__VA_ARGS__)
+#define cuGraphInstantiateWithFlags(...) \
+  MEMTRACE_SIM_DRIVER(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags", 0)(__VA_ARGS__)
+#define cuGraphLaunch(...) MEMTRACE_SIM_DRIVER(cuGraphLaunch, "cuGraphLaunch", 0)(__VA_ARGS__)
+#define cuGraphExecDestroy(...) MEMTRACE_SIM_DRIVER(cuGraphExecDestroy, "cuGraphExecDestroy", 0)(__VA_ARGS__)
+#define cuDeviceGetGraphMemAttribute(...) \
+  MEMTRACE_SIM_DRIVER(cuDeviceGetGraphMemAttribute, "cuDeviceGetGraphMemAttribute", 0)(__VA_ARGS__)
+#define cuDeviceGraphMemTrim(...) MEMTRACE_SIM_DRIVER(cuDeviceGraphMemTrim, "cuDeviceGraphMemTrim", 0)(__VA_ARGS__)
+#define cuIpcGetMemHandle(...) MEMTRACE_SIM_DRIVER(cuIpcGetMemHandle, "cuIpcGetMemHandle", 0)(__VA_ARGS__)
+#define cuIpcOpenMemHandle_v2(...) MEMTRACE_SIM_DRIVER(cuIpcOpenMemHandle_v2, "cuIpcOpenMemHandle", 0)(__VA_ARGS__)
+#define cuIpcCloseMemHandle(...) MEMTRACE_SIM_DRIVER(cuIpcCloseMemHandle, "cuIpcCloseMemHandle", 0)(__VA_ARGS__)
 #define cuInit(...) MEMTRACE_SIM_DRIVER(cuInit, "cuInit", 0)(__VA_ARGS__)
 #define cuMemAlloc_v2(...) MEMTRACE_SIM_DRIVER(cuMemAlloc_v2, "cuMemAlloc", 0)(__VA_ARGS__)
 #define cuMemAllocAsync(...) MEMTRACE_SIM_DRIVER(cuMemAllocAsync, "cuMemAllocAsync", 0)(__VA_ARGS__)

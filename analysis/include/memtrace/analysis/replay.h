@@ -141,12 +141,12 @@ class Replay {
   void count_allocated(const LiveAllocation& a, uint64_t addr, int64_t sign);
 
   ReplayStep step_;
-  // Device, managed and pinned host allocations: the map holds an index into the pool, so that
-  // it stays small enough for the CPU's caches.
+  // Device, managed and pinned host allocations, graph memory and IPC imports: the map holds an
+  // index into the pool, so that it stays small enough for the CPU's caches.
   AddressMap<uint32_t> addresses_;
   std::vector<LiveAllocation> pool_;
   std::vector<uint32_t> free_entries_;
-  std::unordered_map<uint64_t, Handle> handles_;  // VMM physical, by handle
+  std::unordered_map<uint64_t, Handle> handles_;  // VMM physical, imported and multicast, by handle
   std::map<uint64_t, Mapping> mappings_;          // VMM mappings, by address
   std::unordered_map<uint64_t, LiveAllocation> reservations_;
   std::map<uint64_t, Heap> heaps_;              // by base address

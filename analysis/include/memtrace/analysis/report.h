@@ -62,6 +62,10 @@ struct DeviceReport {
   uint64_t outside_reserved_at_peak_bytes = 0;
   uint64_t outside_sampled_at_ns = 0;
   uint64_t device_used_max_sampled_bytes = 0;
+  // Of what lay outside: what the device's stream-ordered pool held beyond its allocations, and
+  // what CUDA graphs held for their memory nodes, by the same sample.
+  uint64_t pool_held_at_peak_bytes = 0;
+  uint64_t graph_reserved_at_peak_bytes = 0;
   uint64_t device_at_peak_bytes() const { return peak_bytes + outside_reserved_at_peak_bytes; }
 };
 
@@ -152,6 +156,7 @@ class ReportBuilder {
     uint64_t outside_latest = 0, outside_latest_time = 0;
     bool peak_has_outside = false;
     uint64_t outside_at_peak = 0, outside_at_peak_time = 0;
+    uint64_t pool_held_latest = 0, graph_latest = 0, pool_held_at_peak = 0, graph_at_peak = 0;
   };
   void sample_device(int32_t device, uint64_t used, uint64_t t_ns);
   std::vector<SiteTotal> largest(const SiteMap& sites) const;

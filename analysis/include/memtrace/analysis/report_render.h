@@ -28,6 +28,8 @@ std::string device_layer_line(const DeviceReport& d);
 // "12.5%" of WHOLE; and S padded with spaces to WIDTH, on the left when RIGHT (for numbers).
 std::string percent(uint64_t part, uint64_t whole);
 std::string pad(std::string s, size_t width, bool right = false);
+// The width of a column of API names.
+inline constexpr size_t kApiColumn = kLongestApiName + 2;
 // Text made safe inside XML and SVG, attributes included.
 std::string escape_xml(const std::string& s);
 // Which process a part of a view is about, and its heading: "process PID: COMMAND", "rank R

@@ -88,7 +88,34 @@ enum class Api : uint16_t {
   // device, but after every large one). An observation: what lies outside the reserved layer is
   // this minus what the reserved layer holds then.
   kDeviceUsed = 54,
-  kCount = 55,
+  // Sampled with it when they change: what the device's current stream-ordered pool holds beyond
+  // the allocations made from it (cuMemPoolGetAttribute: reserved minus used; size), and what
+  // CUDA graphs hold for their memory nodes (cuDeviceGetGraphMemAttribute, reserved; size).
+  kDevicePoolHeld = 55,
+  kDeviceGraphReserved = 56,
+  // CUDA graphs' memory nodes: an allocation node names the address its allocation will have at
+  // each launch (handle: the graph); the memory is the graph's, held from launch to its free (a
+  // free node, or a free call after the launch), and counted by device.graph_reserved, not here.
+  kCudaGraphAddMemAllocNode = 57,
+  kCudaGraphAddMemFreeNode = 58,
+  kCuGraphAddMemAllocNode = 59,
+  kCuGraphAddMemFreeNode = 60,
+  // Memory of another process, opened here: its device memory is the exporter's, not this
+  // process's. IPC handles to an allocation (opened and closed), a pool allocation imported from
+  // another process's pool (handle: the pool; freed by cudaFree/cudaFreeAsync), and physical
+  // memory imported by a shareable handle (addr: the handle; released by cuMemRelease; the driver
+  // does not say its size, its mappings do).
+  kCudaIpcOpenMemHandle = 61,
+  kCudaIpcCloseMemHandle = 62,
+  kCuIpcOpenMemHandle = 63,
+  kCuIpcCloseMemHandle = 64,
+  kCudaMemPoolImportPointer = 65,
+  kCuMemPoolImportPointer = 66,
+  kCuMemImportFromShareableHandle = 67,
+  // A multicast object (addr: its handle; size: the object's; released by cuMemRelease): the
+  // devices' memory bound to it is counted where it was created.
+  kCuMulticastCreate = 68,
+  kCount = 69,
 };
 
 // What a recorded object is. Each kind has its own address space in the live set: a VMM mapping
@@ -102,7 +129,11 @@ enum class MemKind : uint8_t {
   kVmmMapping = 5,     // cuMemMap: a handle mapped into a VA range (aux is the handle)
   kVaReservation = 6,  // cuMemAddressReserve: address space only, no memory
   kHeap = 7,           // an allocator's pool (NVTX heap): the range its regions lie in, no memory of its own
-  kCount = 8,
+  kGraphMemory = 8,    // a CUDA graph's allocation (a memory node, or an allocation captured into one)
+  kIpcImport = 9,      // another process's allocation, opened here (IPC handle, pool pointer import)
+  kVmmImported = 10,   // another process's physical memory, imported by a shareable handle (addr is the handle)
+  kMulticast = 11,     // a multicast object (addr is the handle)
+  kCount = 12,
 };
 
 // Which depth of a process's GPU memory an event describes: the device (what nvidia-smi shows),
@@ -195,11 +226,26 @@ inline constexpr ApiInfo kApiTable[] = {
     {"cupti.memory_alloc", Op::kMark, MemKind::kDevice, Layer::kUnknown},
     {"cupti.memory_free", Op::kMark, MemKind::kDevice, Layer::kUnknown},
     {"device.used", Op::kMark, MemKind::kDevice, Layer::kDevice},
+    {"device.pool_held", Op::kMark, MemKind::kDevice, Layer::kDevice},
+    {"device.graph_reserved", Op::kMark, MemKind::kDevice, Layer::kDevice},
+    {"cudaGraphAddMemAllocNode", Op::kAlloc, MemKind::kGraphMemory, Layer::kReserved, AuxField::kHandle},
+    {"cudaGraphAddMemFreeNode", Op::kFree, MemKind::kGraphMemory},
+    {"cuGraphAddMemAllocNode", Op::kAlloc, MemKind::kGraphMemory, Layer::kReserved, AuxField::kHandle},
+    {"cuGraphAddMemFreeNode", Op::kFree, MemKind::kGraphMemory},
+    {"cudaIpcOpenMemHandle", Op::kAlloc, MemKind::kIpcImport},
+    {"cudaIpcCloseMemHandle", Op::kFree, MemKind::kIpcImport},
+    {"cuIpcOpenMemHandle", Op::kAlloc, MemKind::kIpcImport},
+    {"cuIpcCloseMemHandle", Op::kFree, MemKind::kIpcImport},
+    {"cudaMemPoolImportPointer", Op::kAlloc, MemKind::kIpcImport, Layer::kReserved, AuxField::kHandle},
+    {"cuMemPoolImportPointer", Op::kAlloc, MemKind::kIpcImport, Layer::kReserved, AuxField::kHandle},
+    {"cuMemImportFromShareableHandle", Op::kAlloc, MemKind::kVmmImported},
+    {"cuMulticastCreate", Op::kAlloc, MemKind::kMulticast},
 };
 static_assert(std::size(kApiTable) == static_cast<size_t>(Api::kCount));
 
 inline constexpr std::string_view kMemKindNames[] = {
-    "unknown", "device", "managed", "pinned_host", "vmm_physical", "vmm_mapping", "va_reservation", "heap",
+    "unknown",        "device", "managed",      "pinned_host", "vmm_physical", "vmm_mapping",
+    "va_reservation", "heap",   "graph_memory", "ipc_import",  "vmm_imported", "multicast",
 };
 static_assert(std::size(kMemKindNames) == static_cast<size_t>(MemKind::kCount));
 
@@ -210,10 +256,17 @@ inline const ApiInfo& api_info(Api api) {
   return kApiTable[i < std::size(kApiTable) ? i : 0];
 }
 inline std::string_view api_name(Api api) { return api_info(api).name; }
+// The longest API name, for columns that list them.
+inline constexpr size_t kLongestApiName = [] {
+  size_t longest = 0;
+  for (const ApiInfo& info : kApiTable) longest = info.name.size() > longest ? info.name.size() : longest;
+  return longest;
+}();
 // What memtrace observed rather than a call the program made (CUPTI's activity records, samples
 // of the device's memory).
 inline bool is_observation(Api api) {
-  return api == Api::kCuptiMemoryAlloc || api == Api::kCuptiMemoryFree || api == Api::kDeviceUsed;
+  return api == Api::kCuptiMemoryAlloc || api == Api::kCuptiMemoryFree || api == Api::kDeviceUsed ||
+         api == Api::kDevicePoolHeld || api == Api::kDeviceGraphReserved;
 }
 inline std::string_view mem_kind_name(MemKind kind) {
   auto i = static_cast<size_t>(kind);
@@ -234,6 +287,8 @@ inline constexpr bool from_pytorch(Api api) { return api >= Api::kTorchAlloc && 
 
 // Memory that occupies the GPU: what the reserved layer's byte counts add up. Pinned host memory
 // lives in host RAM; mappings and reservations only name addresses of memory counted elsewhere.
+// Graph memory, imports and multicast objects are not: a graph's memory is the device layer's
+// device.graph_reserved, an import's is its exporter's.
 inline constexpr bool counts_as_device_memory(MemKind kind) {
   return kind == MemKind::kDevice || kind == MemKind::kManaged || kind == MemKind::kVmmPhysical;
 }

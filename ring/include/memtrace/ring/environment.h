@@ -12,7 +12,9 @@ inline constexpr const char* kPythonStacks = "MEMTRACE_PYTHON_STACKS";  // "0": 
 inline constexpr const char* kRingBytes = "MEMTRACE_RING_BYTES";        // the ring's size (a power of two)
 inline constexpr const char* kBackend = "MEMTRACE_BACKEND";             // --backend: auto, preload or cupti
 inline constexpr const char* kVerify = "MEMTRACE_VERIFY";               // "1": --verify
-inline constexpr const char* kCuptiLibrary = "MEMTRACE_CUPTI_LIBRARY";  // --cupti-library
+inline constexpr const char* kCuptiLibrary = "MEMTRACE_CUPTI_LIBRARY";  // which libcupti to load
+// How far apart (µs, default 1000) the device layer is sampled per device; 0: after every allocation.
+inline constexpr const char* kSampleIntervalUs = "MEMTRACE_SAMPLE_INTERVAL_US";
 // Read by memtrace run itself: a library to preload before the injector (a sanitizer's runtime),
 // and where its injector, simulated device and Python shim are (default: ../lib beside it).
 inline constexpr const char* kPreloadFirst = "MEMTRACE_PRELOAD_FIRST";

@@ -1,0 +1,171 @@
+// CUDA graphs' memory on the simulated device. As on a GPU, adding an allocation node (through
+// cuGraphAddMemAllocNode, or a stream-ordered allocation captured into a graph) fixes the address
+// the allocation has at every launch: address space only. A launch reserves what the graph needs
+// on its device, and that stays reserved (in use on the device, in no allocation of the
+// program's) until cuDeviceGraphMemTrim. One simplification: a graph must free what it allocates
+// (a free node); one whose allocation would outlive its launch is refused at instantiation.
+#include <cuda.h>
+#include <cupti.h>
+
+#include <map>
+#include <mutex>
+
+#include "api_callbacks.h"
+#include "driver_objects.h"
+#include "ledger.h"
+
+namespace {
+
+constexpr int kDriverApi = CUPTI_CB_DOMAIN_DRIVER_API;
+
+std::mutex g_graphs_mutex;                           // graphs' allocation lists, and:
+std::map<uint64_t, uint64_t> g_unfreed_allocations;  // address -> size, of every graph
+
+uint64_t span_of(uint64_t size) {
+  return (size + sim::kVmmGranularity - 1) / sim::kVmmGranularity * sim::kVmmGranularity;
+}
+
+CUgraphNode new_node(CUgraph graph) {
+  graph->nodes.push_back(std::make_unique<CUgraphNode_st>());
+  return graph->nodes.back().get();
+}
+
+}  // namespace
+
+namespace sim_driver {
+
+CUresult add_alloc_node(CUgraph graph, int device, size_t size, CUdeviceptr* addr, CUgraphNode* node) {
+  if (!graph || !addr || size == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (!sim::valid_device(device)) return CUDA_ERROR_INVALID_DEVICE;
+  uint64_t at = 0;
+  const uint64_t span = span_of(size);
+  CUresult r = to_result(sim::vmm_reserve(span, 0, &at));
+  if (r != CUDA_SUCCESS) return r;
+  std::lock_guard lock(g_graphs_mutex);
+  graph->allocations.push_back(CUgraph_st::Allocation{at, size, span, device});
+  g_unfreed_allocations[at] = size;
+  *addr = at;
+  if (node) *node = new_node(graph);
+  return CUDA_SUCCESS;
+}
+
+CUresult add_free_node(CUgraph graph, CUdeviceptr addr, CUgraphNode* node, uint64_t* size) {
+  *size = 0;
+  if (!graph) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard lock(g_graphs_mutex);
+  for (CUgraph_st::Allocation& a : graph->allocations) {
+    if (a.addr != addr || a.freed) continue;
+    a.freed = true;
+    *size = a.size;
+    g_unfreed_allocations.erase(a.addr);
+    if (node) *node = new_node(graph);
+    return CUDA_SUCCESS;
+  }
+  return CUDA_ERROR_INVALID_VALUE;  // not an allocation of this graph's, or freed already
+}
+
+}  // namespace sim_driver
+
+uint64_t sim::graph_allocation_size(uint64_t addr) {
+  std::lock_guard lock(g_graphs_mutex);
+  auto it = g_unfreed_allocations.find(addr);
+  return it == g_unfreed_allocations.end() ? 0 : it->second;
+}
+
+extern "C" {
+
+CUresult cuGraphCreate(CUgraph* graph, unsigned int flags) {
+  if (!graph || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  *graph = new CUgraph_st;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuGraphDestroy(CUgraph graph) {
+  if (!graph) return CUDA_ERROR_INVALID_VALUE;
+  {
+    std::lock_guard lock(g_graphs_mutex);
+    for (const CUgraph_st::Allocation& a : graph->allocations) g_unfreed_allocations.erase(a.addr);
+  }
+  for (const CUgraph_st::Allocation& a : graph->allocations) sim::vmm_free_reservation(a.addr, a.span);
+  delete graph;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuGraphAddMemAllocNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* dependencies,
+                                size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS* params) {
+  return sim::traced(kDriverApi, CUPTI_DRIVER_TRACE_CBID_cuGraphAddMemAllocNode, "cuGraphAddMemAllocNode",
+                     cuGraphAddMemAllocNode_params{node, graph, dependencies, numDependencies, params}, [&] {
+                       sim::ApiCall call("cuGraphAddMemAllocNode");
+                       if (!sim_driver::initialized()) return call.done(CUDA_ERROR_NOT_INITIALIZED);
+                       if (!node || !params || params->poolProps.allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
+                           params->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+                         return call.done(CUDA_ERROR_INVALID_VALUE);
+                       CUresult r = sim_driver::add_alloc_node(graph, params->poolProps.location.id, params->bytesize,
+                                                               &params->dptr, node);
+                       return call.done(r, params->bytesize);
+                     });
+}
+
+CUresult cuGraphAddMemFreeNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* dependencies,
+                               size_t numDependencies, CUdeviceptr dptr) {
+  return sim::traced(kDriverApi, CUPTI_DRIVER_TRACE_CBID_cuGraphAddMemFreeNode, "cuGraphAddMemFreeNode",
+                     cuGraphAddMemFreeNode_params{node, graph, dependencies, numDependencies, dptr}, [&] {
+                       sim::ApiCall call("cuGraphAddMemFreeNode");
+                       if (!sim_driver::initialized()) return call.done(CUDA_ERROR_NOT_INITIALIZED);
+                       if (!node) return call.done(CUDA_ERROR_INVALID_VALUE);
+                       uint64_t size = 0;
+                       CUresult r = sim_driver::add_free_node(graph, dptr, node, &size);
+                       return call.done(r, size);
+                     });
+}
+
+CUresult cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph, unsigned long long) {
+  if (!exec || !graph) return CUDA_ERROR_INVALID_VALUE;
+  std::map<int, uint64_t> bytes;
+  {
+    std::lock_guard lock(g_graphs_mutex);
+    for (const CUgraph_st::Allocation& a : graph->allocations) {
+      if (!a.freed) return CUDA_ERROR_NOT_SUPPORTED;  // the simplification above
+      bytes[a.device] += a.span;
+    }
+  }
+  *exec = new CUgraphExec_st{{bytes.begin(), bytes.end()}};
+  return CUDA_SUCCESS;
+}
+
+// The graph's memory is reserved at its launch and kept: later launches reuse it.
+CUresult cuGraphLaunch(CUgraphExec exec, CUstream) {
+  if (!exec) return CUDA_ERROR_INVALID_VALUE;
+  for (const auto& [device, bytes] : exec->bytes_per_device) {
+    CUresult r = sim_driver::to_result(sim::reserve_graph_memory(device, bytes));
+    if (r != CUDA_SUCCESS) return r;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult cuGraphExecDestroy(CUgraphExec exec) {
+  if (!exec) return CUDA_ERROR_INVALID_VALUE;
+  delete exec;
+  return CUDA_SUCCESS;
+}
+
+// Every launch here has finished and freed its allocations: graphs use none of what they keep.
+CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void* value) {
+  if (!value) return CUDA_ERROR_INVALID_VALUE;
+  if (!sim::valid_device(device)) return CUDA_ERROR_INVALID_DEVICE;
+  switch (attr) {
+    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT:
+      *static_cast<cuuint64_t*>(value) = sim::graph_memory(device);
+      return CUDA_SUCCESS;
+    case CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT: *static_cast<cuuint64_t*>(value) = 0; return CUDA_SUCCESS;
+    default: return CUDA_ERROR_NOT_SUPPORTED;
+  }
+}
+
+CUresult cuDeviceGraphMemTrim(CUdevice device) {
+  if (!sim::valid_device(device)) return CUDA_ERROR_INVALID_DEVICE;
+  sim::trim_graph_memory(device);
+  return CUDA_SUCCESS;
+}
+
+}  // extern "C"
