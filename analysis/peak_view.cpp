@@ -13,7 +13,7 @@ namespace {
 DeviceReport device_layer_of(const DeviceReport& reserved) {
   DeviceReport d = reserved;
   d.peak_bytes = reserved.device_at_peak_bytes();
-  auto add = [&](Api api, uint64_t bytes, const char* what) {
+  auto add = [&](Api api, uint64_t bytes, const std::string& what) {
     if (!bytes) return;
     SiteTotal outside;
     outside.site.api = api;
@@ -23,11 +23,12 @@ DeviceReport device_layer_of(const DeviceReport& reserved) {
                            [&](const SiteTotal& s) { return s.bytes < outside.bytes; });
     d.peak_sites.insert(at, std::move(outside));
   };
-  const uint64_t pools = reserved.pool_held_at_peak_bytes, graphs = reserved.graph_reserved_at_peak_bytes;
-  add(Api::kDevicePoolHeld, pools, "kept by stream-ordered pools beyond their allocations");
-  add(Api::kDeviceGraphReserved, graphs, "held by CUDA graphs for their memory nodes");
-  add(Api::kDeviceUsed, reserved.outside_reserved_at_peak_bytes - pools - graphs,
-      "outside the reserved layer: the CUDA context, library workspaces, other processes");
+  const OutsideParts& parts = reserved.outside_parts_at_peak;
+  add(Api::kDevicePoolHeld, parts.pools_held, "kept by stream-ordered pools beyond their allocations");
+  add(Api::kDeviceGraphReserved, parts.graphs_reserved, "held by CUDA graphs for their memory nodes");
+  add(Api::kDeviceOtherProcesses, parts.other_processes, "held by other processes on the device (NVML)");
+  add(Api::kDeviceUsed, reserved.outside_reserved_at_peak_bytes - parts.total(),
+      std::string("outside the reserved layer: ") + parts.rest());
   return d;
 }
 

@@ -40,10 +40,12 @@ void ReportBuilder::add(const ReplayStep& step) {
   if (is_observation(e.api)) {  // not a call: no row of its own
     if (e.api == Api::kDeviceUsed) {
       sample_device(e.device, e.size, e.t_ns);
-    } else if (e.api == Api::kDevicePoolHeld || e.api == Api::kDeviceGraphReserved) {
-      if (layer_ == Layer::kReserved && devices_.count(e.device))  // read with the device.used that follows
-        (e.api == Api::kDevicePoolHeld ? device_state(e.device).pool_held_latest
-                                       : device_state(e.device).graph_latest) = e.size;
+    } else if (OutsideParts().part(e.api)) {
+      if (layer_ == Layer::kReserved && devices_.count(e.device)) {  // read with the device.used that follows
+        OutsideParts& parts = device_state(e.device).parts_latest;
+        *parts.part(e.api) = e.size;
+        if (e.api == Api::kDeviceOtherProcesses) parts.other_processes_known = true;
+      }
     } else {
       ++activity_records_;
     }
@@ -100,8 +102,7 @@ void ReportBuilder::add(const ReplayStep& step) {
       d.peak_has_outside = d.samples > 0;
       d.outside_at_peak = d.outside_latest;
       d.outside_at_peak_time = d.outside_latest_time;
-      d.pool_held_at_peak = d.pool_held_latest;
-      d.graph_at_peak = d.graph_latest;
+      d.parts_at_peak = d.parts_latest;
     }
   }
   if (step.pinned_host_bytes) {
@@ -123,8 +124,7 @@ void ReportBuilder::sample_device(int32_t device, uint64_t used, uint64_t t_ns) 
   if (!d.peak_has_outside) {  // a peak before the first sample takes the first after it
     d.outside_at_peak = d.outside_latest;
     d.outside_at_peak_time = t_ns;
-    d.pool_held_at_peak = d.pool_held_latest;
-    d.graph_at_peak = d.graph_latest;
+    d.parts_at_peak = d.parts_latest;
     d.peak_has_outside = true;
   }
 }
@@ -201,11 +201,7 @@ void ReportBuilder::finish(ProcessReport& report) {
     r.outside_reserved_at_peak_bytes = d.peak_has_outside ? d.outside_at_peak : 0;
     r.outside_sampled_at_ns = d.outside_at_peak_time;
     r.device_used_max_sampled_bytes = d.used_max;
-    r.pool_held_at_peak_bytes =
-        d.peak_has_outside ? std::min(d.pool_held_at_peak, r.outside_reserved_at_peak_bytes) : 0;
-    r.graph_reserved_at_peak_bytes =
-        d.peak_has_outside ? std::min(d.graph_at_peak, r.outside_reserved_at_peak_bytes - r.pool_held_at_peak_bytes)
-                           : 0;
+    if (d.peak_has_outside) r.outside_parts_at_peak = d.parts_at_peak.within(r.outside_reserved_at_peak_bytes);
     report.devices.push_back(std::move(r));
   }
 }

@@ -57,15 +57,15 @@ std::string process_heading(const ProcessId& p) {
 
 std::string device_layer_line(const DeviceReport& d) {
   if (!d.device_samples) return "device used: not sampled (an import, or a trace from an older memtrace)";
+  const OutsideParts& p = d.outside_parts_at_peak;
   std::string parts;
-  if (d.pool_held_at_peak_bytes)
-    parts += format_bytes(d.pool_held_at_peak_bytes) + " kept by stream-ordered pools beyond their allocations, ";
-  if (d.graph_reserved_at_peak_bytes) parts += format_bytes(d.graph_reserved_at_peak_bytes) + " by CUDA graphs, ";
+  if (p.pools_held) parts += format_bytes(p.pools_held) + " kept by stream-ordered pools beyond their allocations, ";
+  if (p.graphs_reserved) parts += format_bytes(p.graphs_reserved) + " by CUDA graphs, ";
+  if (p.other_processes) parts += format_bytes(p.other_processes) + " by other processes (NVML), ";
   if (!parts.empty()) parts += "the rest: ";
   return "device used at the peak " + format_bytes(d.device_at_peak_bytes()) + ": " + format_bytes(d.peak_bytes) +
-         " reserved + " + format_bytes(d.outside_reserved_at_peak_bytes) + " outside it (" + parts +
-         "the CUDA context, library workspaces, other processes; cudaMemGetInfo at " +
-         format_duration_ns(d.outside_sampled_at_ns) + ")";
+         " reserved + " + format_bytes(d.outside_reserved_at_peak_bytes) + " outside it (" + parts + p.rest() +
+         "; cudaMemGetInfo at " + format_duration_ns(d.outside_sampled_at_ns) + ")";
 }
 
 std::string percent(uint64_t part, uint64_t whole) {
@@ -160,8 +160,10 @@ nlohmann::json report_json(const std::vector<ProcessReport>& processes) {
                      {"outside_reserved_at_peak_bytes", d.outside_reserved_at_peak_bytes},
                      {"outside_sampled_at_ns", d.outside_sampled_at_ns},
                      {"device_used_max_sampled_bytes", d.device_used_max_sampled_bytes},
-                     {"pool_held_at_peak_bytes", d.pool_held_at_peak_bytes},
-                     {"graph_reserved_at_peak_bytes", d.graph_reserved_at_peak_bytes}});
+                     {"pool_held_at_peak_bytes", d.outside_parts_at_peak.pools_held},
+                     {"graph_reserved_at_peak_bytes", d.outside_parts_at_peak.graphs_reserved},
+                     {"other_processes_at_peak_bytes", d.outside_parts_at_peak.other_processes},
+                     {"other_processes_known", d.outside_parts_at_peak.other_processes_known}});
       devices.push_back(std::move(device));
     }
     nlohmann::json oom_events = nlohmann::json::array();

@@ -139,6 +139,48 @@ void sample_pools_and_graphs(uint64_t caller, int device) {
     publish_observation(Api::kDeviceGraphReserved, device, graphs);
 }
 
+// The UUID of the device with ORDINAL; false when the driver cannot say (before CUDA 11.4).
+bool device_uuid(uint64_t caller, int ordinal, unsigned char (&uuid)[16]) {
+  static RealFunction<int (*)(int*, int)> get("cuDeviceGet", Library::kDriver);
+  static RealFunction<int (*)(CUuuid*, int)> get_uuid("cuDeviceGetUuid_v2", Library::kDriver);
+  auto get_fn = get.get(caller);
+  auto uuid_fn = get_uuid.get(caller);
+  int device = 0;
+  CUuuid id{};
+  if (!get_fn || !uuid_fn || get_fn(&device, ordinal) != 0 || uuid_fn(&id, device) != 0) return false;
+  std::memcpy(uuid, id.bytes, sizeof uuid);
+  return true;
+}
+
+// What other processes hold on the device: its use minus this process's, as NVML tells it, a
+// tenth of a second apart at most per device (NVML answers far slower than cudaMemGetInfo).
+constexpr uint64_t kNvmlInterval = 100'000'000;  // ns
+std::atomic<uint64_t> g_last_nvml[kSampledDevices];
+std::atomic<uint64_t> g_last_other_processes[kSampledDevices];  // plus one: 0 for none published
+std::atomic<bool> g_nvml_not_listed_said{false};
+
+void sample_other_processes(uint64_t caller, int device, uint64_t used, uint64_t now) {
+  uint64_t before = g_last_nvml[device].load(std::memory_order_relaxed);
+  if (before && now - before < kNvmlInterval) return;
+  if (!g_last_nvml[device].compare_exchange_strong(before, now, std::memory_order_relaxed)) return;
+  unsigned char uuid[16];
+  uint64_t mine = 0;
+  if (!device_uuid(caller, device, uuid)) return;
+  switch (nvml_process_memory(uuid, mine)) {
+    case NvmlAnswer::kAbsent: return;
+    case NvmlAnswer::kNotListed:
+      if (!g_nvml_not_listed_said.exchange(true))
+        publish_notice("NVML does not list this process among those using device " + std::to_string(device) +
+                       " (it knows processes by their host pid: a container's own pid namespace hides them), so "
+                       "what other processes hold there is not told apart from the rest of the device layer");
+      return;
+    case NvmlAnswer::kListed: break;
+  }
+  const uint64_t others = used > mine ? used - mine : 0;  // the first answer is published even when 0
+  if (g_last_other_processes[device].exchange(others + 1, std::memory_order_relaxed) != others + 1)
+    publish_observation(Api::kDeviceOtherProcesses, device, others);
+}
+
 }  // namespace
 
 void sample_device_memory(uint64_t caller, int device, uint64_t bytes) {
@@ -151,9 +193,10 @@ void sample_device_memory(uint64_t caller, int device, uint64_t bytes) {
   if (driver_device(caller) != device) return;  // cuMemGetInfo would answer for another device
   uint64_t free_bytes = 0, total_bytes = 0;
   if (!query_device_memory(caller, free_bytes, total_bytes)) return;
+  const uint64_t used = total_bytes > free_bytes ? total_bytes - free_bytes : 0;
   sample_pools_and_graphs(caller, device);  // first: the used figure below includes them
-  publish_observation(Api::kDeviceUsed, device, total_bytes > free_bytes ? total_bytes - free_bytes : 0, free_bytes,
-                      total_bytes);
+  sample_other_processes(caller, device, used, now);
+  publish_observation(Api::kDeviceUsed, device, used, free_bytes, total_bytes);
 }
 
 bool query_devices(uint64_t caller, std::string& payload, uint32_t& count) {
@@ -161,12 +204,10 @@ bool query_devices(uint64_t caller, std::string& payload, uint32_t& count) {
   static RealFunction<int (*)(int*, int)> get("cuDeviceGet", Library::kDriver);
   static RealFunction<int (*)(char*, int, int)> get_name("cuDeviceGetName", Library::kDriver);
   static RealFunction<int (*)(size_t*, int)> total_mem("cuDeviceTotalMem_v2", Library::kDriver);
-  static RealFunction<int (*)(CUuuid*, int)> get_uuid("cuDeviceGetUuid_v2", Library::kDriver);
   auto count_fn = get_count.get(caller);
   auto get_fn = get.get(caller);
   auto name_fn = get_name.get(caller);
   auto total_fn = total_mem.get(caller);
-  auto uuid_fn = get_uuid.get(caller);  // optional: drivers older than 11.4 lack it
   int devices = 0;
   if (!count_fn || !get_fn || !name_fn || !total_fn || count_fn(&devices) != 0 || devices <= 0) return false;
   if (devices > 64) devices = 64;
@@ -180,8 +221,7 @@ bool query_devices(uint64_t caller, std::string& payload, uint32_t& count) {
     name_fn(name, sizeof name - 1, device);
     total_fn(&total, device);
     ring::DeviceEntry entry{i, static_cast<uint32_t>(std::strlen(name)), total, {}};
-    CUuuid uuid{};
-    if (uuid_fn && uuid_fn(&uuid, device) == 0) std::memcpy(entry.uuid, uuid.bytes, sizeof entry.uuid);
+    device_uuid(caller, i, entry.uuid);  // optional: drivers older than 11.4 cannot say
     payload.append(reinterpret_cast<const char*>(&entry), sizeof entry).append(name, entry.name_bytes);
     ++count;
   }

@@ -53,6 +53,10 @@ bool query_device_memory(uint64_t caller, uint64_t& free_bytes, uint64_t& total_
 // context's (cuMemGetInfo asks about that one) (device_query.cpp).
 void sample_device_memory(uint64_t caller, int device, uint64_t bytes);
 
+// What NVML says of this process on the device with UUID: the bytes it has in use there (nvml.cpp).
+enum class NvmlAnswer { kAbsent, kNotListed, kListed };  // no NVML to ask, or it cannot say; not listed; listed
+NvmlAnswer nvml_process_memory(const unsigned char (&uuid)[16], uint64_t& used);
+
 // The devices the process sees, as ring::DeviceEntry records followed by their names; false
 // when the driver cannot say yet (device_query.cpp).
 bool query_devices(uint64_t caller, std::string& payload, uint32_t& count);

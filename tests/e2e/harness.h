@@ -46,6 +46,9 @@ uint32_t marked_line(const std::string& source, const std::string& mark);
 
 // Every line of `memtrace export --format jsonl` for the traces in DIR/traces.
 std::vector<nlohmann::json> exported_events(const std::string& dir);
+// Whether an exported event is memtrace's sample of the device layer (device.used, what pools,
+// graphs and other processes hold), not a call the program made.
+inline bool is_device_sample(const nlohmann::json& e) { return e.value("layer", "") == "device"; }
 
 struct LedgerApi {
   uint64_t calls = 0, failed = 0, bytes = 0;

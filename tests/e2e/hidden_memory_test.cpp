@@ -1,8 +1,8 @@
 // Memory the allocation calls alone do not show: CUDA graphs' memory nodes and what graphs keep
-// reserved, what stream-ordered pools keep after cudaFreeAsync, and memory of other processes
-// opened here (IPC handles, shareable handles) or multicast objects. Each is recorded with its own
-// kind; none counts as the process's reserved memory; what the device holds for graphs and pools
-// is told apart in the device layer.
+// reserved, what stream-ordered pools keep after cudaFreeAsync, memory of other processes opened
+// here (IPC handles, shareable handles) or multicast objects, and what other processes hold on the
+// device. Each call is recorded with its own kind; none counts as the process's reserved memory;
+// what the device holds for graphs, pools and other processes is told apart in the device layer.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -27,8 +27,7 @@ e2e::Result run_sampled(const std::string& dir, const std::string& sample, const
 std::map<std::string, std::string> kinds_by_api(const std::vector<json>& events) {
   std::map<std::string, std::string> kinds;
   for (const json& e : events)
-    if (e["api"] != "device.used" && e["api"] != "device.graph_reserved" && e["api"] != "device.pool_held")
-      kinds[e["api"]] = e["kind"];
+    if (!e2e::is_device_sample(e)) kinds[e["api"]] = e["kind"];
   return kinds;
 }
 
@@ -87,7 +86,7 @@ TEST(GraphMemory, CapturedAllocationsAreGraphMemory) {
   ASSERT_EQ(r.status, 0) << r.err;
   e2e::expect_report_matches_ledger(dir, r, true);
   for (const json& e : e2e::exported_events(dir)) {
-    if (e["op"] != "alloc" || e["api"] == "device.used") continue;
+    if (e["op"] != "alloc" || e2e::is_device_sample(e)) continue;
     const bool captured = e.value("captured", false);
     EXPECT_EQ(e["kind"], captured ? "graph_memory" : "device") << e.dump();
   }
@@ -141,5 +140,53 @@ TEST_P(Sharing, ImportsAreRecordedWithTheirOwnKindsAndHoldNoMemory) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Sharing, ::testing::Values("preload", "cupti"));
+
+// Other processes on the device: cudaMemGetInfo counts them, NVML's per-process figure does not.
+json device_with_others(const std::string& dir, const std::vector<std::string>& env) {
+  std::vector<std::string> all = {"MEMTRACE_SIM_OTHER_PROCESSES_BYTES=1GiB", "MEMTRACE_SIM_CONTEXT_BYTES=100MiB"};
+  all.insert(all.end(), env.begin(), env.end());
+  e2e::Result r = run_sampled(dir, "graph_memory", all);
+  EXPECT_EQ(r.status, 0) << r.err;
+  return e2e::report_json(dir + "/traces")["processes"][0];
+}
+
+TEST(DeviceLayer, OtherProcessesAreToldApartByNvml) {
+  std::string dir = e2e::temp_dir("device_layer_nvml");
+  json p = device_with_others(dir, {});
+  const json& d = p["devices"][0];
+  EXPECT_EQ(d["other_processes_at_peak_bytes"], 1024 * kMiB) << d.dump(2);
+  EXPECT_EQ(d["other_processes_known"], true);
+  EXPECT_EQ(d["outside_reserved_at_peak_bytes"], 1024 * kMiB + 100 * kMiB + 12 * kMiB) << d.dump(2);
+  EXPECT_TRUE(p["notices"].empty()) << p["notices"].dump();
+  EXPECT_EQ(device_layer_site(dir, "device.other_processes"), 1024 * kMiB);
+  EXPECT_EQ(device_layer_site(dir, "device.used"), 100 * kMiB);  // the context
+  e2e::Result text = e2e::run({e2e::kMemtrace, "report", dir + "/traces"});
+  EXPECT_NE(text.out.find("1.00 GiB by other processes (NVML), the rest: the CUDA context, library workspaces;"),
+            std::string::npos)
+      << text.out;
+}
+
+// NVML knows processes by their host pid: in a container of its own the process is not listed.
+TEST(DeviceLayer, AProcessNvmlDoesNotListIsSaidOnce) {
+  std::string dir = e2e::temp_dir("device_layer_nvml_pid");
+  json p = device_with_others(dir, {"MEMTRACE_SIM_NVML_PID_OFFSET=100000"});
+  const json& d = p["devices"][0];
+  EXPECT_EQ(d["other_processes_known"], false);
+  EXPECT_EQ(d["outside_reserved_at_peak_bytes"], 1024 * kMiB + 100 * kMiB + 12 * kMiB) << d.dump(2);
+  ASSERT_EQ(p["notices"].size(), 1u) << p["notices"].dump();
+  EXPECT_NE(p["notices"][0].get<std::string>().find("NVML does not list this process"), std::string::npos);
+}
+
+TEST(DeviceLayer, WithoutNvmlOtherProcessesStayInTheRest) {
+  std::string dir = e2e::temp_dir("device_layer_no_nvml");
+  json p = device_with_others(dir, {"MEMTRACE_NVML=0"});
+  const json& d = p["devices"][0];
+  EXPECT_EQ(d["other_processes_known"], false);
+  EXPECT_EQ(d["other_processes_at_peak_bytes"], 0);
+  EXPECT_TRUE(p["notices"].empty()) << p["notices"].dump();
+  e2e::Result text = e2e::run({e2e::kMemtrace, "report", dir + "/traces"});
+  EXPECT_NE(text.out.find("the rest: the CUDA context, library workspaces, other processes;"), std::string::npos)
+      << text.out;
+}
 
 }  // namespace

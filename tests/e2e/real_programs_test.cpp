@@ -214,7 +214,7 @@ TEST(RealPrograms, CaptureTimeCallsAreTagged) {
   ASSERT_EQ(e2e::run_sample(dir, "graph_capture").status, 0);
   std::map<uint64_t, int> captured, total;
   for (const json& e : e2e::exported_events(dir)) {
-    if (e["api"] == "device.used") continue;
+    if (e2e::is_device_sample(e)) continue;
     uint64_t mib = e["size"].get<uint64_t>() >> 20;
     ++total[mib];
     if (e.value("captured", false)) ++captured[mib];

@@ -76,6 +76,7 @@ struct Model {
   int devices = 1;
   uint64_t capacity = kDefaultCapacity;
   uint64_t overhead = kDefaultContextOverhead;
+  uint64_t other_processes = 0;
   std::vector<DeviceState> state;
   std::map<uint64_t, Allocation> allocations;
   // MEMTRACE_SIM_UNBACKED=1: device memory is addresses alone, handed out from a range where
@@ -97,6 +98,8 @@ struct Model {
     capacity = size_from_environment("MEMTRACE_SIM_CAPACITY", kDefaultCapacity);
     overhead = size_from_environment("MEMTRACE_SIM_CONTEXT_BYTES", kDefaultContextOverhead);
     if (overhead > capacity / 4) overhead = capacity / 4;
+    other_processes = size_from_environment("MEMTRACE_SIM_OTHER_PROCESSES_BYTES", 0);
+    if (other_processes > capacity / 4) other_processes = capacity / 4;
     state.assign(static_cast<size_t>(devices), DeviceState());
     const char* unbacked_env = std::getenv("MEMTRACE_SIM_UNBACKED");
     unbacked = unbacked_env && std::strcmp(unbacked_env, "1") == 0;
@@ -126,10 +129,11 @@ size_t page_round(uint64_t size) {
   return static_cast<size_t>((size + page - 1) / page * page);
 }
 
-uint64_t used(Model& m, int device) {
+uint64_t process_used(Model& m, int device) {
   const DeviceState& s = m.state[static_cast<size_t>(device)];
   return m.overhead + s.live + s.graph_reserved;
 }
+uint64_t used(Model& m, int device) { return process_used(m, device) + m.other_processes; }
 
 bool fits(Model& m, int device, uint64_t size) { return size <= m.capacity - used(m, device); }
 
@@ -155,6 +159,12 @@ bool backed(uint64_t addr, uint64_t bytes) {
 }
 uint64_t device_capacity() { return model().capacity; }
 uint64_t context_overhead() { return model().overhead; }
+uint64_t other_processes_bytes() { return model().other_processes; }
+uint64_t process_used(int device) {
+  Model& m = model();
+  std::lock_guard lock(m.mutex);
+  return valid_device(device) ? process_used(m, device) : 0;
+}
 bool valid_device(int device) { return device >= 0 && device < model().devices; }
 
 void memory_info(int device, uint64_t* free_bytes, uint64_t* total_bytes) {

@@ -22,6 +22,12 @@ int device_count();
 bool backed(uint64_t addr, uint64_t bytes);
 uint64_t device_capacity();   // bytes per device
 uint64_t context_overhead();  // bytes every device shows as used
+// What this process has in use on DEVICE, as NVML counts a process's: its context, its
+// allocations and what its graphs reserved.
+uint64_t process_used(int device);
+// What other processes hold on every device (MEMTRACE_SIM_OTHER_PROCESSES_BYTES, default 0):
+// in use on the device, in none of this process's figures but cudaMemGetInfo's.
+uint64_t other_processes_bytes();
 bool valid_device(int device);
 // Free and total bytes as cudaMemGetInfo reports them.
 void memory_info(int device, uint64_t* free_bytes, uint64_t* total_bytes);

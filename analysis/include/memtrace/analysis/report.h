@@ -2,6 +2,7 @@
 // happened, what was live at exit, and the largest allocation sites at the peak.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <climits>
 #include <cstdint>
@@ -37,6 +38,37 @@ struct SiteTotal {
   uint32_t stack_flags = 0;
 };
 
+// What lay outside a device's reserved layer, as far as memtrace can tell it apart (the rest: the
+// CUDA context, library workspaces, whatever else the device holds).
+struct OutsideParts {
+  uint64_t pools_held = 0;             // kept by stream-ordered pools beyond their allocations (device.pool_held)
+  uint64_t graphs_reserved = 0;        // reserved by CUDA graphs for their memory nodes (device.graph_reserved)
+  uint64_t other_processes = 0;        // held by other processes on the device (device.other_processes, NVML)
+  bool other_processes_known = false;  // NVML told: the rest holds no other process's memory
+  // The part an observation of API sets; null for another API.
+  uint64_t* part(Api api) {
+    return api == Api::kDevicePoolHeld         ? &pools_held
+           : api == Api::kDeviceGraphReserved  ? &graphs_reserved
+           : api == Api::kDeviceOtherProcesses ? &other_processes
+                                               : nullptr;
+  }
+  // The parts, each cut to what OUTSIDE leaves of it after the ones before.
+  OutsideParts within(uint64_t outside) const {
+    OutsideParts p;
+    p.other_processes_known = other_processes_known;
+    p.pools_held = std::min(pools_held, outside);
+    p.graphs_reserved = std::min(graphs_reserved, outside - p.pools_held);
+    p.other_processes = std::min(other_processes, outside - p.pools_held - p.graphs_reserved);
+    return p;
+  }
+  uint64_t total() const { return pools_held + graphs_reserved + other_processes; }
+  // What the rest is.
+  const char* rest() const {
+    return other_processes_known ? "the CUDA context, library workspaces"
+                                 : "the CUDA context, library workspaces, other processes";
+  }
+};
+
 struct DeviceReport {
   int32_t device = -1;
   std::string name;          // as the driver names it, when the trace says
@@ -62,10 +94,8 @@ struct DeviceReport {
   uint64_t outside_reserved_at_peak_bytes = 0;
   uint64_t outside_sampled_at_ns = 0;
   uint64_t device_used_max_sampled_bytes = 0;
-  // Of what lay outside: what the device's stream-ordered pool held beyond its allocations, and
-  // what CUDA graphs held for their memory nodes, by the same sample.
-  uint64_t pool_held_at_peak_bytes = 0;
-  uint64_t graph_reserved_at_peak_bytes = 0;
+  // Of what lay outside, what memtrace could tell apart, by the same sample.
+  OutsideParts outside_parts_at_peak;
   uint64_t device_at_peak_bytes() const { return peak_bytes + outside_reserved_at_peak_bytes; }
 };
 
@@ -156,7 +186,7 @@ class ReportBuilder {
     uint64_t outside_latest = 0, outside_latest_time = 0;
     bool peak_has_outside = false;
     uint64_t outside_at_peak = 0, outside_at_peak_time = 0;
-    uint64_t pool_held_latest = 0, graph_latest = 0, pool_held_at_peak = 0, graph_at_peak = 0;
+    OutsideParts parts_latest, parts_at_peak;
   };
   void sample_device(int32_t device, uint64_t used, uint64_t t_ns);
   std::vector<SiteTotal> largest(const SiteMap& sites) const;

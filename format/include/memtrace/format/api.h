@@ -115,7 +115,10 @@ enum class Api : uint16_t {
   // A multicast object (addr: its handle; size: the object's; released by cuMemRelease): the
   // devices' memory bound to it is counted where it was created.
   kCuMulticastCreate = 68,
-  kCount = 69,
+  // Sampled with device.used when it changes: what other processes hold on the device (size): the
+  // device's use minus this process's, as NVML reports it per process.
+  kDeviceOtherProcesses = 69,
+  kCount = 70,
 };
 
 // What a recorded object is. Each kind has its own address space in the live set: a VMM mapping
@@ -240,6 +243,7 @@ inline constexpr ApiInfo kApiTable[] = {
     {"cuMemPoolImportPointer", Op::kAlloc, MemKind::kIpcImport, Layer::kReserved, AuxField::kHandle},
     {"cuMemImportFromShareableHandle", Op::kAlloc, MemKind::kVmmImported},
     {"cuMulticastCreate", Op::kAlloc, MemKind::kMulticast},
+    {"device.other_processes", Op::kMark, MemKind::kDevice, Layer::kDevice},
 };
 static_assert(std::size(kApiTable) == static_cast<size_t>(Api::kCount));
 
@@ -266,7 +270,7 @@ inline constexpr size_t kLongestApiName = [] {
 // of the device's memory).
 inline bool is_observation(Api api) {
   return api == Api::kCuptiMemoryAlloc || api == Api::kCuptiMemoryFree || api == Api::kDeviceUsed ||
-         api == Api::kDevicePoolHeld || api == Api::kDeviceGraphReserved;
+         api == Api::kDevicePoolHeld || api == Api::kDeviceGraphReserved || api == Api::kDeviceOtherProcesses;
 }
 inline std::string_view mem_kind_name(MemKind kind) {
   auto i = static_cast<size_t>(kind);

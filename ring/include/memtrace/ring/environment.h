@@ -15,6 +15,7 @@ inline constexpr const char* kVerify = "MEMTRACE_VERIFY";               // "1": 
 inline constexpr const char* kCuptiLibrary = "MEMTRACE_CUPTI_LIBRARY";  // which libcupti to load
 // How far apart (µs, default 1000) the device layer is sampled per device; 0: after every allocation.
 inline constexpr const char* kSampleIntervalUs = "MEMTRACE_SAMPLE_INTERVAL_US";
+inline constexpr const char* kNvml = "MEMTRACE_NVML";  // "0": never load NVML into the program
 // Read by memtrace run itself: a library to preload before the injector (a sanitizer's runtime),
 // and where its injector, simulated device and Python shim are (default: ../lib beside it).
 inline constexpr const char* kPreloadFirst = "MEMTRACE_PRELOAD_FIRST";
