@@ -7,7 +7,9 @@
 # without and with memtrace, the leak found with its line, whether the OOM snapshot names the line;
 # then the same training through CUPTI's callbacks alone (--backend cupti), with --verify against
 # CUPTI's own records, and a program linked with NVIDIA's static runtime (static_runtime_nvidia),
-# whose allocations must all be recorded, through CUPTI and through dlsym.
+# whose allocations must all be recorded, through CUPTI and through dlsym; last, CUDA graphs'
+# memory nodes (graph_memory: what graphs reserve shows in the device layer) and memory shared
+# between processes (sharing: IPC and shareable handles, multicast), every call recorded.
 #
 #   samples/gpu/check.sh          on the GPU, with the PyTorch of `python3` (or $PYTHON)
 #   samples/gpu/check.sh --sim    the same plumbing on memtrace's simulated device, with the
@@ -88,13 +90,32 @@ if [ -n "$static" ]; then
   run_memtrace static_auto --backend auto -- "$static"
   run_memtrace static_preload --backend preload -- "$static"
 fi
+# Graph memory and sharing, linked with the CUDA runtime dynamically: on a GPU machine without the
+# toolkit, the runtime PyTorch's wheels carry serves them.
+if [ ${#sim[@]} -eq 0 ]; then
+  cudart=$("$python" -c 'import glob, os, sys
+hits = [h for base in sys.path for h in glob.glob(os.path.join(base, "nvidia", "*", "lib", "libcudart.so.1*"))]
+print(os.path.dirname(hits[0]) if hits else "")' 2>/dev/null)
+  [ -n "$cudart" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$cudart"
+fi
+shared=()
+for sample in graph_memory sharing; do
+  for candidate in "$here/$sample" "$root/build/samples/$sample"; do
+    if [ -x "$candidate" ]; then
+      run_memtrace "$sample" -- env MEMTRACE_SAMPLE_INTERVAL_US=0 "$candidate"
+      shared+=("$sample")
+      break
+    fi
+  done
+done
 
-"$python" - "$work" "$memtrace" "$model" "${#sim[@]}" "$static" <<'PY'
+"$python" - "$work" "$memtrace" "$model" "${#sim[@]}" "$static" "${shared[*]}" <<'PY'
 import glob, json, os, subprocess, sys
 
 work, memtrace, model = sys.argv[1:4]
 simulated = sys.argv[4] != "0"  # step times on the simulated device say nothing of a GPU
 static = sys.argv[5]
+shared = sys.argv[6].split()
 rows, failed = [], []
 
 
@@ -215,6 +236,31 @@ for name in ("static_auto", "static_preload") if static else ():
     live = p["devices"][0]["live_at_exit_bytes"] if p["devices"] else 0
     row(f"{name}: live at exit", mib(live), mib(own["live_at_exit_bytes"].get("0")),
         live == own["live_at_exit_bytes"].get("0"))
+
+def accounts(path):
+    return {a["pid"]: a for a in (json.loads(line[len("memtrace-sample: "):]) for line in open(path, errors="replace")
+                                   if line.startswith("memtrace-sample: "))} if os.path.exists(path) else {}
+
+
+for name in shared:
+    status = open(f"{work}/{name}.status").read().strip()
+    own = accounts(f"{work}/{name}.out")
+    report = memtrace_json("report", f"{work}/{name}")
+    if status != "0" or not own or report is None:
+        row(f"{name}: the program under memtrace", f"exit {status}", "exit 0", False)
+        sys.stderr.write(open(f"{work}/{name}.err").read()[-2000:])
+        continue
+    for p in report["processes"]:
+        mine = own.get(p["pid"])
+        if mine is None:
+            row(f"{name}: process {p['pid']} printed its account", "no", "yes", False)
+            continue
+        recorded = {api: c["calls"] for api, c in p["events"].items() if api in mine["calls"]}
+        row(f"{name} ({p['pid']}): calls recorded (its own count)", sum(recorded.values()), sum(mine["calls"].values()),
+            recorded == mine["calls"] and p["unmatched_frees"] == 0)
+        if name == "graph_memory" and p["devices"]:
+            graphs = p["devices"][0].get("graph_reserved_at_peak_bytes", 0)
+            row("graph_memory: reserved by graphs at the peak", mib(graphs), ">= 12.0 MiB", graphs >= 12 * 2**20)
 
 width = max(len(r[0]) for r in rows)
 print(f"{'check':{width}}  {'memtrace':>24}  {'PyTorch / expected':>24}  verdict")
