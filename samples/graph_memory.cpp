@@ -7,6 +7,7 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include "driver_entry.h"
 #include "sample_account.h"
 
 namespace {
@@ -18,15 +19,6 @@ template <typename Result>
 void check(const char* api, Result r) {
   account.call(api, r == 0);
   SAMPLE_CHECK(r);
-}
-
-template <typename Fn>
-Fn entry(const char* name) {
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult status;
-  SAMPLE_CHECK(cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &status));
-  SAMPLE_CHECK(status != cudaDriverEntryPointSuccess);
-  return reinterpret_cast<Fn>(fn);
 }
 
 // The graph: allocate A and B, free B, free A.
@@ -49,8 +41,8 @@ cudaGraph_t build_graph() {
   b.bytesize = 4 * kMiB;
   CUgraphNode alloc_b, free_b;
   auto g = reinterpret_cast<CUgraph>(graph);
-  static const auto add_alloc = entry<decltype(&cuGraphAddMemAllocNode)>("cuGraphAddMemAllocNode");
-  static const auto add_free = entry<decltype(&cuGraphAddMemFreeNode)>("cuGraphAddMemFreeNode");
+  static const auto add_alloc = sample::driver_entry<decltype(&cuGraphAddMemAllocNode)>("cuGraphAddMemAllocNode");
+  static const auto add_free = sample::driver_entry<decltype(&cuGraphAddMemFreeNode)>("cuGraphAddMemFreeNode");
   check("cuGraphAddMemAllocNode", add_alloc(&alloc_b, g, reinterpret_cast<CUgraphNode*>(&alloc_a), 1, &b));
   check("cuGraphAddMemFreeNode", add_free(&free_b, g, &alloc_b, 1, b.dptr));
 

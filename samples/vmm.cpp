@@ -8,29 +8,21 @@
 
 #include <vector>
 
+#include "driver_entry.h"
 #include "sample_account.h"
 
 namespace {
 
 sample::Account account;
 
-template <typename Fn>
-Fn entry(const char* name) {
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult status;
-  SAMPLE_CHECK(cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &status));
-  SAMPLE_CHECK(status != cudaDriverEntryPointSuccess);
-  return reinterpret_cast<Fn>(fn);
-}
-
 struct Driver {
-  decltype(&cuMemCreate) create = entry<decltype(&cuMemCreate)>("cuMemCreate");
-  decltype(&cuMemRelease) release = entry<decltype(&cuMemRelease)>("cuMemRelease");
-  decltype(&cuMemMap) map = entry<decltype(&cuMemMap)>("cuMemMap");
-  decltype(&cuMemUnmap) unmap = entry<decltype(&cuMemUnmap)>("cuMemUnmap");
-  decltype(&cuMemSetAccess) set_access = entry<decltype(&cuMemSetAccess)>("cuMemSetAccess");
-  decltype(&cuMemAddressReserve) reserve = entry<decltype(&cuMemAddressReserve)>("cuMemAddressReserve");
-  decltype(&cuMemAddressFree) address_free = entry<decltype(&cuMemAddressFree)>("cuMemAddressFree");
+  decltype(&cuMemCreate) create = sample::driver_entry<decltype(&cuMemCreate)>("cuMemCreate");
+  decltype(&cuMemRelease) release = sample::driver_entry<decltype(&cuMemRelease)>("cuMemRelease");
+  decltype(&cuMemMap) map = sample::driver_entry<decltype(&cuMemMap)>("cuMemMap");
+  decltype(&cuMemUnmap) unmap = sample::driver_entry<decltype(&cuMemUnmap)>("cuMemUnmap");
+  decltype(&cuMemSetAccess) set_access = sample::driver_entry<decltype(&cuMemSetAccess)>("cuMemSetAccess");
+  decltype(&cuMemAddressReserve) reserve = sample::driver_entry<decltype(&cuMemAddressReserve)>("cuMemAddressReserve");
+  decltype(&cuMemAddressFree) address_free = sample::driver_entry<decltype(&cuMemAddressFree)>("cuMemAddressFree");
 };
 
 void check(const char* api, CUresult r) {
