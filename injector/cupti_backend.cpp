@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <mutex>
 #include <new>
 #include <string>
@@ -266,9 +267,20 @@ static_assert(sizeof(cuMemAllocAsync_ptsz_params) == sizeof(cuMemAllocAsync_para
 static_assert(sizeof(cuMemFreeAsync_ptsz_params) == sizeof(cuMemFreeAsync_params));
 static_assert(sizeof(cuMemAllocFromPoolAsync_ptsz_params) == sizeof(cuMemAllocFromPoolAsync_params));
 
+// The handlers by callback id, a table per domain: CUPTI calls back on every call of the program
+// it reports (interposed ones too, under --backend auto), so finding the handler must cost nothing.
+struct HandlerTables {
+  const Handler* runtime[CUPTI_RUNTIME_TRACE_CBID_SIZE] = {};
+  const Handler* driver[CUPTI_DRIVER_TRACE_CBID_SIZE] = {};
+  HandlerTables() {
+    for (const Handler& h : kHandlers) (h.domain == kRt ? runtime[h.cbid] : driver[h.cbid]) = &h;
+  }
+};
+const HandlerTables g_handler_tables;  // filled when the library loads, before any callback
+
 const Handler* handler_for(CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
-  for (const Handler& h : kHandlers)
-    if (h.domain == domain && h.cbid == cbid) return &h;
+  if (domain == kRt) return cbid < std::size(g_handler_tables.runtime) ? g_handler_tables.runtime[cbid] : nullptr;
+  if (domain == kDrv) return cbid < std::size(g_handler_tables.driver) ? g_handler_tables.driver[cbid] : nullptr;
   return nullptr;
 }
 
