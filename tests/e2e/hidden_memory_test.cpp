@@ -57,8 +57,7 @@ TEST(GraphMemory, NodesAreRecordedAndWhatGraphsKeepIsInTheDeviceLayer) {
     if (e["api"] != "cudaGraphAddMemAllocNode" && e["api"] != "cuGraphAddMemAllocNode") continue;
     EXPECT_NE(e["handle"].get<uint64_t>(), 0u) << "the graph: " << e.dump();
     ASSERT_FALSE(e["stack"].empty()) << e.dump();
-    EXPECT_EQ(e["stack"][0]["file"].get<std::string>().find("graph_memory.cpp") == std::string::npos, false)
-        << e.dump();
+    EXPECT_NE(e["stack"][0]["file"].get<std::string>().find("graph_memory.cpp"), std::string::npos) << e.dump();
   }
 
   json d = e2e::report_json(dir + "/traces")["processes"][0]["devices"][0];
