@@ -20,11 +20,6 @@ using Real = RealFunction<Fn>;
 
 constexpr CUresult kMissing = CUDA_ERROR_NOT_INITIALIZED;  // no driver to call
 
-uint64_t address_of(CUresult result, const CUdeviceptr* ptr) { return result == CUDA_SUCCESS && ptr ? *ptr : 0; }
-uint64_t address_of(CUresult result, void* const* ptr) {
-  return result == CUDA_SUCCESS && ptr ? reinterpret_cast<uint64_t>(*ptr) : 0;
-}
-
 CUresult alloc_async(Api api, uint64_t caller, Real<decltype(&cuMemAllocAsync)>& real, CUdeviceptr* dptr,
                      size_t bytesize, CUstream stream, Ordering ordering) {
   Call call(api, caller);

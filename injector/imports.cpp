@@ -17,9 +17,6 @@ using namespace memtrace::inject;
 
 namespace {
 
-uint64_t address_of(int result, void* const* ptr) { return result == 0 && ptr ? reinterpret_cast<uint64_t>(*ptr) : 0; }
-uint64_t address_of(int result, const CUdeviceptr* ptr) { return result == 0 && ptr ? *ptr : 0; }
-
 RealFunction<decltype(&cudaIpcOpenMemHandle)> real_cudaIpcOpenMemHandle("cudaIpcOpenMemHandle", Library::kRuntime);
 RealFunction<decltype(&cudaIpcCloseMemHandle)> real_cudaIpcCloseMemHandle("cudaIpcCloseMemHandle", Library::kRuntime);
 RealFunction<decltype(&cudaMemPoolImportPointer)> real_cudaMemPoolImportPointer("cudaMemPoolImportPointer",

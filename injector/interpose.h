@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
+#include <type_traits>
 
 #include "backend.h"
 #include "memtrace/format/api.h"
@@ -159,6 +160,17 @@ inline void tag_if_captured(Call& call, Ordering ordering, bool ok, const void* 
     call.event.flags |= kEventCaptured;
     if (call.event.op() == Op::kAlloc) call.event.kind = MemKind::kGraphMemory;
   }
+}
+
+// What a call handed back through its out-parameter (a pointer, or a CUdeviceptr) once it
+// succeeded; 0 when it failed or had nowhere to put it.
+template <typename Result, typename Out>
+uint64_t address_of(Result result, const Out* out) {
+  if (result != 0 || !out) return 0;
+  if constexpr (std::is_pointer_v<Out>)
+    return reinterpret_cast<uint64_t>(*out);
+  else
+    return static_cast<uint64_t>(*out);
 }
 
 // Records a call that created something, once the real call has returned it. DEVICE says which

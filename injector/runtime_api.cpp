@@ -19,10 +19,6 @@ namespace {
 template <typename Fn>
 using Real = RealFunction<Fn>;
 
-uint64_t address_of(cudaError_t result, void** ptr) {
-  return result == cudaSuccess && ptr ? reinterpret_cast<uint64_t>(*ptr) : 0;
-}
-
 constexpr cudaError_t kMissing = cudaErrorInitializationError;  // no runtime to call
 
 cudaError_t malloc_async(Api api, uint64_t caller, Real<decltype(&cudaMallocAsync)>& real, void** ptr, size_t size,
