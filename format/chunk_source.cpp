@@ -138,6 +138,9 @@ void ChunkSource::read(RawChunk& out) {
 }
 
 std::string decode_event_batch(const pb::EventBatch& b, uint64_t stack_count, std::vector<Event>& out) {
+  if (b.count() > framing::kMaxBatchEvents)
+    return "event batch of " + std::to_string(b.count()) + " events exceeds the limit of " +
+           std::to_string(framing::kMaxBatchEvents);
   const int n = static_cast<int>(b.count());
   auto column_ok = [n](int size) { return size == 0 || size == n; };
   if (!column_ok(b.time_delta_size()) || !column_ok(b.tid_size()) || !column_ok(b.api_size()) ||

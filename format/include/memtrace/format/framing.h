@@ -17,6 +17,9 @@ inline constexpr size_t kFileHeaderBytes = 16;
 inline constexpr size_t kChunkHeaderBytes = 12;
 // A reader never holds more than this for one chunk; a writer never writes a larger one.
 inline constexpr uint32_t kMaxChunkBytes = 64u << 20;
+// Nor more events in one batch: columns may be left out (all zero), so the count alone would
+// otherwise say how much a reader allocates.
+inline constexpr uint32_t kMaxBatchEvents = 1u << 16;
 inline constexpr uint8_t kCodecNone = 0;
 inline constexpr uint8_t kCodecZstd = 1;
 

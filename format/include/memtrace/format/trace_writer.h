@@ -10,6 +10,7 @@
 
 #include "memtrace.pb.h"
 #include "memtrace/format/event.h"
+#include "memtrace/format/framing.h"
 
 namespace memtrace {
 
@@ -59,7 +60,7 @@ class TraceWriter {
   uint64_t snapshot_size() const { return snapshot_size_; }
   // The stack STACK_ID of SOURCE, interned here (with its frames and strings).
   uint64_t import_stack(const TraceWriter& source, uint64_t stack_id);
-  // Events in columns, as they are stored.
+  // Events in columns, as they are stored: at most framing::kMaxBatchEvents of them.
   static void encode_events(const std::vector<Event>& events, pb::EventBatch& batch);
   // Replaces the chunk stored at OFFSET (SIZE bytes, frame included) of the trace at PATH with
   // CHUNK, compressed at level COMPRESSION: a copy is written beside it (permissions FILE_MODE)
@@ -73,6 +74,7 @@ class TraceWriter {
   const std::string& path() const { return path_; }
 
   static constexpr size_t kEventsPerBatch = 4096;
+  static_assert(kEventsPerBatch <= framing::kMaxBatchEvents);
 
  private:
   TraceWriter(int fd, std::string path, int compression);
