@@ -270,7 +270,10 @@ void capture_python(int max_frames, StackCapture& stack) {
     PythonFrame frames[kMaxPythonFrames];
     int n = read_frames(g_layout, DirectMemory(), reinterpret_cast<uint64_t>(py->this_thread_state()), py->code_type,
                         frames, max_frames);
+    // One lookup of this thread's cache per stack: the compiler would otherwise ask the dynamic
+    // linker for it (__tls_get_addr) once per frame.
     CachedCode* cache = t_code_cache;
+    asm("" : "+r"(cache));
     for (int i = 0; i < n; ++i) {
       uint64_t id = code_id(frames[i].code, cache);
       if (!id) continue;
