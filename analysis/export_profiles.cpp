@@ -92,8 +92,7 @@ bool export_chrome(const std::vector<std::string>& traces, std::FILE* out, std::
               {"args", {{"bytes", replay.live_bytes(c.layer, c.device)}}}});
         // Allocations as async events from allocation to free, on their layer's category.
         char id[32];
-        std::snprintf(id, sizeof id, "0x%llx",
-                      static_cast<unsigned long long>(c.layer == Layer::kAllocated ? c.addr : e.addr));
+        std::snprintf(id, sizeof id, "0x%llx", static_cast<unsigned long long>(c.addr));
         nlohmann::json a = {{"ph", c.bytes > 0 ? "b" : "e"},
                             {"cat", std::string(layer_name(c.layer))},
                             {"id", id},

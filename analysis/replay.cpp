@@ -120,12 +120,12 @@ void Replay::unmatched() {
   ++unmatched_frees_;
 }
 
-void Replay::count(const LiveAllocation& a, int64_t sign) {
+void Replay::count(const LiveAllocation& a, uint64_t addr, int64_t sign) {
   int64_t bytes = sign * static_cast<int64_t>(a.size);
   if (counts_as_device_memory(a.kind)) {
     device_bytes_[a.device] += static_cast<uint64_t>(bytes);
     reserved_bytes_ += static_cast<uint64_t>(bytes);
-    step_.memory_changes.push_back(MemoryChange{a.device, bytes, Site{a.api, a.stack_id}});
+    step_.memory_changes.push_back(MemoryChange{a.device, bytes, Site{a.api, a.stack_id}, Layer::kReserved, addr});
   } else if (a.kind == MemKind::kPinnedHost) {
     pinned_host_bytes_ += static_cast<uint64_t>(bytes);
     step_.pinned_host_bytes += bytes;
@@ -139,9 +139,9 @@ void Replay::allocate(const Event& e) {
     case MemKind::kVmmImported:
     case MemKind::kMulticast: {  // handles, released alike by cuMemRelease
       auto [it, fresh] = handles_.try_emplace(e.addr);
-      if (!fresh) count(it->second.allocation, -1);  // a handle we never saw released
+      if (!fresh) count(it->second.allocation, e.addr, -1);  // a handle we never saw released
       it->second = Handle{a};
-      count(a, +1);
+      count(a, e.addr, +1);
       break;
     }
     case MemKind::kVmmMapping: {
@@ -167,10 +167,10 @@ void Replay::allocate(const Event& e) {
         *index = free_entries_.back();
         free_entries_.pop_back();
       } else {  // the same address again without a free we saw: the old one is gone
-        count(pool_[*index], -1);
+        count(pool_[*index], e.addr, -1);
       }
       pool_[*index] = a;
-      count(a, +1);
+      count(a, e.addr, +1);
     }
   }
 }
@@ -178,7 +178,7 @@ void Replay::allocate(const Event& e) {
 void Replay::retire_handle_if_unused(std::unordered_map<uint64_t, Handle>::iterator it) {
   // Physical memory stays until the handle is released and no mapping uses it, as on a GPU.
   if (it->second.released && it->second.mappings == 0) {
-    count(it->second.allocation, -1);
+    count(it->second.allocation, it->first, -1);
     handles_.erase(it);
   }
 }
@@ -228,7 +228,7 @@ void Replay::free(const Event& e) {
       const uint32_t* index = addresses_.find(e.addr);
       if (!index) break;
       describe(pool_[*index]);
-      count(pool_[*index], -1);
+      count(pool_[*index], e.addr, -1);
       free_entries_.push_back(*index);  // reused first: its cache line is still warm
       addresses_.erase(e.addr);
       return;

@@ -1,5 +1,7 @@
-// memtrace export --format jsonl|folded|chrome|memory-viz PATH: every event, or stacks, or a
-// Chrome/Perfetto trace, or a PyTorch memory snapshot, for other tools.
+// memtrace export --format jsonl|folded|chrome|perfetto|memory-viz PATH: every event, or stacks,
+// or a Chrome or Perfetto trace, or a PyTorch memory snapshot, for other tools.
+#include <unistd.h>
+
 #include <cstdio>
 #include <memory>
 
@@ -69,9 +71,14 @@ int export_folded(const ExportCli& c) {
 }
 
 int export_events(const ExportCli& c) {
-  if (c.format != "jsonl" && c.format != "folded" && c.format != "chrome" && c.format != "memory-viz") {
-    std::fprintf(stderr, "memtrace export: unknown format '%s' (known: jsonl, folded, chrome, memory-viz)\n",
+  if (c.format != "jsonl" && c.format != "folded" && c.format != "chrome" && c.format != "perfetto" &&
+      c.format != "memory-viz") {
+    std::fprintf(stderr, "memtrace export: unknown format '%s' (known: jsonl, folded, chrome, perfetto, memory-viz)\n",
                  c.format.c_str());
+    return kExitUsage;
+  }
+  if (c.format == "perfetto" && (c.output.empty() || c.output == "-") && ::isatty(STDOUT_FILENO)) {
+    std::fprintf(stderr, "memtrace export: a Perfetto trace is binary: write it to a file (-o FILE.pftrace)\n");
     return kExitUsage;
   }
   if (c.format == "folded") return export_folded(c);
@@ -86,8 +93,9 @@ int export_events(const ExportCli& c) {
   std::FILE* out = file.open("export", c.output);
   if (!out) return 1;
   std::vector<std::string> warnings;
-  bool ok = c.format == "chrome" ? export_chrome(traces, out, warnings, error)
-                                 : export_jsonl(traces, out, c.keep_cuda, warnings, error);
+  bool ok = c.format == "chrome"     ? export_chrome(traces, out, warnings, error)
+            : c.format == "perfetto" ? export_perfetto(traces, out, warnings, error)
+                                     : export_jsonl(traces, out, c.keep_cuda, warnings, error);
   for (const auto& w : warnings) std::fprintf(stderr, "memtrace export: %s\n", w.c_str());
   if (!ok) std::fprintf(stderr, "memtrace export: %s\n", error.c_str());
   return ok && file.commit() ? 0 : 1;
@@ -101,7 +109,9 @@ Command add_export_command(CLI::App& app) {
   cmd->add_option("path", c->path, "An output folder or one .memtrace file")->required();
   cmd->add_option("--format", c->format,
                   "jsonl: one JSON object per event; folded: stacks for flame graphs (flamegraph.pl, "
-                  "speedscope); chrome: a Chrome/Perfetto trace; memory-viz: a PyTorch memory snapshot for "
+                  "speedscope); chrome: a Chrome trace (JSON); perfetto: a Perfetto trace (protobuf, for "
+                  "ui.perfetto.dev, smaller "
+                  "and faster to load than chrome's); memory-viz: a PyTorch memory snapshot for "
                   "pytorch.org/memory_viz (a pickle; JSON when FILE ends in .json)")
       ->required();
   cmd->add_option("--max-entries", c->max_entries,

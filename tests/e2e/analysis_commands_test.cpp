@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "harness.h"
+#include "perfetto_trace.pb.h"
 
 namespace {
 
@@ -182,6 +183,90 @@ TEST_F(StepsRun, FoldedStacksAddUpToThePeakAndChromeTraceHasCountersAndRanges) {
   EXPECT_EQ(slices, 10u);
   EXPECT_EQ(begins, 12u);  // 12 cudaMalloc that worked, none freed
   EXPECT_EQ(ends, 0u);
+}
+
+// The Perfetto export, read back with Perfetto's field numbers (analysis/perfetto_trace.proto):
+// every track described before use, the reserved counter peaking at the peak, every allocation a
+// slice on a lane that never holds two at once, what stays open adding up to the counters' end.
+TEST_F(StepsRun, PerfettoTraceHasCountersSlicesOnLanesAndRanges) {
+  const std::string file = *dir_ + "/steps.pftrace";
+  e2e::Result r = e2e::run({e2e::kMemtrace, "export", "--format", "perfetto", "-o", file, traces()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  memtrace::perfetto::Trace trace;
+  ASSERT_TRUE(trace.ParseFromString(read_file(file)));
+  nlohmann::json peak = e2e::command_json({e2e::kMemtrace, "peak", "--json", traces()});
+  const uint64_t peak_bytes = peak["processes"][0]["devices"][0]["peak_bytes"];
+
+  // What each sequence interned: names, annotation keys, annotation texts, each by iid.
+  struct Interned {
+    std::map<uint64_t, std::string> names, keys, texts;
+  };
+  std::map<uint32_t, Interned> interned;
+  std::map<uint64_t, memtrace::perfetto::TrackDescriptor> tracks;
+  std::map<std::string, int64_t> counter_max, counter_last;
+  std::map<uint64_t, std::pair<std::string, uint64_t>> open;  // lane: (category, bytes)
+  std::map<std::string, int> begins, ends;
+  int train_steps = 0, with_stack = 0;
+  for (const auto& p : trace.packet()) {
+    const uint32_t sequence = p.trusted_packet_sequence_id();
+    ASSERT_NE(sequence, 0u);
+    if (!interned.count(sequence))  // a sequence starts with its state cleared
+      EXPECT_EQ(p.sequence_flags(), memtrace::perfetto::TracePacket::SEQ_INCREMENTAL_STATE_CLEARED);
+    Interned& known = interned[sequence];
+    for (const auto& n : p.interned_data().event_names()) EXPECT_TRUE(known.names.emplace(n.iid(), n.name()).second);
+    for (const auto& n : p.interned_data().debug_annotation_names())
+      EXPECT_TRUE(known.keys.emplace(n.iid(), n.name()).second);
+    for (const auto& n : p.interned_data().debug_annotation_string_values())
+      EXPECT_TRUE(known.texts.emplace(n.iid(), n.str()).second);
+    if (p.has_track_descriptor()) {
+      EXPECT_TRUE(tracks.emplace(p.track_descriptor().uuid(), p.track_descriptor()).second) << "uuid used twice";
+      continue;
+    }
+    ASSERT_TRUE(p.has_track_event());
+    const auto& t = p.track_event();
+    ASSERT_TRUE(tracks.count(t.track_uuid())) << "an event on a track not described before it";
+    const auto& track = tracks[t.track_uuid()];
+    const std::string name = t.has_name_iid() ? known.names.at(t.name_iid()) : t.name();
+    std::map<std::string, const memtrace::perfetto::DebugAnnotation*> args;
+    for (const auto& a : t.debug_annotations()) args[known.keys.at(a.name_iid())] = &a;
+    if (t.type() == memtrace::perfetto::TrackEvent::TYPE_COUNTER) {
+      EXPECT_TRUE(track.has_counter());
+      counter_max[track.name()] = std::max(counter_max[track.name()], t.counter_value());
+      counter_last[track.name()] = t.counter_value();
+    } else if (t.type() == memtrace::perfetto::TrackEvent::TYPE_SLICE_BEGIN && !track.has_thread()) {
+      ASSERT_EQ(t.categories_size(), 1);
+      ASSERT_TRUE(args.count("bytes") && args.count("stack") && args.count("address") && args.count("api")) << name;
+      if (known.texts.at(args["stack"]->string_value_iid()).find("main") != std::string::npos) ++with_stack;
+      EXPECT_TRUE(open.emplace(t.track_uuid(), std::make_pair(t.categories(0), args["bytes"]->uint_value())).second)
+          << "two slices at once on lane " << track.name();
+      ++begins[t.categories(0)];
+    } else if (t.type() == memtrace::perfetto::TrackEvent::TYPE_SLICE_END && !track.has_thread()) {
+      auto it = open.find(t.track_uuid());
+      ASSERT_NE(it, open.end()) << "an end with no begin on " << track.name();
+      ++ends[it->second.first];
+      open.erase(it);
+    } else if (t.type() == memtrace::perfetto::TrackEvent::TYPE_SLICE_BEGIN && name == "train_step") {
+      EXPECT_NE(track.thread().tid(), 0);
+      ++train_steps;
+    }
+  }
+  EXPECT_EQ(counter_max["device 0 reserved"], static_cast<int64_t>(peak_bytes));
+  EXPECT_EQ(peak_bytes, 58 * kMiB);
+  EXPECT_EQ(begins["reserved"], 12);  // 12 cudaMalloc that worked, none freed
+  EXPECT_EQ(ends["reserved"], 0);
+  EXPECT_GT(begins["allocated"], ends["allocated"]);
+  EXPECT_EQ(with_stack, begins["reserved"] + begins["allocated"]);
+  EXPECT_EQ(train_steps, 10);
+  std::map<std::string, int64_t> live;
+  for (const auto& [lane, slice] : open) live[slice.first] += static_cast<int64_t>(slice.second);
+  EXPECT_EQ(live["reserved"], counter_last["device 0 reserved"]);
+  EXPECT_EQ(live["allocated"], counter_last["device 0 allocated"]);
+  EXPECT_GT(counter_max["device 0 allocated"], 0);
+
+  // The same trace as Chrome JSON (which has no stacks) is larger.
+  e2e::Result chrome = e2e::run({e2e::kMemtrace, "export", "--format", "chrome", traces()});
+  ASSERT_EQ(chrome.status, 0);
+  EXPECT_LT(std::filesystem::file_size(file), chrome.out.size());
 }
 
 TEST_F(StepsRun, CheckExitCodesAndJUnit) {

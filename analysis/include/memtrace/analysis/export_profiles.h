@@ -1,6 +1,6 @@
 // Exports for other tools: folded stacks (flamegraph.pl, speedscope) of what was live at the peak
-// or at the end, and a Chrome/Perfetto trace (counter tracks per device and layer, allocations as
-// async events, NVTX ranges as slices, marks as instants).
+// or at the end, a Chrome trace (counter tracks per device and layer, allocations as async events,
+// NVTX ranges as slices, marks as instants), and the same in Perfetto's protobuf format.
 #pragma once
 
 #include <cstdio>
@@ -19,5 +19,10 @@ std::string export_folded(const std::vector<ProcessAnalysis>& processes, bool at
 // opened; a cut trace exports what it holds and adds a line to WARNINGS.
 bool export_chrome(const std::vector<std::string>& traces, std::FILE* out, std::vector<std::string>& warnings,
                    std::string& error);
+
+// The same as Perfetto's own protobuf trace (export_perfetto.cpp): counter tracks per device and
+// layer, allocations as slices on lanes with their stacks, NVTX ranges and marks, failures.
+bool export_perfetto(const std::vector<std::string>& traces, std::FILE* out, std::vector<std::string>& warnings,
+                     std::string& error);
 
 }  // namespace memtrace

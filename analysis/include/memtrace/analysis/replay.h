@@ -60,7 +60,8 @@ struct MemoryChange {
   int64_t bytes = 0;
   Site site;
   Layer layer = Layer::kReserved;
-  uint64_t addr = 0;  // allocated layer: the region, and the heap it lies in
+  uint64_t addr = 0;  // what came or went: an address or a VMM handle; allocated layer: the region,
+                      // and the heap it lies in
   uint64_t heap = 0;
 };
 
@@ -126,7 +127,7 @@ class Replay {
   };
   void allocate(const Event& e);
   void free(const Event& e);
-  void count(const LiveAllocation& a, int64_t sign);
+  void count(const LiveAllocation& a, uint64_t addr, int64_t sign);  // ADDR: its address or handle
   void retire_handle_if_unused(std::unordered_map<uint64_t, Handle>::iterator it);
   void allocate_region(const Event& e);
   void free_region(std::map<uint64_t, LiveAllocation>::iterator it);
