@@ -34,7 +34,7 @@ std::vector<std::string> snapshots_of(const std::string& trace, int32_t pid) {
 }
 
 void resolve_devices(std::vector<DeviceReport>& devices, const TraceReader& reader, const StackView& stacks,
-                     const PhaseTracker& phases, SiteGrouping grouping) {
+                     const PhaseTracker& phases, SiteGrouping labels) {
   for (DeviceReport& d : devices) {
     for (const pb::Device& known : reader.header().devices()) {
       if (known.ordinal() != d.device) continue;
@@ -42,7 +42,7 @@ void resolve_devices(std::vector<DeviceReport>& devices, const TraceReader& read
       d.total_bytes = known.total_bytes();
       d.uuid = known.uuid();
     }
-    for (auto* sites : {&d.peak_sites, &d.exit_sites}) resolve_sites(*sites, stacks, grouping);
+    for (auto* sites : {&d.peak_sites, &d.exit_sites}) resolve_sites(*sites, stacks, labels);
     d.peak_step = phases.step_at(d.peak_time_ns);
     d.peak_phase = phases.phase_at(d.peak_time_ns, d.peak_tid);
   }
@@ -79,6 +79,8 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
   FragmentationTracker heaps;
   CategoryTracker categories;
   Timeline timeline, free_in_heaps;
+  LargestAllocations largest(options.largest_allocations);
+  const SiteGrouping labels = options.labels.value_or(options.grouping);
   std::map<int32_t, FragmentationPoint> at_peak;
   // An allocator describes the segment it just reserved right after reserving it (cudaMalloc,
   // then PyTorch's segment_alloc): a peak's free space counts that segment too.
@@ -150,6 +152,7 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
       changed = true;
       out.last_change_ns = event.t_ns;
     }
+    if (options.largest_allocations && !step.memory_changes.empty()) largest.add(event, step);
     if (options.timeline)
       for (const MemoryChange& c : step.memory_changes)
         timeline.record(c.device, c.layer, event.t_ns, replay.live_bytes(c.layer, c.device));
@@ -168,10 +171,10 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
     report.end_time_ns = std::max(report.end_time_ns, footer->end_ns());
   }
   phases.finish(report.end_time_ns);
-  resolve_devices(report.devices, *reader, stacks, phases, options.grouping);
+  resolve_devices(report.devices, *reader, stacks, phases, labels);
   if (out.has_allocated) {
     allocated.finish(out.allocated);
-    resolve_devices(out.allocated.devices, *reader, stacks, phases, options.grouping);
+    resolve_devices(out.allocated.devices, *reader, stacks, phases, labels);
     categories.finish();
     out.categories_known = categories.known();
     for (DeviceReport& d : out.allocated.devices) d.peak_categories = categories.at_peak(d.device);
@@ -188,13 +191,30 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
   for (SiteGrowth& g : growth.growing())
     (out.pytorch && g.layer != Layer::kAllocated ? out.reserved_growth : out.growth).push_back(std::move(g));
   for (auto* list : {&out.growth, &out.reserved_growth}) {
-    for (SiteGrowth& g : *list) resolve_site(g, g.site.stack_id, stacks, options.grouping);
+    for (SiteGrowth& g : *list) resolve_site(g, g.site.stack_id, stacks, labels);
     distinguish_sites(*list);
   }
   out.has_heaps = heaps.any_heaps();
   for (auto& [device, p] : at_peak) out.fragmentation.insert(out.fragmentation.begin(), p);
   std::stable_sort(out.fragmentation.begin(), out.fragmentation.end(),
                    [](const FragmentationPoint& a, const FragmentationPoint& b) { return a.t_ns < b.t_ns; });
+  if (options.largest_allocations) {
+    out.largest = largest.spans();
+    out.allocations_seen = largest.seen();
+    auto show = [&](uint64_t stack_id) {
+      if (out.stacks.count(stack_id)) return;
+      ShownStack& shown = out.stacks[stack_id];
+      shown.frames = stacks.frames(stack_id);
+      std::optional<FrameView> named = stacks.site_frame(stack_id, labels);
+      if (!named && !shown.frames.empty()) named = shown.frames.front();
+      shown.site = named ? frame_label(*named) : "(no stack)";
+    };
+    for (const AllocationSpan& a : out.largest) show(a.stack_id);
+    for (const auto* layer : {&report, &out.allocated})
+      for (const DeviceReport& d : layer->devices)
+        for (const auto* sites : {&d.peak_sites, &d.exit_sites})
+          for (const SiteTotal& site : *sites) show(site.site.stack_id);
+  }
   if (options.timeline) {
     out.timeline = timeline.series(report.end_time_ns);
     out.free_in_heaps = free_in_heaps.series(report.end_time_ns);

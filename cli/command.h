@@ -25,5 +25,6 @@ Command add_check_command(CLI::App& app);
 Command add_estimate_command(CLI::App& app);
 Command add_explain_command(CLI::App& app);
 Command add_verify_command(CLI::App& app);
+Command add_html_command(CLI::App& app);
 
 }  // namespace memtrace::cli

@@ -269,6 +269,37 @@ TEST_F(StepsRun, PerfettoTraceHasCountersSlicesOnLanesAndRanges) {
   EXPECT_LT(std::filesystem::file_size(file), chrome.out.size());
 }
 
+// The page itself is checked in a browser (tests/browser); here, that it is one file that fetches
+// nothing, with the data it draws, and that bad use is told.
+TEST_F(StepsRun, HtmlPageIsSelfContained) {
+  const std::string page = *dir_ + "/report.html";
+  e2e::Result r = e2e::run({e2e::kMemtrace, "html", traces(), "-o", page});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string html = read_file(page);
+  EXPECT_EQ(html.find("src=\"http"), std::string::npos);
+  EXPECT_EQ(html.find("href=\"http"), std::string::npos);
+  EXPECT_EQ(html.find("@DATA@"), std::string::npos);
+  EXPECT_NE(html.find("uPlot"), std::string::npos);
+  EXPECT_NE(html.find("Permission is hereby granted"), std::string::npos);  // uPlot's licence, kept
+  const size_t start = html.find("<script id=\"memtrace-data\" type=\"application/json\">");
+  ASSERT_NE(start, std::string::npos);
+  const size_t from = html.find('>', start) + 1;
+  nlohmann::json data = nlohmann::json::parse(html.substr(from, html.find("</script>", from) - from));
+  ASSERT_EQ(data["processes"].size(), 1u);
+  const auto& p = data["processes"][0];
+  EXPECT_EQ(p["devices"][0]["peak_bytes"], 58 * kMiB);
+  EXPECT_EQ(p["steps"].size(), 10u);
+  EXPECT_EQ(p["ooms"].size(), 1u);
+  uint64_t reserved_spans = 0;
+  for (const auto& a : p["largest"]) reserved_spans += a[4] == 0;
+  EXPECT_EQ(reserved_spans, 12u);  // every cudaMalloc that worked, one by one
+
+  e2e::Result missing = e2e::run({e2e::kMemtrace, "html", *dir_ + "/nothing-here", "-o", *dir_ + "/x.html"});
+  EXPECT_EQ(missing.status, 1);
+  EXPECT_NE(missing.err.find("memtrace html:"), std::string::npos) << missing.err;
+  EXPECT_FALSE(std::filesystem::exists(*dir_ + "/x.html"));
+}
+
 TEST_F(StepsRun, CheckExitCodesAndJUnit) {
   EXPECT_EQ(e2e::run({e2e::kMemtrace, "check", traces(), "--max-peak", "58MiB", "--max-leaked", "60MiB"}).status, 0);
   const std::string junit = *dir_ + "/check.xml";

@@ -5,11 +5,14 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "memtrace/analysis/fragmentation.h"
 #include "memtrace/analysis/growth.h"
+#include "memtrace/analysis/largest_allocations.h"
 #include "memtrace/analysis/phases.h"
 #include "memtrace/analysis/report.h"
 #include "memtrace/analysis/timeline.h"
@@ -22,6 +25,16 @@ struct AnalysisOptions {
   bool keep_cuda_frames = false;
   std::string step_pattern = kDefaultStepPattern;  // ECMAScript, matching a whole name
   bool timeline = false;
+  // How sites are named, when not as they are grouped (sites by stack, named by the user's frame).
+  std::optional<SiteGrouping> labels;
+  // Keep this many of the largest allocations with their lifetimes and stacks (the HTML report).
+  size_t largest_allocations = 0;
+};
+
+// A stack as shown, and the site it belongs to.
+struct ShownStack {
+  std::string site;
+  std::vector<FrameView> frames;  // innermost first
 };
 
 // Free space inside the heaps at a moment that matters: a device's peak of reserved memory, or
@@ -59,6 +72,11 @@ struct ProcessAnalysis {
   // segments, less the blocks it handed out); memory reserved outside any heap is not in it.
   std::vector<TimelineSeries> free_in_heaps;
   uint64_t timeline_bucket_ns = 0;
+  // With options.largest_allocations: those allocations, of both layers, how many there were in
+  // all, and the stacks they name, by stack id.
+  std::vector<AllocationSpan> largest;
+  uint64_t allocations_seen = 0;
+  std::map<uint64_t, ShownStack> stacks;
 };
 
 // Reads the trace at PATH in one pass. False with ERROR set when it is not a readable trace; a

@@ -1,0 +1,125 @@
+// The HTML report in headless Chromium (Debian's chromium, driven by puppeteer-core from npm):
+// pages of the steps and training-loop samples load with no console error; the peak they show is
+// `memtrace peak --json`'s; hovering an allocation shows its stack; the flame graph at the peak
+// sums to the peak; zooming into a step shows the allocations that step made (counted from
+// `memtrace export --format jsonl`). Screenshots of both pages are left in OUT.
+//   node report_test.mjs MEMTRACE SAMPLES_DIR OUT
+//   node report_test.mjs --time PAGE.html   (load time of one page, for the 100M-event figure;
+//                                            its screenshot beside it)
+import { execFileSync } from 'node:child_process';
+import { mkdirSync, rmSync, statSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+
+const require = createRequire(import.meta.url);
+const puppeteer = require(path.join(path.dirname(new URL(import.meta.url).pathname), '../../analysis/html/node_modules/puppeteer-core'));
+
+const chromium = process.env.CHROMIUM || '/usr/bin/chromium';
+let failures = 0;
+function check(ok, what) {
+  console.log((ok ? 'ok      ' : 'FAILED  ') + what);
+  if (!ok) failures++;
+}
+
+async function browser() {
+  return puppeteer.launch({ executablePath: chromium, headless: true,
+    args: ['--no-sandbox', '--disable-gpu', '--allow-file-access-from-files'] });
+}
+
+// Opens PAGE_FILE and waits until it has drawn; the console's errors and the page's exceptions.
+async function open(b, pageFile) {
+  const page = await b.newPage();
+  await page.setViewport({ width: 1400, height: 900 });
+  const errors = [];
+  page.on('console', (m) => { if (m.type() === 'error') errors.push(m.text()); });
+  page.on('pageerror', (e) => errors.push(String(e)));
+  const started = Date.now();
+  await page.goto(pathToFileURL(pageFile).href, { waitUntil: 'load' });
+  await page.waitForFunction(() => window.memtrace && document.querySelector('#timeline canvas'), { timeout: 60000 });
+  return { page, errors, ms: Date.now() - started };
+}
+
+function run(memtrace, args, options = {}) {
+  return execFileSync(memtrace, args, { encoding: 'utf8', maxBuffer: 1 << 30, ...options });
+}
+
+async function samplePage(b, memtrace, name, command, out, options = []) {
+  const dir = path.join(out, name);
+  rmSync(dir, { recursive: true, force: true });
+  mkdirSync(dir, { recursive: true });
+  run(memtrace, ['run', '--sim', ...options, '-o', path.join(dir, 'traces'), '--', ...command],
+    { env: { ...process.env, MEMTRACE_SIM_CONTEXT_BYTES: '0' }, stdio: ['ignore', 'ignore', 'inherit'] });
+  const pageFile = path.join(dir, name + '.html');
+  run(memtrace, ['html', path.join(dir, 'traces'), '-o', pageFile], { stdio: 'ignore' });
+  const peak = JSON.parse(run(memtrace, ['peak', '--json', path.join(dir, 'traces')]));
+  const events = run(memtrace, ['export', '--format', 'jsonl', path.join(dir, 'traces')])
+    .split('\n').filter(Boolean).map((l) => JSON.parse(l));
+  const { page, errors } = await open(b, pageFile);
+  console.log(`${name}: ${statSync(pageFile).size} bytes`);
+  check(errors.length === 0, `${name}: no console errors ${errors.join(' | ')}`);
+
+  // The peak shown is peak --json's.
+  const device = peak.processes[0].devices[0];
+  const shown = await page.$eval(`.peak[data-device="${device.device}"][data-layer="reserved"]`,
+    (e) => ({ bytes: Number(e.dataset.peakBytes), text: e.textContent }));
+  check(shown.bytes === device.peak_bytes, `${name}: the page's peak ${shown.bytes} (${shown.text}) is peak --json's ${device.peak_bytes}`);
+
+  // The flame graph at the reserved peak sums to it.
+  await page.evaluate((d) => window.memtrace.select(d, 'reserved'), device.device);
+  const flameTotal = await page.evaluate(() => window.memtrace.flameTotal());
+  check(flameTotal === device.peak_bytes, `${name}: the flame graph at the peak sums to ${flameTotal}, the peak`);
+  const flameAttr = await page.$eval('#flame', (e) => Number(e.dataset.total));
+  check(flameAttr === device.peak_bytes, `${name}: the flame graph says so on the page`);
+
+  // Hovering an allocation shows its stack.
+  const inView = await page.evaluate(() => window.memtrace.inView());
+  check(inView.length > 0, `${name}: ${inView.length} allocations drawn`);
+  if (inView.length) {
+    const target = inView[inView.length - 1];
+    await page.mouse.move(target.x, target.y);
+    const tip = await page.$eval('#tooltip', (e) => ({ hidden: e.hidden, text: e.innerText }));
+    const stackData = await page.evaluate((s) => window.memtrace.data.processes[window.memtrace.state.process].stacks[s], target.span[5]);
+    check(!tip.hidden && tip.text.includes(stackData.site) && stackData.frames.length > 0 && tip.text.includes('main'),
+      `${name}: hovering an allocation shows its site and stack:\n${tip.text.split('\n').slice(0, 6).join('\n')}`);
+  }
+
+  // Zooming into a step shows that step's allocations.
+  const steps = await page.evaluate(() => window.memtrace.data.processes[0].steps);
+  if (steps.length >= 3) {
+    const k = 1, t0 = steps[k], t1 = steps[k + 1];
+    await page.evaluate((a, z) => window.memtrace.zoom(a, z), t0, t1);
+    const made = await page.evaluate((a, z) => window.memtrace.inView().filter((d) => d.span[0] >= a && d.span[0] < z).length, t0, t1);
+    const expected = events.filter((e) => e.op === 'alloc' && e.result === 0 && e.layer === 'reserved' && e.size > 0 &&
+      e.t_ns >= t0 && e.t_ns < t1).length;
+    check(made === expected && expected > 0, `${name}: zoomed into step ${k + 1}, ${made} allocations made there in view, the trace has ${expected}`);
+    await page.evaluate(() => window.memtrace.zoom(0, window.memtrace.data.processes[0].end_ns));
+  } else {
+    check(true, `${name}: (no steps to zoom into)`);
+  }
+  await page.evaluate((d) => window.memtrace.select(d, 'reserved'), device.device);
+  await page.screenshot({ path: path.join(out, name + '.png'), fullPage: true });
+  console.log(`${name}: screenshot ${path.join(out, name + '.png')}`);
+  await page.close();
+}
+
+const args = process.argv.slice(2);
+const b = await browser();
+try {
+  if (args[0] === '--time') {
+    const { page, errors, ms } = await open(b, args[1]);
+    const drawnMs = await page.evaluate(() => performance.now());
+    console.log(JSON.stringify({ page: args[1], bytes: statSync(args[1]).size, load_to_drawn_ms: ms, page_clock_ms: Math.round(drawnMs), errors }));
+    await page.screenshot({ path: args[1].replace(/\.html$/, '') + '.png', fullPage: true });
+  } else {
+    const [memtrace, samples, out] = args;
+    mkdirSync(out, { recursive: true });
+    await samplePage(b, memtrace, 'steps', ['/usr/bin/env', 'MEMTRACE_SIM_CONTEXT_BYTES=0', path.join(samples, 'steps'), '--fragment'], out,
+      ['--sim-capacity', '64MiB']);
+    await samplePage(b, memtrace, 'train_loop', [path.join(samples, 'train_loop'), '--steps', '20'], out);
+    console.log(failures ? `${failures} check(s) failed` : 'every check holds');
+  }
+} finally {
+  await b.close();
+}
+process.exit(failures ? 1 : 0);
