@@ -6,6 +6,7 @@
 
 #include "html_assets.h"
 #include "memtrace/analysis/report_render.h"
+#include "memtrace/analysis/snapshot_view.h"
 
 namespace memtrace {
 
@@ -108,6 +109,7 @@ json process_data(const ProcessAnalysis& p) {
   };
   for (const TimelineSeries& s : p.timeline) add_series(s, layer_key(s.layer));
   for (const TimelineSeries& s : p.free_in_heaps) add_series(s, "free in heaps");
+  for (const TimelineSeries& s : p.device_used) add_series(s, "device in use (sampled)");
   out["bucket_ns"] = p.timeline_bucket_ns;
   out["series"] = series;
   out["steps"] = p.step_starts;
@@ -161,8 +163,21 @@ json process_data(const ProcessAnalysis& p) {
                     {"device_free", o.device_free_bytes},
                     {"device_total", o.device_total_bytes}});
   out["ooms"] = ooms;
+  // The snapshots beside the trace (out of memory, on demand), as `memtrace snapshot` tells them.
   json snapshots = json::array();
-  for (const std::string& s : r.snapshots) snapshots.push_back(std::filesystem::path(s).filename().string());
+  for (const std::string& path : r.snapshots) {
+    SnapshotReport s;
+    std::string error;
+    json snapshot = {{"file", std::filesystem::path(path).filename().string()}};
+    if (read_snapshot(path, AnalysisOptions(), s, error)) {
+      snapshot["reason"] = s.reason;
+      snapshot["diagnosis"] = s.diagnosis;
+      snapshot["text"] = snapshot_text(s);
+    } else {
+      snapshot["text"] = error;
+    }
+    snapshots.push_back(snapshot);
+  }
   out["snapshots"] = snapshots;
   out["notices"] = r.notices;
   out["frames"] = table.frames();

@@ -78,7 +78,7 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
   GrowthTracker growth;
   FragmentationTracker heaps;
   CategoryTracker categories;
-  Timeline timeline, free_in_heaps;
+  Timeline timeline, free_in_heaps, device_used;
   LargestAllocations largest(options.largest_allocations);
   const SiteGrouping labels = options.labels.value_or(options.grouping);
   std::map<int32_t, FragmentationPoint> at_peak;
@@ -153,6 +153,8 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
       out.last_change_ns = event.t_ns;
     }
     if (options.largest_allocations && !step.memory_changes.empty()) largest.add(event, step);
+    if (options.timeline && event.api == Api::kDeviceUsed && event.device >= 0)
+      device_used.record(event.device, Layer::kDevice, event.t_ns, event.size);
     if (options.timeline)
       for (const MemoryChange& c : step.memory_changes)
         timeline.record(c.device, c.layer, event.t_ns, replay.live_bytes(c.layer, c.device));
@@ -218,6 +220,7 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
   if (options.timeline) {
     out.timeline = timeline.series(report.end_time_ns);
     out.free_in_heaps = free_in_heaps.series(report.end_time_ns);
+    out.device_used = device_used.series(report.end_time_ns);
     out.timeline_bucket_ns = timeline.bucket_ns();
   }
   return true;

@@ -118,7 +118,7 @@
     const el = $('timeline');
     if (plot) { plot.destroy(); plot = null; }
     el.replaceChildren();
-    const base = p.series.find((s) => s.layer !== 'free in heaps') || p.series[0];
+    const base = p.series.find((s) => s.layer === 'reserved' || s.layer === 'allocated') || p.series[0];
     if (!base) { el.appendChild(text('p', 'No device memory changed.', 'hint')); return; }
     const xs = base.t.map((t) => t / 1e9);
     // Every series on the first one's buckets (the heaps' free space has buckets of its own).
@@ -133,8 +133,9 @@
       values.push(s === base || s.t.length === base.t.length ? s.max.slice() : base.t.map((t) => at(s, t)));
       series.push({
         label: 'device ' + s.device + ' ' + s.layer,
-        stroke: s.layer === 'reserved' ? '#2f6fd6' : s.layer === 'allocated' ? '#d6642f' : '#8a8a8a',
-        dash: s.layer === 'free in heaps' ? [4, 4] : undefined,
+        stroke: s.layer === 'reserved' ? '#2f6fd6' : s.layer === 'allocated' ? '#d6642f'
+          : s.layer === 'device in use (sampled)' ? '#1a7f37' : '#8a8a8a',
+        dash: s.layer === 'free in heaps' ? [4, 4] : s.layer === 'device in use (sampled)' ? [8, 3] : undefined,
         width: 1.5,
         value: (u, v) => (v == null ? '-' : bytes(v)),
         paths: uPlot.paths.stepped({ align: 1 }),
@@ -144,6 +145,8 @@
     for (const d of p.devices) marks.push({ t: d.peak_ns / 1e9, colour: '#1a7f37', label: 'peak' });
     for (const o of p.ooms) marks.push({ t: o.t / 1e9, colour: '#c62828', label: 'out of memory' });
     const steps = p.steps.map((t) => t / 1e9);
+    // Ranges nested at most two deep, a row each; a few thousand at most (the rest are steps).
+    const ranges = p.ranges.filter((r) => r.depth <= 1).slice(0, 5000).map((r) => ({ ...r, row: r.depth }));
     const opts = {
       width: Math.max(400, el.clientWidth || 1000),
       height: 300,
@@ -174,6 +177,20 @@
             ctx.strokeStyle = m.colour;
             ctx.setLineDash([3, 3]);
             ctx.beginPath(); ctx.moveTo(x, u.bbox.top); ctx.lineTo(x, u.bbox.top + u.bbox.height); ctx.stroke();
+          }
+          // NVTX ranges (phases), outermost ones, as labelled bars along the top.
+          ctx.setLineDash([]);
+          ctx.font = '10px system-ui, sans-serif';
+          for (const r of ranges) {
+            const x0 = Math.max(u.bbox.left, u.valToPos(r.start / 1e9, 'x', true));
+            const x1 = Math.min(u.bbox.left + u.bbox.width, u.valToPos(r.end / 1e9, 'x', true));
+            if (x1 <= x0) continue;
+            const y = u.bbox.top + r.row * 12 * devicePixelRatio;
+            ctx.fillStyle = colour(r.name);
+            ctx.globalAlpha = 0.35;
+            ctx.fillRect(x0, y, Math.max(1, x1 - x0), 10 * devicePixelRatio);
+            ctx.globalAlpha = 1;
+            if (x1 - x0 > 40) { ctx.fillStyle = '#1d2330'; ctx.fillText(r.name, x0 + 2, y + 8 * devicePixelRatio); }
           }
           if (state.at !== null) {
             const x = u.valToPos(state.at / 1e9, 'x', true);
@@ -414,6 +431,16 @@
     table($('ooms'), ['time', 'API', 'asked for', 'device', 'free then', 'device total'],
       p.ooms.map((o) => [duration(o.t), o.api, bytes(o.bytes), o.device, bytes(o.device_free), bytes(o.device_total)]),
       [1, 0, 1, 1, 1, 1]);
+    const snaps = $('snapshots');
+    snaps.replaceChildren();
+    for (const s of p.snapshots) {
+      const d = document.createElement('details');
+      d.open = p.snapshots.length <= 2;
+      d.appendChild(text('summary', 'Snapshot ' + s.file + (s.reason ? ' (' + s.reason + ')' : '')));
+      if (s.diagnosis) d.appendChild(text('p', s.diagnosis, 'diagnosis'));
+      d.appendChild(text('pre', s.text || ''));
+      snaps.appendChild(d);
+    }
     $('oom-section').hidden = !p.ooms.length && !p.snapshots.length;
     $('fragmentation-section').hidden = !p.fragmentation.length;
   }

@@ -71,6 +71,8 @@ struct ProcessAnalysis {
   // Per device, the bytes free inside the allocator's heaps over time (what it described as its
   // segments, less the blocks it handed out); memory reserved outside any heap is not in it.
   std::vector<TimelineSeries> free_in_heaps;
+  // Per device, what the device had in use by the device layer's samples (cudaMemGetInfo).
+  std::vector<TimelineSeries> device_used;
   uint64_t timeline_bucket_ns = 0;
   // With options.largest_allocations: those allocations, of both layers, how many there were in
   // all, and the stacks they name, by stack id.
