@@ -28,6 +28,19 @@ namespace pf = memtrace::perfetto;
 // Frames shown in an allocation's stack annotation: enough to find the line, not the whole walk.
 constexpr size_t kStackFrames = 32;
 
+// A packet describing track UUID (a child of PARENT, unless 0) on SEQUENCE: no timestamp.
+pf::TracePacket track_packet(uint32_t sequence, uint64_t uuid, uint64_t parent) {
+  pf::TracePacket p;
+  p.set_trusted_packet_sequence_id(sequence);
+  p.set_sequence_flags(pf::TracePacket::SEQ_NEEDS_INCREMENTAL_STATE);
+  p.mutable_track_descriptor()->set_uuid(uuid);
+  if (parent) p.mutable_track_descriptor()->set_parent_uuid(parent);
+  return p;
+}
+
+// "device 0 " before a track's name; nothing for what is on no device.
+std::string device_prefix(int32_t device) { return device >= 0 ? "device " + std::to_string(device) + " " : ""; }
+
 class PerfettoStream {
  public:
   explicit PerfettoStream(std::FILE* out) : out_(out) {}
@@ -68,14 +81,10 @@ class Lanes {
       free_.pop_back();
       return uuid;
     }
-    pf::TracePacket p;
-    p.set_trusted_packet_sequence_id(sequence_);
-    auto* d = p.mutable_track_descriptor();
-    d->set_uuid(stream_.new_uuid());
-    d->set_parent_uuid(parent_);
-    d->set_name(name_ + " " + std::to_string(++count_));
+    pf::TracePacket p = track_packet(sequence_, stream_.new_uuid(), parent_);
+    p.mutable_track_descriptor()->set_name(name_ + " " + std::to_string(++count_));
     stream_.write(p);
-    return d->uuid();
+    return p.track_descriptor().uuid();
   }
   void give_back(uint64_t uuid) { free_.push_back(uuid); }
 
@@ -96,12 +105,9 @@ class ProcessExport {
     const auto& h = reader.header();
     pid_ = h.pid();
     process_ = stream_.new_uuid();
-    pf::TracePacket p = packet(0);
-    p.clear_timestamp();
+    pf::TracePacket p = track_packet(sequence_, process_, 0);
     p.set_sequence_flags(pf::TracePacket::SEQ_INCREMENTAL_STATE_CLEARED);
-    auto* d = p.mutable_track_descriptor();
-    d->set_uuid(process_);
-    auto* process = d->mutable_process();
+    auto* process = p.mutable_track_descriptor()->mutable_process();
     process->set_pid(h.pid());
     std::string command;
     for (const auto& arg : h.command()) {
@@ -191,13 +197,9 @@ class ProcessExport {
     auto [it, fresh] = counters_.try_emplace({device, layer}, 0);
     if (fresh) {
       it->second = stream_.new_uuid();
-      pf::TracePacket p = packet(0);
-      p.clear_timestamp();
-      auto* d = p.mutable_track_descriptor();
-      d->set_uuid(it->second);
-      d->set_parent_uuid(process_);
-      d->set_name((device >= 0 ? "device " + std::to_string(device) + " " : std::string()) + layer);
-      d->mutable_counter()->set_unit(pf::CounterDescriptor::UNIT_SIZE_BYTES);
+      pf::TracePacket p = track_packet(sequence_, it->second, process_);
+      p.mutable_track_descriptor()->set_name(device_prefix(device) + layer);
+      p.mutable_track_descriptor()->mutable_counter()->set_unit(pf::CounterDescriptor::UNIT_SIZE_BYTES);
       stream_.write(p);
     }
     pf::TracePacket p = packet(t_ns);
@@ -211,8 +213,9 @@ class ProcessExport {
   Lanes& lanes(int32_t device, const std::string& what) {
     auto it = lanes_.find({device, what});
     if (it == lanes_.end()) {
-      std::string name = (device >= 0 ? "device " + std::to_string(device) + " " : std::string()) + what;
-      it = lanes_.emplace(std::make_pair(device, what), Lanes(stream_, sequence_, process_, name)).first;
+      it = lanes_
+               .emplace(std::make_pair(device, what), Lanes(stream_, sequence_, process_, device_prefix(device) + what))
+               .first;
     }
     return it->second;
   }
@@ -254,13 +257,9 @@ class ProcessExport {
     auto [it, fresh] = threads_.try_emplace(tid, 0);
     if (fresh) {
       it->second = stream_.new_uuid();
-      pf::TracePacket p = packet(0);
-      p.clear_timestamp();
-      auto* d = p.mutable_track_descriptor();
-      d->set_uuid(it->second);
-      d->set_parent_uuid(process_);
-      d->mutable_thread()->set_pid(pid_);
-      d->mutable_thread()->set_tid(static_cast<int32_t>(tid));
+      pf::TracePacket p = track_packet(sequence_, it->second, process_);
+      p.mutable_track_descriptor()->mutable_thread()->set_pid(pid_);
+      p.mutable_track_descriptor()->mutable_thread()->set_tid(static_cast<int32_t>(tid));
       stream_.write(p);
     }
     return it->second;
