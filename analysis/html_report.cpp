@@ -14,6 +14,14 @@ namespace {
 
 using nlohmann::json;
 
+bool in_system_or_packages(const std::string& module) {
+  for (const char* root : {"/usr/", "/lib/", "/lib64/", "/opt/"})
+    if (module.rfind(root, 0) == 0) return true;
+  // Python's packages (site-packages, dist-packages) and its own extension modules, wherever it is
+  // installed (pyenv, conda).
+  return module.find("-packages/") != std::string::npos || module.find("/lib-dynload/") != std::string::npos;
+}
+
 // Frames and stacks of one process, each written once and named by index.
 class FrameTable {
  public:
@@ -25,7 +33,10 @@ class FrameTable {
     std::string site = "(no stack)";
     if (auto shown = p.stacks.find(stack_id); shown != p.stacks.end()) {
       site = shown->second.site;
-      for (const FrameView& f : shown->second.frames) frames.push_back(frame(f));
+      // As text stacks show them: the interpreter's frames between Python ones, and the C
+      // runtime's below main, say nothing.
+      for (const FrameView& f : shown->second.frames)
+        if (!is_interpreter_frame(f) && !is_startup_frame(f)) frames.push_back(frame(f));
     }
     stacks_.push_back({{"site", site}, {"frames", frames}});
     return it->second;
@@ -37,11 +48,11 @@ class FrameTable {
   size_t frame(const FrameView& f) {
     auto [it, fresh] = frame_index_.try_emplace(f.id, frames_.size());
     if (!fresh) return it->second;
-    // The user's own code is highlighted: Python outside the libraries, native code outside the
-    // interpreter, the C runtime's start and the frameworks' plumbing.
+    // The user's own code is highlighted: Python outside the libraries; native code outside the
+    // system's folders and Python's packages, and not the frameworks' plumbing.
     const bool user = f.python ? !StackView::is_python_library(f.file)
-                               : !is_interpreter_frame(f) && !is_startup_frame(f) &&
-                                     !StackView::is_framework_plumbing(f) && !StackView::is_library_frame(f);
+                               : !in_system_or_packages(f.module) && !StackView::is_framework_plumbing(f) &&
+                                     !StackView::is_library_frame(f);
     frames_.push_back({{"name", short_function(f)}, {"label", frame_label(f)}, {"python", f.python}, {"user", user}});
     return it->second;
   }

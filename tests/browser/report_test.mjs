@@ -2,8 +2,10 @@
 // pages of the steps and training-loop samples load with no console error; the peak they show is
 // `memtrace peak --json`'s; hovering an allocation shows its stack; the flame graph at the peak
 // sums to the peak; zooming into a step shows the allocations that step made (counted from
-// `memtrace export --format jsonl`). Screenshots of both pages are left in OUT.
-//   node report_test.mjs MEMTRACE SAMPLES_DIR OUT
+// `memtrace export --format jsonl`). The PyTorch training sample (the stand-in PyTorch) shows its
+// allocated layer, with Python frames; a run of five processes gets a tab each, each with its own
+// peak. Screenshots of the pages are left in OUT.
+//   node report_test.mjs MEMTRACE SAMPLES_DIR OUT PYTHON
 //   node report_test.mjs --time PAGE.html   (load time of one page, for the 100M-event figure;
 //                                            its screenshot beside it)
 import { execFileSync } from 'node:child_process';
@@ -44,14 +46,20 @@ function run(memtrace, args, options = {}) {
   return execFileSync(memtrace, args, { encoding: 'utf8', maxBuffer: 1 << 30, ...options });
 }
 
-async function samplePage(b, memtrace, name, command, out, options = []) {
+// Records COMMAND and writes its page; the page's path and the traces' folder.
+function record(memtrace, name, command, out, options = [], env = {}) {
   const dir = path.join(out, name);
   rmSync(dir, { recursive: true, force: true });
   mkdirSync(dir, { recursive: true });
   run(memtrace, ['run', '--sim', ...options, '-o', path.join(dir, 'traces'), '--', ...command],
-    { env: { ...process.env, MEMTRACE_SIM_CONTEXT_BYTES: '0' }, stdio: ['ignore', 'ignore', 'inherit'] });
+    { env: { ...process.env, MEMTRACE_SIM_CONTEXT_BYTES: '0', ...env }, stdio: ['ignore', 'ignore', 'inherit'] });
   const pageFile = path.join(dir, name + '.html');
   run(memtrace, ['html', path.join(dir, 'traces'), '-o', pageFile], { stdio: 'ignore' });
+  return { dir, pageFile };
+}
+
+async function samplePage(b, memtrace, name, command, out, options = []) {
+  const { dir, pageFile } = record(memtrace, name, command, out, options);
   const peak = JSON.parse(run(memtrace, ['peak', '--json', path.join(dir, 'traces')]));
   const events = run(memtrace, ['export', '--format', 'jsonl', path.join(dir, 'traces')])
     .split('\n').filter(Boolean).map((l) => JSON.parse(l));
@@ -103,6 +111,54 @@ async function samplePage(b, memtrace, name, command, out, options = []) {
   await page.close();
 }
 
+const sources = path.join(path.dirname(new URL(import.meta.url).pathname), '../../samples/python');
+
+// The stand-in PyTorch's training loop: the allocated layer first, its flame graph summing to its
+// peak, Python frames in its stacks.
+async function torchPage(b, memtrace, python, out) {
+  const sim = path.join(path.dirname(path.dirname(memtrace)), 'lib/sim/torch/site-packages');
+  const { dir, pageFile } = record(memtrace, 'torch_train', [python, path.join(sources, 'torch_train.py'), '--steps', '6', '--leak'],
+    out, [], { PYTHONPATH: sim });
+  const peak = JSON.parse(run(memtrace, ['peak', '--json', '--layer', 'allocated', path.join(dir, 'traces')]));
+  const { page, errors } = await open(b, pageFile);
+  check(errors.length === 0, `torch_train: no console errors ${errors.join(' | ')}`);
+  const state = await page.evaluate(() => ({ ...window.memtrace.state }));
+  check(state.layer === 'allocated', `torch_train: the allocated layer (PyTorch's tensors) is shown first`);
+  const device = peak.processes[0].devices[0];
+  const total = await page.evaluate(() => window.memtrace.flameTotal());
+  check(total === device.peak_bytes, `torch_train: the flame graph at the allocated peak sums to ${total}, peak --json --layer allocated's ${device.peak_bytes}`);
+  const pythonFrames = await page.evaluate(() => window.memtrace.data.processes[0].frames.some((f) => f.python && f.label.includes('torch_train.py')));
+  check(pythonFrames, 'torch_train: its stacks have the Python frames of torch_train.py');
+  await page.screenshot({ path: path.join(out, 'torch_train.png'), fullPage: true });
+  await page.close();
+}
+
+// Five processes (workers forked and spawned): a tab each, each showing its own peak.
+async function processesPage(b, memtrace, python, out) {
+  const { dir, pageFile } = record(memtrace, 'workers', [python, path.join(sources, 'workers.py')], out);
+  const peak = JSON.parse(run(memtrace, ['peak', '--json', path.join(dir, 'traces')]));
+  const { page, errors } = await open(b, pageFile);
+  const tabs = await page.$$('#tabs button');
+  check(tabs.length === peak.processes.length && tabs.length === 5, `workers: ${tabs.length} tabs for ${peak.processes.length} processes`);
+  let matched = 0;
+  for (let i = 0; i < tabs.length; i++) {
+    await tabs[i].click();
+    const shown = await page.evaluate(() => {
+      const p = window.memtrace.data.processes[window.memtrace.state.process];
+      const card = document.querySelector('.peak[data-layer="reserved"]');
+      return { pid: p.pid, bytes: card ? Number(card.dataset.peakBytes) : -1 };
+    });
+    const expected = peak.processes.find((p) => p.pid === shown.pid);
+    if (expected && expected.devices[0].peak_bytes === shown.bytes) matched++;
+  }
+  check(matched === tabs.length, `workers: each tab shows its process's peak (${matched} of ${tabs.length})`);
+  const imbalance = await page.$eval('#ranks', (e) => e.innerText);
+  check(imbalance.includes('imbalance'), 'workers: the processes side by side, with the imbalance');
+  check(errors.length === 0, `workers: no console errors ${errors.join(' | ')}`);
+  await page.screenshot({ path: path.join(out, 'workers.png'), fullPage: true });
+  await page.close();
+}
+
 const args = process.argv.slice(2);
 const b = await browser();
 try {
@@ -112,11 +168,13 @@ try {
     console.log(JSON.stringify({ page: args[1], bytes: statSync(args[1]).size, load_to_drawn_ms: ms, page_clock_ms: Math.round(drawnMs), errors }));
     await page.screenshot({ path: args[1].replace(/\.html$/, '') + '.png', fullPage: true });
   } else {
-    const [memtrace, samples, out] = args;
+    const [memtrace, samples, out, python] = args;
     mkdirSync(out, { recursive: true });
     await samplePage(b, memtrace, 'steps', ['/usr/bin/env', 'MEMTRACE_SIM_CONTEXT_BYTES=0', path.join(samples, 'steps'), '--fragment'], out,
       ['--sim-capacity', '64MiB']);
     await samplePage(b, memtrace, 'train_loop', [path.join(samples, 'train_loop'), '--steps', '20'], out);
+    await torchPage(b, memtrace, python, out);
+    await processesPage(b, memtrace, python, out);
     console.log(failures ? `${failures} check(s) failed` : 'every check holds');
   }
 } finally {
