@@ -209,6 +209,22 @@
     };
     plot = new uPlot(opts, values, el);
     if (state.window) plot.setScale('x', { min: state.window[0] / 1e9, max: state.window[1] / 1e9 });
+    // The wheel zooms around the cursor; with shift (or sideways) it pans.
+    plot.over.addEventListener('wheel', (ev) => {
+      ev.preventDefault();
+      const { min, max } = plot.scales.x, end = Math.max(p.end_ns / 1e9, max);
+      let lo = min, hi = max;
+      if (ev.shiftKey || Math.abs(ev.deltaX) > Math.abs(ev.deltaY)) {
+        const shift = (max - min) * 0.1 * Math.sign(ev.deltaX || ev.deltaY);
+        lo = min + shift; hi = max + shift;
+        if (lo < 0) { hi -= lo; lo = 0; }
+        if (hi > end) { lo -= hi - end; hi = end; }
+      } else {
+        const at = plot.posToVal(ev.offsetX, 'x'), f = ev.deltaY < 0 ? 0.8 : 1.25;
+        lo = Math.max(0, at - (at - min) * f); hi = Math.min(end, at + (max - at) * f);
+      }
+      if (hi > lo) plot.setScale('x', { min: lo, max: hi });
+    }, { passive: false });
     // A click (not a drag) picks the moment the flame graph shows.
     let down = null;
     plot.over.addEventListener('mousedown', (ev) => { down = ev.clientX; });

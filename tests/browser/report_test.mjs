@@ -101,6 +101,19 @@ async function samplePage(b, memtrace, name, command, out, options = []) {
     const expected = events.filter((e) => e.op === 'alloc' && e.result === 0 && e.layer === 'reserved' && e.size > 0 &&
       e.t_ns >= t0 && e.t_ns < t1).length;
     check(made === expected && expected > 0, `${name}: zoomed into step ${k + 1}, ${made} allocations made there in view, the trace has ${expected}`);
+    // The wheel zooms in around the cursor, and with shift pans.
+    const box = await page.$eval('#timeline .u-over', (e) => { const r = e.getBoundingClientRect(); return { x: r.left + r.width / 2, y: r.top + r.height / 2 }; });
+    const before = await page.evaluate(() => (window.memtrace.state.window || [0, window.memtrace.data.processes[0].end_ns]).slice());
+    await page.mouse.move(box.x, box.y);
+    await page.mouse.wheel({ deltaY: -100 });
+    const zoomed = await page.evaluate(() => (window.memtrace.state.window || [0, window.memtrace.data.processes[0].end_ns]).slice());
+    check(zoomed[1] - zoomed[0] < before[1] - before[0], `${name}: the wheel zooms in (${Math.round(before[1] - before[0])} ns to ${Math.round(zoomed[1] - zoomed[0])} ns)`);
+    await page.keyboard.down('Shift');
+    await page.mouse.wheel({ deltaY: -100 });
+    await page.keyboard.up('Shift');
+    const panned = await page.evaluate(() => (window.memtrace.state.window || [0, window.memtrace.data.processes[0].end_ns]).slice());
+    check(panned[0] < zoomed[0] && Math.abs((panned[1] - panned[0]) - (zoomed[1] - zoomed[0])) < 1,
+      `${name}: shift+wheel pans, the width kept`);
     await page.evaluate(() => window.memtrace.choose(0));  // back to the first view, for the screenshot
   } else {
     check(true, `${name}: (no steps to zoom into)`);
