@@ -565,4 +565,5 @@
     },
   };
   start();
+  window.memtrace.ready = true;  // drawn
 })();

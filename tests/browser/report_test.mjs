@@ -26,7 +26,7 @@ function check(ok, what) {
 
 async function browser() {
   return puppeteer.launch({ executablePath: chromium, headless: true,
-    args: ['--no-sandbox', '--disable-gpu', '--allow-file-access-from-files'] });
+    args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--allow-file-access-from-files'] });
 }
 
 // Opens PAGE_FILE and waits until it has drawn; the console's errors and the page's exceptions.
@@ -38,7 +38,7 @@ async function open(b, pageFile) {
   page.on('pageerror', (e) => errors.push(String(e)));
   const started = Date.now();
   await page.goto(pathToFileURL(pageFile).href, { waitUntil: 'load' });
-  await page.waitForFunction(() => window.memtrace && document.querySelector('#timeline canvas'), { timeout: 60000 });
+  await page.waitForFunction(() => window.memtrace && window.memtrace.ready, { timeout: 60000 });
   return { page, errors, ms: Date.now() - started };
 }
 
