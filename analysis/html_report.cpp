@@ -32,10 +32,10 @@ class FrameTable {
     json frames = json::array();
     std::string site = "(no stack)";
     if (auto shown = p.stacks.find(stack_id); shown != p.stacks.end()) {
-      site = shown->second.site;
+      site = shown->second.location;
       // As text stacks show them: the interpreter's frames between Python ones, and the C
       // runtime's below main, say nothing.
-      for (const FrameView& f : shown->second.frames)
+      for (const FrameView& f : shown->second.stack)
         if (!is_interpreter_frame(f) && !is_startup_frame(f)) frames.push_back(frame(f));
     }
     stacks_.push_back({{"site", site}, {"frames", frames}});

@@ -204,12 +204,8 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
     out.largest = largest.spans();
     out.allocations_seen = largest.seen();
     auto show = [&](uint64_t stack_id) {
-      if (out.stacks.count(stack_id)) return;
-      ShownStack& shown = out.stacks[stack_id];
-      shown.frames = stacks.frames(stack_id);
-      std::optional<FrameView> named = stacks.site_frame(stack_id, labels);
-      if (!named && !shown.frames.empty()) named = shown.frames.front();
-      shown.site = named ? frame_label(*named) : "(no stack)";
+      if (auto [it, fresh] = out.stacks.try_emplace(stack_id); fresh)
+        resolve_site(it->second, stack_id, stacks, labels);
     };
     for (const AllocationSpan& a : out.largest) show(a.stack_id);
     for (const auto* layer : {&report, &out.allocated})

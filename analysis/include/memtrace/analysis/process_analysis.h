@@ -31,10 +31,12 @@ struct AnalysisOptions {
   size_t largest_allocations = 0;
 };
 
-// A stack as shown, and the site it belongs to.
+// A stack as shown, and the site it belongs to (filled in by resolve_site).
 struct ShownStack {
-  std::string site;
-  std::vector<FrameView> frames;  // innermost first
+  Site site;
+  std::string location;          // the site's name
+  std::vector<FrameView> stack;  // innermost first
+  size_t named_frame = 0;
 };
 
 // Free space inside the heaps at a moment that matters: a device's peak of reserved memory, or
