@@ -221,9 +221,10 @@ json html_data(const std::vector<ProcessAnalysis>& processes) {
 }
 
 std::string html_page(const json& data) {
-  // Inside <script>, "</" would end it early: JSON allows "<\/".
+  // Inside <script>, "</script" would end it early and "<!--" changes how it is parsed: no '<' at
+  // all, then (it can only stand inside a JSON string, where \u003c means it).
   std::string text = data.dump(-1, ' ', false, json::error_handler_t::replace);
-  for (size_t at = 0; (at = text.find("</", at)) != std::string::npos; at += 3) text.replace(at, 2, "<\\/");
+  for (size_t at = 0; (at = text.find('<', at)) != std::string::npos; at += 6) text.replace(at, 1, "\\u003c");
   std::string page(html_assets::kPage);
   std::string license(html_assets::kUplotLicense);
   for (size_t at = 0; (at = license.find_first_of("&<>", at)) != std::string::npos; at += 4)

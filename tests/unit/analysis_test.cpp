@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <map>
 
+#include "memtrace/analysis/html_report.h"
 #include "memtrace/analysis/process_analysis.h"
 #include "memtrace/analysis/report_render.h"
 #include "memtrace/analysis/timeline.h"
@@ -294,3 +295,50 @@ TEST(Wording, CallsAProcessDiedInsideAreSaidOnce) {
   EXPECT_NE(text.find("died inside 2 calls of cudaMalloc: each may or may not have taken effect"), std::string::npos)
       << text;
 }
+
+namespace {
+
+// The HTML report draws the largest allocations one by one: the N largest, whatever the trace's
+// length, each with when it was made and freed, and the stacks they name resolved.
+TEST(LargestAllocations, KeepsTheLargestWithTheirLifetimesAndStacks) {
+  TraceBuilder t("largest");
+  for (uint64_t i = 1; i <= 100; ++i) t.alloc(Api::kCudaMalloc, 0x100000 * i, i * kMiB, i % 2 ? "odd" : "even");
+  for (uint64_t i = 91; i <= 95; ++i) t.free(Api::kCudaFree, 0x100000 * i);
+  t.alloc(Api::kCudaMalloc, 0x100000 * 100, 200 * kMiB, "again");  // the same address without a free
+  AnalysisOptions options;
+  options.largest_allocations = 10;
+  ProcessAnalysis p = t.analyze(options);
+  ASSERT_EQ(p.largest.size(), 10u);
+  EXPECT_EQ(p.allocations_seen, 101u);
+  // In the order they were made: 92..100 MiB (91 dropped for the 200 MiB one), then 200 MiB.
+  for (size_t k = 0; k < 9; ++k) EXPECT_EQ(p.largest[k].bytes, (92 + k) * kMiB) << k;
+  EXPECT_EQ(p.largest[9].bytes, 200 * kMiB);
+  for (size_t k = 0; k < 4; ++k) EXPECT_GT(p.largest[k].end_ns, p.largest[k].start_ns) << "92..95 MiB were freed";
+  for (size_t k = 4; k < 8; ++k) EXPECT_EQ(p.largest[k].end_ns, 0u) << "96..99 MiB live at the end";
+  EXPECT_EQ(p.largest[8].end_ns, p.largest[9].start_ns) << "made again at its address: the first one ended";
+  for (const AllocationSpan& a : p.largest) {
+    ASSERT_TRUE(p.stacks.count(a.stack_id));
+    EXPECT_NE(p.stacks.at(a.stack_id)
+                  .location.find(a.bytes == 200 * kMiB ? "again"
+                                 : a.bytes / kMiB % 2  ? "odd"
+                                                       : "even"),
+              std::string::npos);
+  }
+}
+
+// Text from a trace (function names, arguments) cannot end the page's data script or change how
+// the browser parses it.
+TEST(HtmlPage, TextFromTheTraceCannotEndItsScript) {
+  nlohmann::json data = {{"version", "x"},
+                         {"processes", nlohmann::json::array()},
+                         {"evil", "</script><script>alert(1)</script><!--<script>"}};
+  const std::string page = html_page(data);
+  const std::string open = "<script id=\"memtrace-data\" type=\"application/json\">";
+  const size_t from = page.find(open) + open.size(), to = page.find("</script>", from);
+  ASSERT_NE(to, std::string::npos);
+  const std::string inside = page.substr(from, to - from);
+  EXPECT_EQ(inside.find('<'), std::string::npos) << inside;
+  EXPECT_EQ(nlohmann::json::parse(inside), data);
+}
+
+}  // namespace
