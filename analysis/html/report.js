@@ -245,23 +245,21 @@
   // Each allocation gets the lowest place that is free for its whole life (first fit), as an
   // allocator would place it: one rectangle per allocation, stable while others come and go.
   function pack(spans, end) {
-    const placed = [], active = [];
+    const placed = [];
+    let active = [];  // live ones, by their lowest place
     const order = spans.slice().sort((a, b) => a[0] - b[0]);
     for (const a of order) {
       const start = a[0];
-      for (let i = active.length - 1; i >= 0; i--) if (active[i].end <= start) active.splice(i, 1);
+      if (active.length && active.some((b) => b.end <= start)) active = active.filter((b) => b.end > start);
       let y = 0;
-      if (active.length < 4000) {
-        active.sort((x, z) => x.y0 - z.y0);
-        for (const b of active) {
-          if (b.y0 - y >= a[2]) break;
-          y = Math.max(y, b.y1);
-        }
-      } else {
-        for (const b of active) y = Math.max(y, b.y1);
+      for (const b of active) {
+        if (b.y0 - y >= a[2]) break;
+        y = Math.max(y, b.y1);
       }
       const item = { span: a, y0: y, y1: y + a[2], end: a[1] || end };
-      active.push(item);
+      let lo = 0, hi = active.length;  // kept in order by inserting in place
+      while (lo < hi) { const mid = (lo + hi) >> 1; if (active[mid].y0 <= y) lo = mid + 1; else hi = mid; }
+      active.splice(lo, 0, item);
       placed.push(item);
     }
     return placed;
