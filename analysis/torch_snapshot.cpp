@@ -1,6 +1,7 @@
 #include "memtrace/analysis/torch_snapshot.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <unordered_map>
 #include <vector>
@@ -391,7 +392,8 @@ class Importer {
     header.set_memtrace_version(MEMTRACE_VERSION);
     header.add_command(path_);
     header.set_imported_from(kTorchSnapshotSource);
-    header.set_origin_unix_ns(origin_us * 1000);
+    // A damaged snapshot's times may be anything: one past what nanoseconds can hold is unknown.
+    header.set_origin_unix_ns(origin_us <= INT64_MAX / 1000 ? origin_us * 1000 : 0);
     for (auto& [device, d] : devices_) {
       pb::Device* dev = header.add_devices();
       dev->set_ordinal(device);
