@@ -171,25 +171,30 @@ CUresult free_memory(const char* api, uint64_t addr, bool host) {
 // what they kept once freed, as a real pool keeps freed memory (its release threshold): reused by
 // an allocation of the same size, given back by cuMemPoolTrimTo. Kept memory stays in use on the
 // device.
+// A pool keeps freed memory too when its release threshold says so (cuMemPoolSetAttribute
+// CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: "amount of reserved memory in bytes to hold onto before
+// trying to release memory back to the OS", cuda.h), as PyTorch's cudaMallocAsync backend sets it
+// (UINT64_MAX). Its high-water marks are CU_MEMPOOL_ATTR_{USED,RESERVED}_MEM_HIGH.
 struct Pools {
   std::mutex mutex;
   std::map<uint64_t, std::pair<int, uint64_t>> in_use;     // address -> device, size
   std::multimap<std::pair<int, uint64_t>, uint64_t> kept;  // (device, size) -> address
+  std::map<int, uint64_t> release_threshold, used_high, reserved_high;
 };
 Pools& pools() {
   static Pools* p = new Pools;
   return *p;
 }
-bool pools_keep_freed_memory() {
+// With the pools' mutex held.
+bool pools_keep_freed_memory(int device) {
   static const bool keep = [] {
     const char* v = std::getenv("MEMTRACE_SIM_POOL_HOLDS");
     return v && std::strcmp(v, "1") == 0;
   }();
-  return keep;
+  return keep || pools().release_threshold[device] > 0;
 }
-uint64_t pool_bytes(int device, bool kept) {
+uint64_t pool_bytes_locked(int device, bool kept) {
   Pools& p = pools();
-  std::lock_guard lock(p.mutex);
   uint64_t bytes = 0;
   if (kept) {
     for (const auto& [key, addr] : p.kept)
@@ -199,6 +204,10 @@ uint64_t pool_bytes(int device, bool kept) {
       if (use.first == device) bytes += use.second;
   }
   return bytes;
+}
+uint64_t pool_bytes(int device, bool kept) {
+  std::lock_guard lock(pools().mutex);
+  return pool_bytes_locked(device, kept);
 }
 
 // A stream-ordered allocation; while STREAM is being captured, an allocation node of its graph.
@@ -221,7 +230,12 @@ CUresult alloc_stream_ordered(const char* api, CUdeviceptr* dptr, size_t size, i
       status = allocate_on(sim::Memory::kDevice, device, size, &addr);
       lock.lock();
     }
-    if (status == CUDA_SUCCESS) p.in_use[addr] = {device, size};
+    if (status == CUDA_SUCCESS) {
+      p.in_use[addr] = {device, size};
+      uint64_t used = pool_bytes_locked(device, false), kept = pool_bytes_locked(device, true);
+      p.used_high[device] = std::max(p.used_high[device], used);
+      p.reserved_high[device] = std::max(p.reserved_high[device], used + kept);
+    }
   }
   if (status == CUDA_SUCCESS) *dptr = addr;
   return call.done(status, size);
@@ -234,10 +248,13 @@ CUresult free_stream_ordered(const char* api, CUdeviceptr dptr, CUstream stream,
     CUresult r = sim_driver::add_free_node(graph, dptr, nullptr, &size);
     return call.done(r, size);
   }
-  if (!pools_keep_freed_memory()) {
-    std::lock_guard lock(pools().mutex);
-    pools().in_use.erase(dptr);
+  std::unique_lock pools_lock(pools().mutex);
+  auto owner = pools().in_use.find(dptr);
+  if (owner == pools().in_use.end() || !pools_keep_freed_memory(owner->second.first)) {
+    if (owner != pools().in_use.end()) pools().in_use.erase(owner);
+    pools_lock.unlock();
   } else {
+    pools_lock.unlock();
     sim::ApiCall call(api);
     Pools& p = pools();
     std::lock_guard lock(p.mutex);
@@ -580,8 +597,28 @@ CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void
   switch (attr) {
     case CU_MEMPOOL_ATTR_USED_MEM_CURRENT: *static_cast<cuuint64_t*>(value) = used; return CUDA_SUCCESS;
     case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: *static_cast<cuuint64_t*>(value) = used + kept; return CUDA_SUCCESS;
+    default: break;
+  }
+  std::lock_guard lock(pools().mutex);
+  switch (attr) {
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH: *static_cast<cuuint64_t*>(value) = pools().used_high[pool->device]; break;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+      *static_cast<cuuint64_t*>(value) = pools().reserved_high[pool->device];
+      break;
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+      *static_cast<cuuint64_t*>(value) = pools().release_threshold[pool->device];
+      break;
     default: return CUDA_ERROR_NOT_SUPPORTED;
   }
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
+  if (!pool || !value) return CUDA_ERROR_INVALID_VALUE;
+  if (attr != CU_MEMPOOL_ATTR_RELEASE_THRESHOLD) return CUDA_SUCCESS;  // the others change nothing here
+  std::lock_guard lock(pools().mutex);
+  pools().release_threshold[pool->device] = *static_cast<cuuint64_t*>(value);
+  return CUDA_SUCCESS;
 }
 
 CUresult cuMemGetAllocationGranularity(size_t* granularity, const CUmemAllocationProp* prop,

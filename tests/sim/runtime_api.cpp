@@ -343,8 +343,16 @@ cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t keep) {
   return with_context([&] { return to_error(cuMemPoolTrimTo(reinterpret_cast<CUmemoryPool>(pool), keep)); });
 }
 
-cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr, void*) {
-  return remember(pool ? cudaSuccess : cudaErrorInvalidValue);
+// The runtime's pool attributes are the driver's, value for value (cudaMemPoolAttr matches
+// CUmemPool_attribute).
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value) {
+  return remember(to_error(
+      cuMemPoolSetAttribute(reinterpret_cast<CUmemoryPool>(pool), static_cast<CUmemPool_attribute>(attr), value)));
+}
+
+cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value) {
+  return remember(to_error(
+      cuMemPoolGetAttribute(reinterpret_cast<CUmemoryPool>(pool), static_cast<CUmemPool_attribute>(attr), value)));
 }
 
 cudaError_t cudaMallocManaged(void** devPtr, size_t size, unsigned int flags) {

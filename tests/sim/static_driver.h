@@ -70,6 +70,8 @@ void* driver_function(const char* name, unsigned long long flags);
 #define cuMemPoolCreate(...) MEMTRACE_SIM_DRIVER(cuMemPoolCreate, "cuMemPoolCreate", 0)(__VA_ARGS__)
 #define cuMemPoolDestroy(...) MEMTRACE_SIM_DRIVER(cuMemPoolDestroy, "cuMemPoolDestroy", 0)(__VA_ARGS__)
 #define cuMemPoolTrimTo(...) MEMTRACE_SIM_DRIVER(cuMemPoolTrimTo, "cuMemPoolTrimTo", 0)(__VA_ARGS__)
+#define cuMemPoolGetAttribute(...) MEMTRACE_SIM_DRIVER(cuMemPoolGetAttribute, "cuMemPoolGetAttribute", 0)(__VA_ARGS__)
+#define cuMemPoolSetAttribute(...) MEMTRACE_SIM_DRIVER(cuMemPoolSetAttribute, "cuMemPoolSetAttribute", 0)(__VA_ARGS__)
 #define cuPointerGetAttribute(...) MEMTRACE_SIM_DRIVER(cuPointerGetAttribute, "cuPointerGetAttribute", 0)(__VA_ARGS__)
 #define cuStreamBeginCapture_v2(...) \
   MEMTRACE_SIM_DRIVER(cuStreamBeginCapture_v2, "cuStreamBeginCapture", 0)(__VA_ARGS__)

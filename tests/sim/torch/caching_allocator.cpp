@@ -1,25 +1,38 @@
-// The stand-in libc10_cuda.so: a caching allocator that behaves as PyTorch's does where memory is
-// concerned. Sizes round to 512 bytes; requests up to 1 MiB share 2 MiB segments, larger ones get
-// 20 MiB segments below 10 MiB or their size rounded to 2 MiB; blocks are split and merged again;
-// a failed cudaMalloc frees the cache and retries, then reports an OOM and fails. With
-// expandable segments, large blocks live in one segment per device that grows by mapping 20 MiB
-// pages (cuMemCreate, cuMemMap, reached through cudaGetDriverEntryPoint as c10 reaches them) and
-// shrinks on empty_cache. Every event goes to the trace trackers, under the device's lock. The
-// Python stand-in (python/torch) calls the C functions at the end, with the GIL released.
-#include <cuda.h>
-#include <cuda_runtime_api.h>
+// The stand-in libc10_cuda.so's native caching allocator: what PyTorch's does where memory is
+// concerned, rule by rule from c10/cuda/CUDACachingAllocator.cpp (v2.6.0, exact; the same rules
+// in the 2.2/2.3 and 2.5-era sources and in 2.9/2.10-era main unless said) and
+// c10/cuda/CUDAAllocatorConfig.cpp (v2.6.0):
+//   - round_size: up to 512 B, or to the next power-of-two division (roundup_power2_divisions);
+//     requests up to 1 MiB come from the small pool (2 MiB segments), larger ones from the large
+//     pool (20 MiB segments below 10 MiB, else the size rounded to 2 MiB: get_allocation_size);
+//   - should_split: small pool, or expandable segments on: remaining >= 512 B; large pool:
+//     remaining > 1 MiB (a smaller remainder stays in the block handed out);
+//   - malloc: process_events, a free block of the pool and stream (best fit), else a new
+//     segment, else release_cached_blocks and one more try (num_alloc_retries), else an OOM
+//     (record_trace(OOM, device_free, rounded size), num_ooms, the observers outside the lock);
+//   - record_trace: ALLOC with the requested size (orig_size), FREE_REQUESTED and FREE_COMPLETED
+//     with block->requested_size, segments with their own sizes; trackers run under the device's
+//     lock, before the history ring;
+//   - stats: allocated_bytes moves by block->size (down at free), requested_bytes by the
+//     requested size and active_bytes by block->size (down when the free completes);
+//   - expandable segments: one per pool and stream, pages of 2 MiB (small) or 20 MiB (large),
+//     cuMemCreate per page, SEGMENT_MAP/UNMAP for the pages mapped or unmapped, unmapped blocks
+//     kept beside the free ones (map_block, unmap_block, release_blocks);
+//   - private pools (torch.cuda.MemPool, 2.5 on: PR #133599): allocations while the pool is in
+//     use go to its blocks; a pool with an allocator of its own gets its segments from that
+//     allocator's raw_alloc instead of cudaMalloc (allocPrimitive), still SEGMENT_ALLOC; 2.9-era
+//     main turns expandable segments off for such pools.
+// The Python stand-in (python/torch) calls the C functions of c_api.cpp, with the GIL released.
+#include "caching_allocator.h"
 
+#include <cuda.h>
+#include <time.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <iterator>
-#include <map>
-#include <mutex>
 #include <set>
-#include <stdexcept>
-#include <vector>
-
-#include "pytorch_abi.h"
 
 namespace c10 {
 
@@ -33,31 +46,63 @@ namespace cuda::CUDACachingAllocator {
 SIM_TORCH_API std::atomic<CUDAAllocator*> allocator{nullptr};
 
 namespace Native {
-namespace {
 
-constexpr size_t kMinBlock = 512, kSmallSize = 1 << 20, kSmallBuffer = 2 << 20, kLargeBuffer = 20 << 20,
-                 kMinLargeAlloc = 10 << 20, kRoundLarge = 2 << 20, kPage = 20 << 20;
-constexpr size_t kExpandableReserve = size_t(64) << 30;
+constexpr size_t kMinBlockSize = 512, kSmallSize = 1048576, kSmallBuffer = 2097152, kLargeBuffer = 20971520,
+                 kMinLargeAlloc = 10485760, kRoundLarge = 2097152;
 
-size_t round_size(size_t size) { return size < kMinBlock ? kMinBlock : (size + kMinBlock - 1) / kMinBlock * kMinBlock; }
-size_t segment_size(size_t size) {
-  if (size <= kSmallSize) return kSmallBuffer;
-  if (size < kMinLargeAlloc) return kLargeBuffer;
-  return (size + kRoundLarge - 1) / kRoundLarge * kRoundLarge;
+// PYTORCH_CUDA_ALLOC_CONF, as CUDAAllocatorConfig parses what the stand-in needs of it.
+const AllocatorConfig& config() {
+  static const AllocatorConfig c = [] {
+    AllocatorConfig c;
+    const char* env = std::getenv("PYTORCH_CUDA_ALLOC_CONF");
+    std::string text = env ? env : "";
+    text.erase(std::remove(text.begin(), text.end(), ' '), text.end());
+    size_t at = 0;
+    while (at <= text.size()) {
+      size_t end = text.find(',', at);
+      if (end == std::string::npos) end = text.size();
+      std::string item = text.substr(at, end - at), key = item.substr(0, item.find(':'));
+      std::string value = item.find(':') == std::string::npos ? "" : item.substr(item.find(':') + 1);
+      if (key == "expandable_segments") c.expandable_segments = value == "True";
+      if (key == "roundup_power2_divisions") c.roundup_power2_divisions = std::strtoull(value.c_str(), nullptr, 10);
+      if (key == "backend") c.backend = value;
+      at = end + 1;
+    }
+    return c;
+  }();
+  return c;
 }
 
-struct Block {
-  uint64_t addr = 0, size = 0;
-  bool small = false, allocated = false, expandable = false;
-  bool pending = false;  // freed by its tensor, waiting for a stream it was used on
-  uint64_t segment = 0;  // the base of the cudaMalloc it lies in (0 for the expandable segment)
-  uint64_t segment_bytes = 0;
-};
+namespace {
 
-struct Stats {
-  uint64_t allocated = 0, allocated_peak = 0, reserved = 0, reserved_peak = 0, segments = 0, ooms = 0, allocations = 0,
-           segments_allocated = 0;
-};
+// roundup_power2_next_division (v2.6.0): size up to the next of DIVISIONS steps between the
+// powers of two around it.
+size_t roundup_power2_next_division(size_t size, size_t divisions) {
+  if ((size & (size - 1)) == 0) return size;
+  size_t floor = size_t(1) << (63 - __builtin_clzll(size));
+  size_t division = floor >> (63 - __builtin_clzll(divisions));
+  if (division == 0) return floor << 1;
+  return (size + division - 1) / division * division;
+}
+
+size_t round_size(size_t size) {
+  if (size < kMinBlockSize) return kMinBlockSize;
+  size_t divisions = config().roundup_power2_divisions;
+  if (divisions > 1 && size > kMinBlockSize * divisions) return roundup_power2_next_division(size, divisions);
+  return kMinBlockSize * ((size + kMinBlockSize - 1) / kMinBlockSize);
+}
+
+size_t get_allocation_size(size_t size) {
+  if (size <= kSmallSize) return kSmallBuffer;
+  if (size < kMinLargeAlloc) return kLargeBuffer;
+  return kRoundLarge * ((size + kRoundLarge - 1) / kRoundLarge);
+}
+
+uint64_t realtime_ns() {
+  timespec t{};
+  clock_gettime(CLOCK_REALTIME, &t);  // c10::getTime(): CLOCK_REALTIME
+  return static_cast<uint64_t>(t.tv_sec) * 1000000000ull + static_cast<uint64_t>(t.tv_nsec);
+}
 
 template <typename Fn>
 Fn driver(const char* name) {
@@ -67,404 +112,692 @@ Fn driver(const char* name) {
   return reinterpret_cast<Fn>(fn);
 }
 
-class DeviceCachingAllocator {
- public:
-  explicit DeviceCachingAllocator(DeviceIndex device) : device_(device) {}
+// For the test of a TraceEntry memtrace reads wrong: segments reported off by some bytes.
+uint64_t segment_skew() {
+  static const uint64_t skew = [] {
+    const char* s = std::getenv("SIM_TORCH_SKEW_SEGMENTS");
+    return s ? std::strtoull(s, nullptr, 10) : 0ull;
+  }();
+  return skew;
+}
 
-  void attach(AllocatorTraceTracker tracker) {
-    std::lock_guard lock(mutex_);
-    trackers_.push_back(std::move(tracker));
-  }
+}  // namespace
 
-  uint64_t malloc(size_t requested, void* stream, std::string& error) {
-    std::lock_guard lock(mutex_);
-    size_t size = round_size(requested);
-    bool small = size <= kSmallSize;
-    bool expandable = expandable_segments && !small;
-    Block* block = find_free(size, small, expandable);
-    if (!block) block = expandable ? grow_expandable(size) : new_segment(size, small);
-    if (!block) {
-      release_cached();  // as PyTorch does: free what is cached, try again
-      block = expandable ? grow_expandable(size) : new_segment(size, small);
-    }
-    if (!block) {
-      size_t free_bytes = 0, total = 0;
-      cudaMemGetInfo(&free_bytes, &total);
-      trace(TraceEntry::OOM, free_bytes, size, stream);
-      ++stats_.ooms;
-      char text[256];
-      std::snprintf(text, sizeof text,
-                    "CUDA out of memory. Tried to allocate %.2f MiB. GPU %d has a total capacity of %.2f MiB of which "
-                    "%.2f MiB is free.",
-                    requested / 1048576.0, device_, total / 1048576.0, free_bytes / 1048576.0);
-      error = text;
-      return 0;
-    }
-    split(*block, size);
-    block->allocated = true;
-    stats_.allocated += block->size;
-    stats_.allocated_peak = std::max(stats_.allocated_peak, stats_.allocated);
-    ++stats_.allocations;
-    trace(TraceEntry::ALLOC, block->addr, block->size, stream);
-    return block->addr;
-  }
+// A virtual address range whose pages are mapped on demand (ExpandableSegment, v2.6.0).
+struct ExpandableSegment {
+  uint64_t base = 0, page = 0, pages = 0;
+  int device = 0;
+  std::vector<CUmemGenericAllocationHandle> handles;  // 0: not mapped
 
-  bool free(uint64_t addr, bool wait_for_streams) {
-    std::lock_guard lock(mutex_);
-    auto it = blocks_.find(addr);
-    if (it == blocks_.end() || !it->second.allocated) return false;
-    Block& b = it->second;
-    b.allocated = false;
-    stats_.allocated -= b.size;
-    trace(TraceEntry::FREE_REQUESTED, b.addr, b.size, nullptr);
-    if (wait_for_streams)
-      b.pending = true;  // record_stream: back in the cache once those streams are done
-    else
-      complete_free(addr);
+  bool reserve(int dev, uint64_t page_bytes) {
+    device = dev;
+    page = page_bytes;
+    size_t free_bytes = 0, total = 0;
+    cudaMemGetInfo(&free_bytes, &total);
+    pages = (total + total / 8 + page - 1) / page;  // max_handles_
+    auto reserve_range = driver<decltype(&cuMemAddressReserve)>("cuMemAddressReserve");
+    CUdeviceptr va = 0;
+    if (!reserve_range || reserve_range(&va, page * pages, 0, 0, 0) != CUDA_SUCCESS) return false;
+    base = va;
+    handles.assign(pages, 0);
     return true;
   }
+  uint64_t end() const { return base + page * pages; }
+  uint64_t left(uint64_t addr) const { return (addr - base) / page; }
+  uint64_t right(uint64_t addr) const { return (addr - base + page - 1) / page; }
 
-  void synchronize() {
-    std::lock_guard lock(mutex_);
-    std::vector<uint64_t> done;
-    for (auto& [addr, b] : blocks_)
-      if (b.pending) done.push_back(addr);
-    for (uint64_t addr : done) complete_free(addr);
-  }
-
-  void empty_cache() {
-    std::lock_guard lock(mutex_);
-    release_cached();
-  }
-
-  Stats stats() {
-    std::lock_guard lock(mutex_);
-    return stats_;
-  }
-  void reset_peaks() {
-    std::lock_guard lock(mutex_);
-    stats_.allocated_peak = stats_.allocated;
-    stats_.reserved_peak = stats_.reserved;
-  }
-
-  static inline bool expandable_segments = false;
-
- private:
-  void trace(TraceEntry::Action action, uint64_t addr, uint64_t size, void* stream) {
-    if (trackers_.empty()) return;
-    // For the test of a TraceEntry memtrace reads wrong: segments reported off by some bytes.
-    static const uint64_t skew = [] {
-      const char* s = std::getenv("SIM_TORCH_SKEW_SEGMENTS");
-      return s ? std::strtoull(s, nullptr, 10) : 0ull;
-    }();
-    if (action == TraceEntry::SEGMENT_ALLOC || action == TraceEntry::SEGMENT_MAP) addr += skew;
-    TraceEntry e;
-    e.action_ = action;
-    e.device_ = device_;
-    e.addr_ = addr;
-    e.stream_ = stream;
-    e.size_ = size;
-    e.compile_context_ = "N/A";
-    for (const auto& tracker : trackers_) tracker(e);
-  }
-
-  Block* find_free(size_t size, bool small, bool expandable) {
-    Block* best = nullptr;
-    for (auto& [addr, b] : blocks_)
-      if (!b.allocated && !b.pending && b.small == small && b.expandable == expandable && b.size >= size &&
-          (!best || b.size < best->size))
-        best = &b;
-    return best;
-  }
-
-  Block* new_segment(size_t size, bool small) {
-    size_t bytes = small ? kSmallBuffer : segment_size(size);
-    void* ptr = nullptr;
-    if (cudaMalloc(&ptr, bytes) != cudaSuccess) {
-      cudaGetLastError();
-      return nullptr;
-    }
-    auto addr = reinterpret_cast<uint64_t>(ptr);
-    stats_.reserved += bytes;
-    stats_.reserved_peak = std::max(stats_.reserved_peak, stats_.reserved);
-    ++stats_.segments;
-    ++stats_.segments_allocated;
-    trace(TraceEntry::SEGMENT_ALLOC, addr, bytes, nullptr);
-    Block& b = blocks_[addr];
-    b = Block{addr, bytes, small, false, false, false, addr, bytes};
-    return &b;
-  }
-
-  // Maps pages at the end of the device's expandable segment until its free end holds SIZE.
-  Block* grow_expandable(size_t size) {
-    if (!va_) {
-      auto reserve = driver<decltype(&cuMemAddressReserve)>("cuMemAddressReserve");
-      CUdeviceptr va = 0;
-      if (!reserve || reserve(&va, kExpandableReserve, 0, 0, 0) != CUDA_SUCCESS) return nullptr;  // as PyTorch reserves
-      va_ = va;
-    }
-    Block* tail = expandable_tail();
-    if (tail && (tail->allocated || tail->pending)) tail = nullptr;
-    uint64_t have = tail ? tail->size : 0;
-    size_t pages = (size - have + kPage - 1) / kPage;
-    if (have >= size) pages = 0;
+  // Maps the pages covering [addr, addr+size); the range mapped (from addr), or 0 bytes.
+  uint64_t map(uint64_t addr, uint64_t size) {
     auto create = driver<decltype(&cuMemCreate)>("cuMemCreate");
-    auto map = driver<decltype(&cuMemMap)>("cuMemMap");
+    auto map_fn = driver<decltype(&cuMemMap)>("cuMemMap");
     auto set_access = driver<decltype(&cuMemSetAccess)>("cuMemSetAccess");
     auto release = driver<decltype(&cuMemRelease)>("cuMemRelease");
-    if (!create || !map || !set_access || !release) return nullptr;
-    uint64_t start = va_ + mapped_;
-    for (size_t i = 0; i < pages; ++i) {
+    uint64_t begin = left(addr), stop = right(addr + size);
+    if (!create || !map_fn || !set_access || !release) return 0;
+    for (uint64_t i = begin; i < stop; ++i) {
       CUmemAllocationProp prop{};
       prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
       prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-      prop.location.id = device_;
+      prop.location.id = device;
       CUmemGenericAllocationHandle handle = 0;
-      if (create(&handle, kPage, &prop, 0) != CUDA_SUCCESS) {
-        if (i == 0) return nullptr;
-        pages = i;  // what was mapped stays: the allocation fails below
-        break;
+      if (create(&handle, page, &prop, 0) != CUDA_SUCCESS) {  // out of memory: release this call's pages
+        for (uint64_t j = begin; j < i; ++j) {
+          release(handles[j]);
+          handles[j] = 0;
+        }
+        return 0;
       }
-      uint64_t at = va_ + mapped_;
-      map(at, kPage, 0, handle, 0);
-      CUmemAccessDesc access{};
-      access.location = prop.location;
-      access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-      set_access(at, kPage, &access, 1);
-      handles_[at] = handle;
-      mapped_ += kPage;
+      handles[i] = handle;
     }
-    if (pages) {
-      stats_.reserved += pages * kPage;
-      stats_.reserved_peak = std::max(stats_.reserved_peak, stats_.reserved);
-      ++stats_.segments_allocated;
-      trace(TraceEntry::SEGMENT_MAP, start, pages * kPage, nullptr);
-      if (tail) {
-        tail->size += pages * kPage;
-      } else {
-        Block& b = blocks_[start];
-        b = Block{start, pages * kPage, false, false, true, false, 0, 0};
-        tail = &b;
-      }
-    }
-    return tail && tail->size >= size ? tail : nullptr;
+    for (uint64_t i = begin; i < stop; ++i) map_fn(base + i * page, page, 0, handles[i], 0);
+    CUmemAccessDesc access{};
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = device;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    set_access(base + begin * page, (stop - begin) * page, &access, 1);
+    return (stop - begin) * page;
   }
 
-  void split(Block& b, size_t size) {
-    size_t rest = b.size - size;
-    if (rest < (b.small ? kMinBlock : kSmallSize + 1)) return;
-    Block& after = blocks_[b.addr + size];
-    after = Block{b.addr + size, rest, b.small, false, b.expandable, false, b.segment, b.segment_bytes};
-    b.size = size;
-  }
-
-  void complete_free(uint64_t addr) {
-    Block& b = blocks_.at(addr);
-    b.pending = false;
-    trace(TraceEntry::FREE_COMPLETED, b.addr, b.size, nullptr);
-    merge(addr);
-  }
-
-  // Joins the free block at ADDR with free neighbours of its segment.
-  void merge(uint64_t addr) {
-    auto it = blocks_.find(addr);
-    auto next = std::next(it);
-    if (next != blocks_.end() && mergeable(it->second, next->second)) {
-      it->second.size += next->second.size;
-      blocks_.erase(next);
-    }
-    if (it != blocks_.begin()) {
-      auto prev = std::prev(it);
-      if (mergeable(prev->second, it->second)) {
-        prev->second.size += it->second.size;
-        blocks_.erase(it);
-      }
-    }
-  }
-  static bool mergeable(const Block& a, const Block& b) {
-    return !a.allocated && !a.pending && !b.allocated && !b.pending && a.addr + a.size == b.addr &&
-           a.expandable == b.expandable && a.segment == b.segment && a.small == b.small;
-  }
-
-  // Frees every cached segment that is whole (not split), and unmaps the expandable segment's
-  // free pages at its end.
-  void release_cached() {
-    for (auto it = blocks_.begin(); it != blocks_.end();) {
-      const Block& b = it->second;
-      if (b.expandable || b.addr != b.segment || b.size != b.segment_bytes || b.allocated || b.pending) {
-        ++it;
-        continue;
-      }
-      trace(TraceEntry::SEGMENT_FREE, b.addr, b.size, nullptr);
-      cudaFree(reinterpret_cast<void*>(b.addr));
-      stats_.reserved -= b.size;
-      --stats_.segments;
-      it = blocks_.erase(it);
-    }
-    Block* last = expandable_tail();
-    if (!last || last->allocated || last->pending) return;
-    uint64_t keep = (last->addr - va_ + kPage - 1) / kPage * kPage;  // a page the block only partly covers stays
-    if (keep >= mapped_) return;
-    uint64_t from = va_ + keep, bytes = mapped_ - keep;
-    trace(TraceEntry::SEGMENT_UNMAP, from, bytes, nullptr);
-    auto unmap = driver<decltype(&cuMemUnmap)>("cuMemUnmap");
+  // Unmaps the whole pages inside [addr, addr+size); the range unmapped (start, bytes).
+  std::pair<uint64_t, uint64_t> unmap(uint64_t addr, uint64_t size) {
+    uint64_t begin = right(addr), stop = left(addr + size);
+    if (begin >= stop) return {addr, 0};
+    auto unmap_fn = driver<decltype(&cuMemUnmap)>("cuMemUnmap");
     auto release = driver<decltype(&cuMemRelease)>("cuMemRelease");
-    for (uint64_t at = from; at < va_ + mapped_; at += kPage) {
-      if (unmap) unmap(at, kPage);
-      if (release) release(handles_[at]);
-      handles_.erase(at);
+    cudaDeviceSynchronize();  // unmapHandles synchronizes the stream first
+    for (uint64_t i = begin; i < stop; ++i) {
+      if (unmap_fn) unmap_fn(base + i * page, page);
+      if (release) release(handles[i]);
+      handles[i] = 0;
     }
-    mapped_ = keep;
-    stats_.reserved -= bytes;
-    if (last->addr >= from)
-      blocks_.erase(last->addr);
-    else
-      last->size = from - last->addr;
+    return {base + begin * page, (stop - begin) * page};
   }
 
-  // The expandable segment's last block: the one that ends where its mapped pages end.
-  Block* expandable_tail() {
-    if (!va_ || !mapped_) return nullptr;
-    auto it = blocks_.lower_bound(va_ + mapped_);
-    if (it == blocks_.begin()) return nullptr;
-    Block& b = std::prev(it)->second;
-    return b.expandable && b.addr + b.size == va_ + mapped_ ? &b : nullptr;
+  void free_range() {
+    if (auto address_free = driver<decltype(&cuMemAddressFree)>("cuMemAddressFree")) address_free(base, page * pages);
   }
-
-  DeviceIndex device_;
-  std::recursive_mutex mutex_;
-  std::vector<AllocatorTraceTracker> trackers_;
-  std::map<uint64_t, Block> blocks_;
-  Stats stats_;
-  uint64_t va_ = 0, mapped_ = 0;
-  std::map<uint64_t, CUmemGenericAllocationHandle> handles_;
 };
 
-class NativeCachingAllocator : public CUDAAllocator {
- public:
-  std::vector<DeviceCachingAllocator*> devices;
+namespace {
 
-  DeviceCachingAllocator* of(uint64_t addr) {
-    std::lock_guard lock(owners_mutex_);
-    auto it = owners_.find(addr);
-    return it == owners_.end() ? nullptr : devices[static_cast<size_t>(it->second)];
-  }
-  uint64_t malloc(size_t size, int device, void* stream, std::string& error) {
-    if (device < 0 || static_cast<size_t>(device) >= devices.size()) {
-      error = "invalid device";
-      return 0;
-    }
-    uint64_t addr = devices[static_cast<size_t>(device)]->malloc(size, stream, error);
-    if (addr) {
-      std::lock_guard lock(owners_mutex_);
-      owners_[addr] = device;
-    }
-    return addr;
-  }
-  bool free(uint64_t addr, bool wait) {
-    DeviceCachingAllocator* d = of(addr);
-    if (!d || !d->free(addr, wait)) return false;
-    std::lock_guard lock(owners_mutex_);
-    owners_.erase(addr);
-    return true;
-  }
-
-  void* raw_alloc(size_t) override { return nullptr; }
-  void* raw_alloc_with_stream(size_t, void*) override { return nullptr; }
-  void raw_delete(void*) override {}
-  void init(int device_count) override {
-    while (devices.size() < static_cast<size_t>(device_count))
-      devices.push_back(new DeviceCachingAllocator(static_cast<DeviceIndex>(devices.size())));
-  }
-  bool initialized() override { return !devices.empty(); }
-  double getMemoryFraction(DeviceIndex) override { return 1; }
-  void setMemoryFraction(double, DeviceIndex) override {}
-  void emptyCache() override {
-    for (auto* d : devices) d->empty_cache();
-  }
-  void enable(bool) override {}
-  bool isEnabled() const override { return true; }
-  void cacheInfo(DeviceIndex, size_t*) override {}
-  void* getBaseAllocation(void* ptr, size_t*) override { return ptr; }
-  void recordStream(void*, void*) override {}
-  void resetAccumulatedStats(DeviceIndex) override {}
-  void resetPeakStats(DeviceIndex device) override { devices.at(static_cast<size_t>(device))->reset_peaks(); }
-  void beginAllocateToPool(DeviceIndex, MempoolId_t) override {}
-  void endAllocateToPool(DeviceIndex, MempoolId_t) override {}
-  void releasePool(DeviceIndex, MempoolId_t) override {}
-  std::shared_ptr<void> getIpcDevPtr(std::string) override { return nullptr; }
-  bool isHistoryEnabled() override { return false; }
-  void recordHistory(bool, size_t) override {}
-  void attachOutOfMemoryObserver(std::function<void(int64_t, size_t, size_t, size_t)>) override {}
-  // As PyTorch's: the trackers go to the device allocators that exist (init made them).
-  void attachAllocatorTraceTracker(AllocatorTraceTracker tracker) override {
-    for (auto* d : devices) d->attach(tracker);
-  }
-  void enablePeerAccess(DeviceIndex, DeviceIndex) override {}
-  std::string name() override { return "native"; }
-
- private:
-  std::mutex owners_mutex_;
-  std::map<uint64_t, int> owners_;
-};
-
-NativeCachingAllocator* native() {
-  static auto* instance = [] {
-    auto* a = new NativeCachingAllocator();
-    allocator.store(a);
-    return a;
-  }();
-  return instance;
+bool by_size(const Block* a, const Block* b) {
+  if (a->stream != b->stream) return a->stream < b->stream;
+  if (a->size != b->size) return a->size < b->size;
+  return a->ptr < b->ptr;
 }
-
-// Constructed when the library loads, as PyTorch's BackendInitializer does.
-__attribute__((constructor)) void register_allocator() { native(); }
+bool by_address(const Block* a, const Block* b) {
+  if (a->stream != b->stream) return a->stream < b->stream;
+  return a->ptr < b->ptr;
+}
 
 }  // namespace
-}  // namespace Native
-}  // namespace cuda::CUDACachingAllocator
-}  // namespace c10
 
-using namespace c10::cuda::CUDACachingAllocator::Native;
+struct BlockPool {
+  explicit BlockPool(bool small, PrivatePool* owner = nullptr) : is_small(small), owner_private_pool(owner) {}
+  std::set<Block*, bool (*)(const Block*, const Block*)> blocks{by_size};
+  std::set<Block*, bool (*)(const Block*, const Block*)> unmapped{by_address};
+  const bool is_small;
+  PrivatePool* const owner_private_pool;
+};
 
-extern "C" {
+struct PrivatePool {
+  explicit PrivatePool(MempoolId_t pool_id, CUDAAllocator* pool_allocator)
+      : id(pool_id), allocator(pool_allocator), large(false, this), small(true, this) {}
+  MempoolId_t id;
+  CUDAAllocator* allocator;  // a MemPool's own allocator (CUDAPluggableAllocator), or none
+  BlockPool large, small;
+};
 
-SIM_TORCH_API int sim_torch_init(int device_count, int expandable_segments) {
-  DeviceCachingAllocator::expandable_segments = expandable_segments != 0;
-  native()->init(device_count);
-  return 0;
+DeviceCachingAllocator::DeviceCachingAllocator(DeviceIndex device)
+    : device_(device), large_(new BlockPool(false)), small_(new BlockPool(true)) {}
+
+void DeviceCachingAllocator::attach_tracker(AllocatorTraceTracker tracker) {
+  std::lock_guard lock(mutex_);
+  trackers_.push_back(std::move(tracker));
 }
 
-// The address, or 0 with the message in ERROR (an OOM, as PyTorch words it).
-SIM_TORCH_API uint64_t sim_torch_malloc(uint64_t size, int device, void* stream, char* error, size_t error_bytes) {
-  std::string why;
-  uint64_t addr = native()->malloc(size, device, stream, why);
-  if (!addr && error && error_bytes) std::snprintf(error, error_bytes, "%s", why.c_str());
+void DeviceCachingAllocator::attach_observer(OutOfMemoryObserver observer) {
+  observers_.push_back(std::move(observer));
+}
+
+void DeviceCachingAllocator::record_history(bool enabled, int context_level, size_t max_entries) {
+  std::lock_guard lock(mutex_);
+  record_history_ = enabled;
+  context_level_ = enabled ? context_level : 0;
+  max_entries_ = max_entries ? max_entries : 1;
+  if (!enabled) history_.clear();
+}
+
+void DeviceCachingAllocator::record_trace(TraceEntry::Action action, uint64_t addr, uint64_t size, void* stream,
+                                          int64_t context) {
+  if (!record_history_ && trackers_.empty()) return;
+  if (action == TraceEntry::SEGMENT_ALLOC || action == TraceEntry::SEGMENT_MAP) addr += segment_skew();
+  TraceEntry e;
+  e.action_ = action;
+#if SIM_TORCH_MINOR >= 2
+  e.device_ = device_;
+  e.time_ = realtime_ns();  // PyTorch stores an approximate (TSC) time here, converted for snapshots
+#endif
+  e.addr_ = addr;
+  e.stream_ = stream;
+  e.size_ = size;
+#if SIM_TORCH_MINOR >= 9
+  e.mempool_ = active_pool_ ? active_pool_->id : MempoolId_t{0, 0};
+  e.compile_context_ = "N/A";
+#endif
+  for (const auto& tracker : trackers_) tracker(e);
+  if (record_history_) {
+    history_.push_back(HistoryEntry{action, addr, size, reinterpret_cast<uint64_t>(stream), realtime_ns() / 1000,
+                                    context_level_ >= 2 ? context : 0});
+    if (history_.size() > max_entries_) history_.pop_front();
+  }
+}
+
+BlockPool& DeviceCachingAllocator::pool_for(size_t size) {
+  if (active_pool_) return size <= kSmallSize ? active_pool_->small : active_pool_->large;
+  return size <= kSmallSize ? *small_ : *large_;
+}
+
+// alloc_block (v2.6.0): "our checkpointing logic for private pools doesn't support the
+// expandable_segments_ structure yet": private pools (graphs, MemPools) take cudaMalloc's way.
+bool DeviceCachingAllocator::expandable_for(const BlockPool& pool) const {
+  return config().expandable_segments && !pool.owner_private_pool;
+}
+
+bool DeviceCachingAllocator::should_split(const Block* block, size_t size) const {
+  size_t remaining = block->size - size;
+  if (block->pool->is_small || config().expandable_segments) return remaining >= kMinBlockSize;
+  return remaining > kSmallSize;  // size < max_split_size, which is unlimited unless configured
+}
+
+Block* DeviceCachingAllocator::get_free_block(BlockPool& pool, size_t size, void* stream) {
+  Block key;
+  key.stream = stream;
+  key.size = size;
+  auto it = pool.blocks.lower_bound(&key);
+  if (it == pool.blocks.end() || (*it)->stream != stream) return nullptr;
+  Block* block = *it;
+  pool.blocks.erase(it);
+  return block;
+}
+
+// A new segment from cudaMalloc, or from the private pool's own allocator (allocPrimitive).
+Block* DeviceCachingAllocator::alloc_block(BlockPool& pool, size_t size, size_t alloc_size, void* stream, bool retry,
+                                           int64_t context) {
+  if (retry) ++stats_.num_alloc_retries;
+  if (expandable_for(pool)) return try_allocate_expandable_block(pool, size, stream, context);
+  void* ptr = nullptr;
+  if (pool.owner_private_pool && pool.owner_private_pool->allocator) {
+    ptr = pool.owner_private_pool->allocator->raw_alloc(alloc_size);
+  } else if (cudaMalloc(&ptr, alloc_size) != cudaSuccess) {
+    cudaGetLastError();
+    ptr = nullptr;
+  }
+  if (!ptr) return nullptr;
+  auto* block = new Block;
+  block->device = device_;
+  block->stream = stream;
+  block->size = alloc_size;
+  block->pool = &pool;
+  block->ptr = reinterpret_cast<uint64_t>(ptr);
+  block->segment_context = context;
+  stats_.segment.increase(1, pool.is_small);
+  stats_.reserved_bytes.increase(alloc_size, pool.is_small);
+  ++stats_.num_device_alloc;
+  record_trace(TraceEntry::SEGMENT_ALLOC, block->ptr, alloc_size, stream, context);
+  return block;
+}
+
+// A new expandable segment for POOL and STREAM (find_expandable_block's last resort): its whole
+// range one unmapped block.
+Block* DeviceCachingAllocator::new_expandable_segment(BlockPool& pool, void* stream) {
+  auto* segment = new ExpandableSegment;
+  if (!segment->reserve(device_, pool.is_small ? kSmallBuffer : kLargeBuffer)) {
+    delete segment;
+    return nullptr;
+  }
+  expandable_.push_back(segment);
+  auto* unmapped = new Block;
+  unmapped->device = device_;
+  unmapped->stream = stream;
+  unmapped->size = segment->end() - segment->base;
+  unmapped->pool = &pool;
+  unmapped->ptr = segment->base;
+  unmapped->mapped = false;
+  unmapped->segment = segment;
+  pool.unmapped.insert(unmapped);
+  return unmapped;
+}
+
+// find_expandable_block: the lowest unmapped block of the stream, with the free block before it,
+// whose run of free and unmapped blocks holds SIZE.
+Block* DeviceCachingAllocator::find_expandable_block(BlockPool& pool, size_t size, void* stream) {
+  auto allocatable = [](const Block* b) { return b && !b->allocated && !b->pending; };
+  auto room = [&](const Block* b) {
+    size_t bytes = 0;
+    while (bytes < size && allocatable(b)) {
+      bytes += b->size;
+      b = b->next;
+    }
+    return bytes >= size;
+  };
+  for (Block* c : pool.unmapped) {
+    if (c->stream != stream) continue;
+    if (allocatable(c->prev)) c = c->prev;
+    if (room(c)) return c;
+  }
+  Block* fresh = new_expandable_segment(pool, stream);
+  return fresh && room(fresh) ? fresh : nullptr;
+}
+
+Block* DeviceCachingAllocator::try_allocate_expandable_block(BlockPool& pool, size_t size, void* stream,
+                                                             int64_t context) {
+  Block* candidate = find_expandable_block(pool, size, stream);
+  if (!candidate) return nullptr;
+  if (!candidate->mapped && !(candidate = map_block(candidate, std::min<size_t>(candidate->size, size), context)))
+    return nullptr;
+  while (candidate->size < size) {
+    Block* next = candidate->next;
+    if (!(candidate = map_block(next, std::min<size_t>(size - candidate->size, next->size), context))) return nullptr;
+  }
+  pool.blocks.erase(candidate);
+  return candidate;
+}
+
+// Maps the pages under the first SIZE bytes of the unmapped block TO_MAP; the free block that
+// results (merged with its free neighbours), or null when the device has no room.
+Block* DeviceCachingAllocator::map_block(Block* to_map, size_t size, int64_t context) {
+  BlockPool& pool = *to_map->pool;
+  uint64_t mapped = to_map->segment->map(to_map->ptr, size);
+  if (mapped == 0) return nullptr;
+  pool.unmapped.erase(to_map);
+  to_map->mapped = true;
+  if (mapped < to_map->size) {
+    auto* remaining = new Block(*to_map);
+    remaining->size = to_map->size - mapped;
+    remaining->ptr = to_map->ptr + mapped;
+    remaining->mapped = false;
+    remaining->prev = to_map;
+    remaining->next = to_map->next;
+    if (to_map->next) to_map->next->prev = remaining;
+    to_map->next = remaining;
+    pool.unmapped.insert(remaining);
+    to_map->size = mapped;
+  }
+  const uint64_t start = to_map->ptr;
+  try_merge_blocks(to_map, to_map->prev, pool);
+  try_merge_blocks(to_map, to_map->next, pool);
+  pool.blocks.insert(to_map);
+  stats_.reserved_bytes.increase(mapped, pool.is_small);
+  ++stats_.num_device_alloc;
+  record_trace(TraceEntry::SEGMENT_MAP, start, mapped, to_map->stream, context);
+  return to_map;
+}
+
+void DeviceCachingAllocator::unmap_block(Block* block) {
+  auto [start, bytes] = block->segment->unmap(block->ptr, block->size);
+  if (bytes == 0) return;
+  BlockPool& pool = *block->pool;
+  pool.blocks.erase(block);
+  auto split_off = [&](uint64_t ptr, uint64_t size, bool before) {
+    auto* b = new Block(*block);
+    b->ptr = ptr;
+    b->size = size;
+    if (before) {
+      b->prev = block->prev;
+      b->next = block;
+      if (block->prev) block->prev->next = b;
+      block->prev = b;
+    } else {
+      b->prev = block;
+      b->next = block->next;
+      if (block->next) block->next->prev = b;
+      block->next = b;
+    }
+    pool.blocks.insert(b);
+  };
+  if (start > block->ptr) split_off(block->ptr, start - block->ptr, true);
+  if (block->ptr + block->size > start + bytes)
+    split_off(start + bytes, block->ptr + block->size - start - bytes, false);
+  block->ptr = start;
+  block->size = bytes;
+  block->mapped = false;
+  try_merge_blocks(block, block->prev, pool);
+  try_merge_blocks(block, block->next, pool);
+  pool.unmapped.insert(block);
+  stats_.reserved_bytes.decrease(bytes, pool.is_small);
+  ++stats_.num_device_free;
+  record_trace(TraceEntry::SEGMENT_UNMAP, start, bytes, block->stream, 0);
+}
+
+// Merges SRC into DST when SRC is free (and mapped alike); the bytes it took in.
+size_t DeviceCachingAllocator::try_merge_blocks(Block* dst, Block* src, BlockPool& pool) {
+  if (!src || src->allocated || src->pending || dst->mapped != src->mapped) return 0;
+  if (dst->prev == src) {
+    dst->ptr = src->ptr;
+    dst->prev = src->prev;
+    if (dst->prev) dst->prev->next = dst;
+  } else {
+    dst->next = src->next;
+    if (dst->next) dst->next->prev = dst;
+  }
+  size_t subsumed = src->size;
+  dst->size += subsumed;
+  (src->mapped ? pool.blocks : pool.unmapped).erase(src);
+  delete src;
+  return subsumed;
+}
+
+uint64_t DeviceCachingAllocator::malloc(size_t orig_size, void* stream, int64_t context, std::string& error) {
+  std::unique_lock lock(mutex_);
+  if (!active_pool_) process_events();
+  const size_t size = round_size(orig_size);
+  BlockPool& pool = pool_for(size);
+  const size_t alloc_size = get_allocation_size(size);
+  Block* block = get_free_block(pool, size, stream);
+  if (!block) block = alloc_block(pool, size, alloc_size, stream, false, context);
+  if (!block && !active_pool_ && release_cached_blocks())
+    block = alloc_block(pool, size, alloc_size, stream, true, context);
+  if (!block) {
+    size_t device_free = 0, device_total = 0;
+    cudaMemGetInfo(&device_free, &device_total);
+    record_trace(TraceEntry::OOM, device_free, size, stream, context);
+    ++stats_.num_ooms;
+    std::vector<OutOfMemoryObserver> observers = observers_;
+    lock.unlock();
+    for (const auto& observer : observers) observer(device_, alloc_size, device_total, device_free);
+    char text[320];
+    std::snprintf(text, sizeof text,
+                  "CUDA out of memory. Tried to allocate %.2f MiB. GPU %d has a total capacity of %.2f MiB of which "
+                  "%.2f MiB is free.",
+                  alloc_size / 1048576.0, device_, device_total / 1048576.0, device_free / 1048576.0);
+    error = text;
+    return 0;
+  }
+  // alloc_found_block
+  if (should_split(block, size)) {
+    auto* rest = new Block(*block);
+    rest->ptr = block->ptr + size;
+    rest->size = block->size - size;
+    rest->prev = block;
+    rest->next = block->next;
+    if (block->next) block->next->prev = rest;
+    block->next = rest;
+    block->size = size;
+    pool.blocks.insert(rest);
+  }
+  block->allocated = true;
+  block->requested_size = orig_size;
+  block->context = context;
+  record_trace(TraceEntry::ALLOC, block->ptr, orig_size, stream, context);
+  stats_.allocation.increase(1, pool.is_small);
+  stats_.allocated_bytes.increase(block->size, pool.is_small);
+  stats_.active.increase(1, pool.is_small);
+  stats_.active_bytes.increase(block->size, pool.is_small);
+  stats_.requested_bytes.increase(block->requested_size, pool.is_small);
+  live_[block->ptr] = block;
+  return block->ptr;
+}
+
+bool DeviceCachingAllocator::free(uint64_t addr, bool record_stream) {
+  std::lock_guard lock(mutex_);
+  auto it = live_.find(addr);
+  if (it == live_.end()) return false;
+  Block* block = it->second;
+  live_.erase(it);
+  block->allocated = false;
+  stats_.allocation.decrease(1, block->pool->is_small);
+  stats_.allocated_bytes.decrease(block->size, block->pool->is_small);
+  record_trace(TraceEntry::FREE_REQUESTED, block->ptr, block->requested_size, block->stream, block->context);
+  if (record_stream) {
+    block->pending = true;  // insert_events: back in the pool once the events recorded on its streams are done
+    pending_.push_back(block);
+  } else
+    free_block(block);
+  return true;
+}
+
+void DeviceCachingAllocator::free_block(Block* block) {
+  record_trace(TraceEntry::FREE_COMPLETED, block->ptr, block->requested_size, block->stream, block->context);
+  block->pending = false;
+  block->context = 0;
+  const size_t original_size = block->size, requested = block->requested_size;
+  BlockPool& pool = *block->pool;
+  try_merge_blocks(block, block->prev, pool);
+  try_merge_blocks(block, block->next, pool);
+  pool.blocks.insert(block);
+  stats_.active.decrease(1, pool.is_small);
+  stats_.active_bytes.decrease(original_size, pool.is_small);
+  stats_.requested_bytes.decrease(requested, pool.is_small);
+}
+
+// process_events: the simulated device runs nothing, so every event recorded on a stream is done
+// by the next malloc.
+void DeviceCachingAllocator::process_events() {
+  std::vector<Block*> done;
+  done.swap(pending_);
+  for (Block* b : done) free_block(b);
+}
+
+std::vector<BlockPool*> DeviceCachingAllocator::all_pools() {
+  std::vector<BlockPool*> pools{large_, small_};
+  for (auto& [id, p] : private_pools_) {
+    pools.push_back(&p->large);
+    pools.push_back(&p->small);
+  }
+  return pools;
+}
+
+// Every block of the pool: the free ones it holds and the ones beside them in their segments.
+std::vector<Block*> DeviceCachingAllocator::all_blocks(BlockPool& pool) {
+  std::set<Block*> seen;
+  std::vector<Block*> out;
+  auto walk = [&](Block* b) {
+    while (b->prev) b = b->prev;
+    for (; b; b = b->next)
+      if (seen.insert(b).second) out.push_back(b);
+  };
+  for (Block* b : pool.blocks) walk(b);
+  for (Block* b : pool.unmapped) walk(b);
+  for (auto& [ptr, b] : live_)
+    if (b->pool == &pool) walk(b);
+  return out;
+}
+
+bool DeviceCachingAllocator::release_cached_blocks() {
+  process_events();  // synchronize_and_free_events
+  release_blocks(*large_);
+  release_blocks(*small_);
+  return true;
+}
+
+void DeviceCachingAllocator::release_blocks(BlockPool& pool) {
+  std::vector<Block*> to_unmap, to_release;
+  for (Block* b : pool.blocks) {
+    if (b->segment)
+      to_unmap.push_back(b);
+    else if (!b->prev && !b->next)
+      to_release.push_back(b);
+  }
+  for (Block* b : to_release) release_block(b);
+  for (Block* b : to_unmap) {
+    unmap_block(b);
+    if (!b->prev && !b->next && !b->mapped) release_expandable_segment(b);
+  }
+}
+
+void DeviceCachingAllocator::release_block(Block* block) {
+  BlockPool& pool = *block->pool;
+  record_trace(TraceEntry::SEGMENT_FREE, block->ptr, block->size, block->stream, block->segment_context);
+  if (pool.owner_private_pool && pool.owner_private_pool->allocator)
+    pool.owner_private_pool->allocator->raw_delete(reinterpret_cast<void*>(block->ptr));
+  else
+    cudaFree(reinterpret_cast<void*>(block->ptr));
+  stats_.segment.decrease(1, pool.is_small);
+  stats_.reserved_bytes.decrease(block->size, pool.is_small);
+  ++stats_.num_device_free;
+  pool.blocks.erase(block);
+  delete block;
+}
+
+void DeviceCachingAllocator::release_expandable_segment(Block* block) {
+  expandable_.erase(std::find(expandable_.begin(), expandable_.end(), block->segment));
+  block->segment->free_range();
+  delete block->segment;
+  block->pool->unmapped.erase(block);
+  delete block;
+}
+
+void DeviceCachingAllocator::empty_cache() {
+  std::lock_guard lock(mutex_);
+  release_cached_blocks();
+}
+
+DeviceStats DeviceCachingAllocator::stats() {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
+void DeviceCachingAllocator::reset_peak_stats() {
+  std::lock_guard lock(mutex_);
+  stats_.for_each([](Stat& s) { s.peak = s.current; });
+}
+
+void DeviceCachingAllocator::reset_accumulated_stats() {
+  std::lock_guard lock(mutex_);
+  stats_.for_each([](Stat& s) { s.allocated = s.freed = 0; });
+  stats_.num_alloc_retries = stats_.num_ooms = stats_.num_device_alloc = stats_.num_device_free = 0;
+}
+
+// beginAllocateToPool with use_mem_pool's filter (every stream): the pool's blocks serve the
+// allocations until endAllocateToPool.
+void DeviceCachingAllocator::begin_pool(MempoolId_t id, CUDAAllocator* pool_allocator) {
+  std::lock_guard lock(mutex_);
+  auto& pool = private_pools_[id];
+  if (!pool) pool = std::make_unique<PrivatePool>(id, pool_allocator);
+  active_pool_ = pool.get();
+}
+
+void DeviceCachingAllocator::end_pool() {
+  std::lock_guard lock(mutex_);
+  active_pool_ = nullptr;
+}
+
+// The snapshot's segments and this device's trace, as THCPModule_memorySnapshot builds them
+// (torch/csrc/cuda/Module.cpp), in JSON for the Python stand-in to turn into its dicts.
+void DeviceCachingAllocator::snapshot(std::string& segments, std::string& trace) {
+  std::lock_guard lock(mutex_);
+  auto state = [](const Block* b) {
+    return b->allocated ? "active_allocated" : b->pending ? "active_pending_free" : "inactive";
+  };
+  for (BlockPool* pool : all_pools()) {
+    std::vector<Block*> blocks = all_blocks(*pool);
+    for (Block* head : blocks) {
+      // A segment: a cudaMalloc'd chain, or each run of mapped blocks of an expandable segment.
+      if (!head->mapped || (head->prev && (!head->segment || head->prev->mapped))) continue;
+      uint64_t total = 0, allocated = 0, active = 0, requested = 0;
+      std::string list;
+      for (Block* b = head; b && b->mapped; b = b->next) {
+        total += b->size;
+        if (b->allocated) allocated += b->size;
+        if (b->allocated || b->pending) {
+          active += b->size;
+          requested += b->requested_size;
+        }
+        char text[256];
+        std::snprintf(text, sizeof text,
+                      "%s{\"address\":%llu,\"size\":%llu,\"requested_size\":%llu,\"state\":\"%s\",\"context\":%lld}",
+                      list.empty() ? "" : ",", static_cast<unsigned long long>(b->ptr),
+                      static_cast<unsigned long long>(b->size),
+                      static_cast<unsigned long long>(b->allocated || b->pending ? b->requested_size : 0), state(b),
+                      static_cast<long long>(b->allocated || b->pending ? b->context : 0));
+        list += text;
+        if (!b->segment && !b->next) break;
+      }
+      char text[512];
+      std::snprintf(text, sizeof text,
+                    "%s{\"device\":%d,\"address\":%llu,\"total_size\":%llu,\"allocated_size\":%llu,"
+                    "\"active_size\":%llu,\"requested_size\":%llu,\"stream\":%llu,\"segment_type\":\"%s\","
+                    "\"segment_pool_id\":[%llu,%llu],\"is_expandable\":%s,\"context\":%lld,\"blocks\":[",
+                    segments.empty() ? "" : ",", device_, static_cast<unsigned long long>(head->ptr),
+                    static_cast<unsigned long long>(total), static_cast<unsigned long long>(allocated),
+                    static_cast<unsigned long long>(active), static_cast<unsigned long long>(requested),
+                    static_cast<unsigned long long>(reinterpret_cast<uint64_t>(head->stream)),
+                    pool->is_small ? "small" : "large",
+                    pool->owner_private_pool ? pool->owner_private_pool->id.first : 0ull,
+                    pool->owner_private_pool ? pool->owner_private_pool->id.second : 0ull,
+                    head->segment ? "true" : "false", static_cast<long long>(head->segment_context));
+      segments += text;
+      segments += list + "]}";
+    }
+  }
+  static const char* kActions[] = {"alloc",         "free_requested", "free_completed",
+                                   "segment_alloc", "segment_free",   "segment_map",
+                                   "segment_unmap", "snapshot",       "oom"};
+  for (const HistoryEntry& h : history_) {
+    char text[320];
+    std::snprintf(text, sizeof text,
+                  "%s{\"action\":\"%s\",\"%s\":%llu,\"size\":%llu,\"stream\":%llu,\"time_us\":%llu,"
+                  "\"context\":%lld}",
+                  trace.empty() ? "" : ",", kActions[h.action], h.action == TraceEntry::OOM ? "device_free" : "addr",
+                  static_cast<unsigned long long>(h.addr), static_cast<unsigned long long>(h.size),
+                  static_cast<unsigned long long>(h.stream), static_cast<unsigned long long>(h.time_us),
+                  static_cast<long long>(h.context));
+    trace += text;
+  }
+}
+
+// As PyTorch's: the trackers and observers go to the device allocators that exist (init made them).
+NativeCachingAllocator& NativeCachingAllocator::instance() {
+  static auto* a = new NativeCachingAllocator();
+  return *a;
+}
+
+DeviceCachingAllocator* NativeCachingAllocator::owner(uint64_t addr) {
+  std::lock_guard lock(owners_mutex_);
+  auto it = owners_.find(addr);
+  return it == owners_.end() ? nullptr : devices[static_cast<size_t>(it->second)];
+}
+
+uint64_t NativeCachingAllocator::malloc(size_t size, int device, void* stream, int64_t context, std::string& error) {
+  if (device < 0 || static_cast<size_t>(device) >= devices.size()) {
+    error = "invalid device ordinal";
+    return 0;
+  }
+  uint64_t addr = devices[static_cast<size_t>(device)]->malloc(size, stream, context, error);
+  if (addr) {
+    std::lock_guard lock(owners_mutex_);
+    owners_[addr] = device;
+  }
   return addr;
 }
 
-// WAIT_FOR_STREAMS: the tensor was used on another stream (record_stream): its block is back in
-// the cache only at the next synchronize.
-SIM_TORCH_API int sim_torch_free(uint64_t addr, int wait_for_streams) {
-  return native()->free(addr, wait_for_streams != 0) ? 0 : -1;
+bool NativeCachingAllocator::free(uint64_t addr, bool record_stream) {
+  DeviceCachingAllocator* d = owner(addr);
+  if (!d || !d->free(addr, record_stream)) return false;
+  std::lock_guard lock(owners_mutex_);
+  owners_.erase(addr);
+  return true;
 }
 
-SIM_TORCH_API void sim_torch_synchronize() {
-  for (auto* d : native()->devices) d->synchronize();
+void NativeCachingAllocator::init(int device_count) {
+  while (devices.size() < static_cast<size_t>(device_count))
+    devices.push_back(new DeviceCachingAllocator(static_cast<DeviceIndex>(devices.size())));
 }
-
-SIM_TORCH_API void sim_torch_empty_cache() { native()->emptyCache(); }
-
-// allocated, allocated peak, reserved, reserved peak, segments, OOMs, allocations, segments ever.
-SIM_TORCH_API void sim_torch_stats(int device, uint64_t* out) {
-  auto* a = native();
-  if (device < 0 || static_cast<size_t>(device) >= a->devices.size()) return;
-  Stats s = a->devices[static_cast<size_t>(device)]->stats();
-  uint64_t values[] = {s.allocated, s.allocated_peak, s.reserved,    s.reserved_peak,
-                       s.segments,  s.ooms,           s.allocations, s.segments_allocated};
-  std::memcpy(out, values, sizeof values);
+void NativeCachingAllocator::emptyCache() {
+  for (auto* d : devices) d->empty_cache();
 }
+void NativeCachingAllocator::resetPeakStats(DeviceIndex device) {
+  devices.at(static_cast<size_t>(device))->reset_peak_stats();
+}
+void NativeCachingAllocator::resetAccumulatedStats(DeviceIndex device) {
+  devices.at(static_cast<size_t>(device))->reset_accumulated_stats();
+}
+void NativeCachingAllocator::recordHistory(bool enabled, size_t max_entries) {
+  for (auto* d : devices) d->record_history(enabled, 2, max_entries);
+}
+void NativeCachingAllocator::attachOutOfMemoryObserver(OutOfMemoryObserver observer) {
+  for (auto* d : devices) d->attach_observer(observer);
+}
+#if SIM_TORCH_MINOR >= 2
+void NativeCachingAllocator::attachAllocatorTraceTracker(AllocatorTraceTracker tracker) {
+  // For the test of a tracker that throws where memtrace calls it (SIM_TORCH_ATTACH_THROWS=1).
+  if (const char* v = std::getenv("SIM_TORCH_ATTACH_THROWS"); v && *v == '1')
+    throw std::runtime_error("attachAllocatorTraceTracker refused (SIM_TORCH_ATTACH_THROWS)");
+  for (auto* d : devices) d->attach_tracker(tracker);
+}
+#endif
 
-SIM_TORCH_API void sim_torch_reset_peak(int device) { native()->resetPeakStats(static_cast<c10::DeviceIndex>(device)); }
+// BackendStaticInitializer (CUDACachingAllocator.cpp, 2.2 to newest): at load time,
+// PYTORCH_CUDA_ALLOC_CONF's backend (cudaMallocAsync) or the native allocator.
+namespace {
+__attribute__((constructor)) void backend_static_initializer() {
+  CUDAAllocator* chosen = &NativeCachingAllocator::instance();
+  if (config().backend == "cudaMallocAsync") chosen = async_allocator();
+  allocator.store(chosen);
+}
+}  // namespace
 
-}  // extern "C"
+}  // namespace Native
+}  // namespace cuda::CUDACachingAllocator
+}  // namespace c10

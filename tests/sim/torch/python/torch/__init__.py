@@ -1,19 +1,24 @@
 """A stand-in for PyTorch, for memtrace's tests on the simulated device: the few pieces of
-PyTorch's Python API that the samples use (tensors on CUDA, a Linear/ReLU/Sequential model,
-autograd, AdamW, torch.cuda's memory figures), over a caching allocator in C++ (lib/libc10_cuda.so)
-that reports its events to trace trackers as PyTorch's does, and an exported pluggable allocator
-class (lib/libtorch_cuda.so). Like PyTorch's, every op releases the GIL (ctypes.CDLL) and CUDA is
-initialized lazily, on the first CUDA tensor. It is no part of memtrace.
+PyTorch's Python API that the samples use (tensors on CUDA, a Linear/ReLU/Sequential/Embedding
+model, autograd, AdamW and SGD, DTensor and fully_shard, torch.cuda's memory figures, history and
+pools), over a caching allocator in C++ (lib/libc10_cuda.so) that reports its events to trace
+trackers as PyTorch's does, and a pluggable allocator class (lib/libtorch_cuda.so). Like
+PyTorch's, every op releases the GIL (ctypes.CDLL) and CUDA is initialized lazily, on the first
+CUDA tensor. Its release (torch/version.py) decides what differs between PyTorch's releases. It is
+no part of memtrace.
 """
 
-__version__ = "2.11.0+memtrace.sim"
+from .version import __version__  # noqa: F401
 
 float32 = "float32"
 float16 = "float16"
 bfloat16 = "bfloat16"
+int64 = "int64"
 
+from . import _C  # noqa: E402,F401
 from . import cuda  # noqa: E402
 from . import autograd  # noqa: E402
-from ._tensor import Tensor, device, empty, ones, randn, zeros, zeros_like  # noqa: E402,F401
+from ._tensor import (Tensor, device, empty, ones, randn, sparse_coo, sparse_coo_tensor, strided, zeros,  # noqa: E402,F401
+                      zeros_like)
 from . import nn  # noqa: E402
 from . import optim  # noqa: E402

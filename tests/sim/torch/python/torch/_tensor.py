@@ -1,11 +1,23 @@
 """Tensors: a shape and, on CUDA, a block of the caching allocator, freed when the last reference
-goes (as PyTorch's storage is). Ops allocate their results; autograd keeps what backward needs."""
+goes (as PyTorch's storage is). Ops allocate their results; autograd keeps what backward needs.
+
+Tensors without storage of their own, as PyTorch has them (c10/core/TensorImpl.h, data_impl and
+throw_data_ptr_access_error; torch/csrc/autograd/python_variable.cpp, make_wrapper_subclass):
+  - sparse COO tensors (nn.Embedding(sparse=True)'s gradient): data_ptr() raises "Cannot access
+    data pointer of Tensor that doesn't have storage"; the memory is in _values() and _indices();
+  - wrapper subclasses (DTensor, FSDP2's parameters): a storage with a null data pointer, so
+    data_ptr() is 0 ("LocalTensor's wrapper subclass has no real storage (data_ptr()=0)",
+    pytorch/pytorch#174772); the memory is in the wrapped local tensor.
+"""
 
 import itertools
 
 from . import autograd, cuda
 
 _fake_addresses = itertools.count(0x10000, 4096)  # CPU tensors: an address each, no memory
+
+strided = "torch.strided"
+sparse_coo = "torch.sparse_coo"
 
 
 class device:
@@ -22,29 +34,41 @@ class device:
 
 
 class _Storage:
-    __slots__ = ("ptr", "nbytes", "device", "wait_for_streams")
+    __slots__ = ("ptr", "nbytes", "device", "record_stream")
 
     def __init__(self, nbytes, dev):
-        self.nbytes, self.device, self.wait_for_streams, self.ptr = nbytes, dev, False, 0
+        self.nbytes, self.device, self.record_stream, self.ptr = nbytes, dev, False, 0
         self.ptr = cuda._malloc(nbytes, dev.index) if dev.type == "cuda" else next(_fake_addresses)
 
     def __del__(self):
         if self.device.type == "cuda" and self.ptr:
-            cuda._free(self.ptr, self.wait_for_streams)
+            cuda._free(self.ptr, self.record_stream)
 
 
-_sizes = {"float32": 4, "float16": 2, "bfloat16": 2}
+_sizes = {"float32": 4, "float16": 2, "bfloat16": 2, "int64": 8}
 
 
 class Tensor:
+    layout = strided
+
     def __init__(self, shape, dev="cpu", requires_grad=False, dtype="float32"):
+        self._init(shape, dev, requires_grad, dtype)
+        self._storage = _Storage(max(1, self.numel()) * self.element_size(), self.device)
+
+    def _init(self, shape, dev, requires_grad, dtype):
         self.shape = tuple(shape)
         self.dtype = dtype
         self.device = device(dev)
         self.requires_grad = requires_grad
         self.grad = None
-        self._ctx = None  # (inputs, backward function) of the op that made it
-        self._storage = _Storage(max(1, self.numel()) * self.element_size(), self.device)
+        self._ctx = None  # (inputs, gradient maker) of the op that made it
+        self._storage = None
+
+    @staticmethod
+    def _make_wrapper_subclass(cls, shape, dev="cpu", requires_grad=False, dtype="float32"):
+        t = object.__new__(cls)
+        Tensor._init(t, shape, dev, requires_grad, dtype)
+        return t
 
     def numel(self):
         n = 1
@@ -56,14 +80,18 @@ class Tensor:
         return _sizes[self.dtype]
 
     def data_ptr(self):
-        return self._storage.ptr
+        return self._storage.ptr if self._storage is not None else 0
 
     @property
     def is_cuda(self):
         return self.device.type == "cuda"
 
+    @property
+    def is_sparse(self):
+        return self.layout == sparse_coo
+
     def record_stream(self, stream):
-        self._storage.wait_for_streams = True
+        self._storage.record_stream = True
 
     def to(self, dev):
         return Tensor(self.shape, dev, self.requires_grad, self.dtype)
@@ -90,6 +118,27 @@ class Tensor:
         return f"tensor(shape={self.shape}, device={self.device})"
 
 
+class _SparseTensor(Tensor):
+    layout = sparse_coo
+
+    def __init__(self, indices, values, shape):
+        self._init(shape, values.device, False, values.dtype)
+        self.__indices, self.__values = indices, values
+
+    def data_ptr(self):
+        raise RuntimeError("Cannot access data pointer of Tensor that doesn't have storage")
+
+    def _indices(self):
+        return self.__indices
+
+    def _values(self):
+        return self.__values
+
+
+def sparse_coo_tensor(indices, values, size):
+    return _SparseTensor(indices, values, size)
+
+
 def empty(*shape, device="cpu", dtype="float32", requires_grad=False):
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
@@ -100,4 +149,6 @@ zeros = ones = randn = empty
 
 
 def zeros_like(t):
+    if type(t) is not Tensor and hasattr(type(t), "_zeros_like"):
+        return type(t)._zeros_like(t)
     return Tensor(t.shape, t.device, False, t.dtype)

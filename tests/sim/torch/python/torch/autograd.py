@@ -1,14 +1,20 @@
 """Autograd, as memory sees it: an op's result keeps its inputs alive for backward (activations);
-backward walks the graph from the loss, hands each parameter its gradient, makes a temporary
-gradient for every other input, and lets each node's saved inputs go as it passes."""
+backward walks the graph from the loss, hands each parameter its gradient (dense, or what the op
+makes of it: nn.Embedding(sparse=True) gives a sparse one), makes a temporary gradient for every
+other input, and lets each node's saved inputs go as it passes."""
 
 
-def _op(shape, inputs):
+def _dense_gradient(inp):
+    from ._tensor import zeros_like
+    return zeros_like(inp)
+
+
+def _op(shape, inputs, gradient=_dense_gradient):
     from ._tensor import Tensor
     dev = next((t.device for t in inputs if t.is_cuda), inputs[0].device)
     out = Tensor(shape, dev, any(t.requires_grad for t in inputs), inputs[0].dtype)
     if out.requires_grad:
-        out._ctx = inputs
+        out._ctx = (inputs, gradient)
     return out
 
 
@@ -25,10 +31,11 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
             if node.requires_grad and node.grad is None:
                 node.grad = grad  # a leaf: the gradient is its own
             continue
-        for inp in ctx:
+        inputs, gradient = ctx
+        for inp in inputs:
             if inp.requires_grad:
-                pending.append((inp, zeros_like(inp)))
-        del ctx, grad
+                pending.append((inp, gradient(inp)))
+        del ctx, inputs, grad
 
 
 class grad_mode:

@@ -1,6 +1,9 @@
-"""torch.nn: Module (parameters and submodules), Parameter, Linear, ReLU, Sequential."""
+"""torch.nn: Module (parameters and submodules), Parameter, Linear, ReLU, Sequential, Embedding
+(whose weight gets a sparse gradient with sparse=True, as torch.nn.functional.embedding's backward
+gives one)."""
 
-from .._tensor import Tensor
+from .. import autograd
+from .._tensor import Tensor, sparse_coo_tensor, zeros_like
 
 
 class Parameter(Tensor):
@@ -14,7 +17,7 @@ class Module:
         object.__setattr__(self, "_modules", {})
 
     def __setattr__(self, name, value):
-        if isinstance(value, Parameter):
+        if isinstance(value, Parameter) or getattr(value, "_is_param", False):
             self._parameters[name] = value
         elif isinstance(value, Module):
             self._modules[name] = value
@@ -56,3 +59,21 @@ class Sequential(Module):
         for m in self._modules.values():
             x = m(x)
         return x
+
+
+class Embedding(Module):
+    def __init__(self, num_embeddings, embedding_dim, sparse=False, device=None, dtype="float32"):
+        super().__init__()
+        self.sparse = sparse
+        self.weight = Parameter((num_embeddings, embedding_dim), device or "cpu", dtype)
+
+    def forward(self, indices):
+        n, dim, weight = indices.numel(), self.weight.shape[1], self.weight
+
+        def gradient(inp):
+            if inp is not weight or not self.sparse:
+                return zeros_like(inp)
+            return sparse_coo_tensor(Tensor((1, n), weight.device, False, "int64"),
+                                     Tensor((n, dim), weight.device, False, weight.dtype), weight.shape)
+
+        return autograd._op((n, dim), (indices, weight), gradient)

@@ -1,4 +1,5 @@
-"""torch.optim: Optimizer (param groups, state, step hooks as PyTorch calls them) and AdamW."""
+"""torch.optim: Optimizer (param groups, state, step hooks as PyTorch calls them), AdamW and SGD
+(the one of the two that takes sparse gradients, as torch/optim/adamw.py refuses them)."""
 
 from . import optimizer
 from .optimizer import Optimizer
@@ -14,10 +15,20 @@ class AdamW(Optimizer):
             for p in group["params"]:
                 if p.grad is None:
                     continue
+                if p.grad.is_sparse:
+                    raise RuntimeError("AdamW does not support sparse gradients")
                 state = self.state.setdefault(p, {})
                 if not state:  # created on the first step, kept for the run: optimizer state
                     state["exp_avg"] = zeros_like(p)
                     state["exp_avg_sq"] = zeros_like(p)
 
 
-__all__ = ["AdamW", "Optimizer", "optimizer"]
+class SGD(Optimizer):
+    def __init__(self, params, lr=1e-3):
+        super().__init__(params, {"lr": lr})
+
+    def _step(self):
+        pass  # no momentum, no state: the parameters change in place
+
+
+__all__ = ["AdamW", "Optimizer", "SGD", "optimizer"]
