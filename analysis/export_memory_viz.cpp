@@ -270,8 +270,12 @@ class MemoryVizExport {
       return;
     }
     if (e.layer != Layer::kAllocated || !e.ok()) return;
-    if (e.api == Api::kTorchFreeCompleted) {
-      if (pending_.erase(e.addr)) add(e.device, Action::kFreeCompleted, e.addr, e.size, e.stream, e.t_ns);
+    if (e.api == Api::kTorchFree) {  // the tensor let go: its block waits for its streams, still live
+      auto r = replay_.regions().find(e.addr);
+      if (r != replay_.regions().end() && !outside_.count(e.addr) && !pending_.count(e.addr)) {
+        add(r->second.device, Action::kFreeRequested, e.addr, r->second.size, e.stream, e.t_ns);
+        pending_.insert(e.addr);
+      }
       return;
     }
     if (e.kind == MemKind::kHeap) {
@@ -302,15 +306,13 @@ class MemoryVizExport {
         }
         add(c.device, Action::kAlloc, c.addr, bytes, e.stream, e.t_ns, c.site.stack_id, allocation - 1);
       } else if (outside_.erase(c.addr)) {
+        pending_.erase(c.addr);
         continue;
       } else {
-        add(c.device, Action::kFreeRequested, c.addr, bytes, e.stream, e.t_ns);
-        // PyTorch's blocks wait for their streams before they are back in the cache; other
-        // allocators' regions are free at once.
-        if (e.api == Api::kTorchFree)
-          pending_[c.addr] = Pending{bytes, c.site.stack_id, c.device};
-        else
-          add(c.device, Action::kFreeCompleted, c.addr, bytes, e.stream, e.t_ns);
+        // The end of an allocation: PyTorch's blocks were requested free before (torch.free);
+        // other allocators' regions are free at once.
+        if (!pending_.erase(c.addr)) add(c.device, Action::kFreeRequested, c.addr, bytes, e.stream, e.t_ns);
+        add(c.device, Action::kFreeCompleted, c.addr, bytes, e.stream, e.t_ns);
       }
     }
   }
@@ -459,8 +461,8 @@ class MemoryVizExport {
   void write_heaps(Sink& out) {
     std::map<uint64_t, Block> live;
     for (const auto& [addr, a] : replay_.regions())
-      if (!outside_.count(addr)) live[addr] = Block{addr, a.size, a.stack_id, "active_allocated"};
-    for (const auto& [addr, p] : pending_) live[addr] = Block{addr, p.size, p.stack_id, "active_pending_free"};
+      if (!outside_.count(addr))
+        live[addr] = Block{addr, a.size, a.stack_id, pending_.count(addr) ? "active_pending_free" : "active_allocated"};
     for (const auto& [base, heap] : replay_.heaps()) {
       std::vector<Block> inside;
       for (auto it = live.lower_bound(base); it != live.end() && it->first < base + heap.size; ++it)
@@ -482,10 +484,6 @@ class MemoryVizExport {
     }
   }
 
-  struct Pending {
-    uint64_t size, stack_id;
-    int32_t device;
-  };
   TraceReader& reader_;
   const MemoryVizOptions& options_;
   StackView stacks_;
@@ -497,7 +495,7 @@ class MemoryVizExport {
   std::map<int32_t, std::deque<Entry>> traces_;
   std::map<int32_t, uint64_t> dropped_;
   std::map<uint64_t, Segment> segments_;  // heaps' stacks and streams, by base
-  std::map<uint64_t, Pending> pending_;   // PyTorch's blocks freed and not yet back in the cache
+  std::unordered_set<uint64_t> pending_;  // PyTorch's blocks freed and not yet back in the cache
   std::unordered_set<uint64_t> outside_;  // live regions that lie in no heap: left out
   uint64_t outside_count_ = 0;
 };

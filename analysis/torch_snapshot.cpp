@@ -187,7 +187,11 @@ class Importer {
         std::string_view state = text(b, "state");
         if (state == "active_allocated" || state == "active_pending_free" || state == "active_awaiting_free") {
           Block block;
+          // What the tensor asked for, as the trace's allocations count it (and memory_viz draws
+          // the block): requested_size since 2.0's snapshots; the block's size before.
           block.size = size;
+          if (has_int(b, "requested_size") && integer(b, "requested_size") > 0)
+            block.size = static_cast<uint64_t>(integer(b, "requested_size"));
           block.pending = state != "active_allocated";
           block.frames = list(b, "frames");
           block.category = text(b, "category");

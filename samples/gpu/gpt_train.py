@@ -99,6 +99,7 @@ def main():
         "torch": torch.__version__,
         "max_memory_allocated": torch.cuda.max_memory_allocated(),
         "max_memory_reserved": torch.cuda.max_memory_reserved(),
+        "max_memory_requested": stats.get("requested_bytes.all.peak", 0),
         "segments_allocated": stats.get("segment.all.allocated", 0),
         "segments_freed": stats.get("segment.all.freed", 0),
         "num_ooms": stats.get("num_ooms", 0),

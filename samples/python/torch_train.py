@@ -23,6 +23,8 @@ def account(oom, times):
         "max_memory_reserved": torch.cuda.max_memory_reserved(),
         "memory_allocated": torch.cuda.memory_allocated(),
         "memory_reserved": torch.cuda.memory_reserved(),
+        "max_memory_requested": stats.get("requested_bytes.all.peak", 0),
+        "memory_requested": stats.get("requested_bytes.all.current", 0),
         "segments_allocated": stats.get("segment.all.allocated", 0),
         "num_ooms": stats.get("num_ooms", 0),
         "step_ms": 1000 * sorted(times)[len(times) // 2] if times else 0,

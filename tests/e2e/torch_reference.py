@@ -3,10 +3,12 @@ PyTorch counts them, independently of memtrace: the tests hold memtrace's readin
 
   python3 torch_reference.py SNAPSHOT.pickle   ->  JSON on stdout
 
-Per device: the allocated layer (torch.cuda.memory_allocated: a block counts from its `alloc` until
-its `free_requested`) and the reserved layer (segments and mapped ranges), each at its peak and at
-the end, with what was live before the trace began reconstructed from the final state by walking
-the trace backwards, as PyTorch's MemoryViz.js does.
+Per device: the allocated layer (memory_stats()["requested_bytes.*"]: the bytes a tensor asked
+for, from its `alloc` until its `free_completed`, as c10/cuda/CUDACachingAllocator.cpp counts
+requested_bytes; a block live before the trace began by its `requested_size`, as MemoryViz.js
+draws it) and the reserved layer (segments and mapped ranges), each at its peak and at the end, with
+what was live before the trace began reconstructed from the final state by walking the trace
+backwards, as PyTorch's MemoryViz.js does.
 """
 import json
 import pickle
@@ -16,7 +18,7 @@ LIVE_STATES = ("active_allocated", "active_pending_free", "active_awaiting_free"
 
 
 def device_figures(segments, trace, device):
-    blocks = {}  # addr -> [size, pending]
+    blocks = {}  # addr -> requested size
     reserved = 0
     for seg in segments:
         if seg.get("device", 0) != device:
@@ -26,22 +28,20 @@ def device_figures(segments, trace, device):
         for b in seg.get("blocks", []):
             addr = b.get("address", addr)
             if b["state"] in LIVE_STATES:
-                blocks[addr] = [b["size"], b["state"] != "active_allocated"]
+                blocks[addr] = b.get("requested_size") or b["size"]
             addr += b["size"]
     final_reserved = reserved
     for e in reversed(trace):
         a = e["action"]
         if a == "alloc":
             blocks.pop(e["addr"], None)
-        elif a == "free_requested" and e["addr"] in blocks:
-            blocks[e["addr"]][1] = False
         elif a == "free_completed":
-            blocks[e["addr"]] = [e["size"], True]
+            blocks[e["addr"]] = e["size"]
         elif a in ("segment_alloc", "segment_map"):
             reserved -= e["size"]
         elif a in ("segment_free", "segment_unmap"):
             reserved += e["size"]
-    live = {addr: size for addr, (size, pending) in blocks.items() if not pending}
+    live = dict(blocks)
     allocated = sum(live.values())
     peaks = {"allocated": allocated, "reserved": reserved}
     ooms = 0
@@ -50,7 +50,7 @@ def device_figures(segments, trace, device):
         if a == "alloc":
             live[e["addr"]] = e["size"]
             allocated += e["size"]
-        elif a == "free_requested":
+        elif a == "free_completed":
             allocated -= live.pop(e["addr"], 0)
         elif a in ("segment_alloc", "segment_map"):
             reserved += e["size"]

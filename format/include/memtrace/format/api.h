@@ -54,10 +54,12 @@ enum class Api : uint16_t {
   kNvtxMemRegionRegister = 36,
   kNvtxMemRegionUnregister = 37,
   // PyTorch's caching allocator, as it reports itself (its trace tracker, or a snapshot's trace):
-  // the allocated layer. Blocks handed to tensors (alloc; free: the tensor let go of it;
-  // free_completed: the block is back in the cache, once the streams that used it are done), the
-  // segments it carves them from (heaps: alloc/free, and map/unmap for expandable segments), and
-  // the out-of-memory it raised (an alloc that failed: size requested, device_free).
+  // the allocated layer, in the bytes tensors asked for (PyTorch's requested_bytes). Blocks
+  // handed to tensors (alloc; free: the tensor let go of it, a mark; free_completed: the block is
+  // back in the cache, once the streams that used it are done: where requested_bytes counts it
+  // down, and the allocation ends), the segments it carves them from (heaps: alloc/free, and
+  // map/unmap for expandable segments), and the out-of-memory it raised (an alloc that failed:
+  // size requested, device_free).
   kTorchAlloc = 38,
   kTorchFree = 39,
   kTorchFreeCompleted = 40,
@@ -118,7 +120,12 @@ enum class Api : uint16_t {
   // Sampled with device.used when it changes: what other processes hold on the device (size): the
   // device's use minus this process's, as NVML reports it per process.
   kDeviceOtherProcesses = 69,
-  kCount = 70,
+  // PyTorch's own counters (torch.cuda.memory_stats), read by the Python shim at exit and at each
+  // out-of-memory: name "<when>:<figure>" (when: exit or oom; figure as memory_stats names it,
+  // "requested_bytes.all.peak"), size the value; name "reset_peak" where the program reset its
+  // peaks (torch.cuda.reset_peak_memory_stats). An observation: it changes no figure.
+  kTorchCounter = 70,
+  kCount = 71,
 };
 
 // What a recorded object is. Each kind has its own address space in the live set: a VMM mapping
@@ -213,8 +220,8 @@ inline constexpr ApiInfo kApiTable[] = {
     {"nvtxMemRegionsRegister", Op::kAlloc, MemKind::kDevice, Layer::kAllocated, AuxField::kHeap},
     {"nvtxMemRegionsUnregister", Op::kFree, MemKind::kDevice, Layer::kAllocated},
     {"torch.alloc", Op::kAlloc, MemKind::kDevice, Layer::kAllocated},
-    {"torch.free", Op::kFree, MemKind::kDevice, Layer::kAllocated},
-    {"torch.free_completed", Op::kMark, MemKind::kDevice, Layer::kAllocated},
+    {"torch.free", Op::kMark, MemKind::kDevice, Layer::kAllocated},
+    {"torch.free_completed", Op::kFree, MemKind::kDevice, Layer::kAllocated},
     {"torch.segment_alloc", Op::kAlloc, MemKind::kHeap, Layer::kAllocated},
     {"torch.segment_free", Op::kFree, MemKind::kHeap, Layer::kAllocated},
     {"torch.segment_map", Op::kAlloc, MemKind::kHeap, Layer::kAllocated},
@@ -244,6 +251,7 @@ inline constexpr ApiInfo kApiTable[] = {
     {"cuMemImportFromShareableHandle", Op::kAlloc, MemKind::kVmmImported},
     {"cuMulticastCreate", Op::kAlloc, MemKind::kMulticast},
     {"device.other_processes", Op::kMark, MemKind::kDevice, Layer::kDevice},
+    {"torch.counter", Op::kMark, MemKind::kUnknown, Layer::kUnknown, AuxField::kName},
 };
 static_assert(std::size(kApiTable) == static_cast<size_t>(Api::kCount));
 
@@ -270,7 +278,8 @@ inline constexpr size_t kLongestApiName = [] {
 // of the device's memory).
 inline bool is_observation(Api api) {
   return api == Api::kCuptiMemoryAlloc || api == Api::kCuptiMemoryFree || api == Api::kDeviceUsed ||
-         api == Api::kDevicePoolHeld || api == Api::kDeviceGraphReserved || api == Api::kDeviceOtherProcesses;
+         api == Api::kDevicePoolHeld || api == Api::kDeviceGraphReserved || api == Api::kDeviceOtherProcesses ||
+         api == Api::kTorchCounter;
 }
 inline std::string_view mem_kind_name(MemKind kind) {
   auto i = static_cast<size_t>(kind);
