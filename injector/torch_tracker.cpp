@@ -20,7 +20,10 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <mutex>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "elf_symbols.h"
 #include "interpose.h"
@@ -56,15 +59,16 @@ constexpr const char* kPluggableAttachPrefix =
 
 enum State : int { kNotAttached, kUnconfirmed, kConfirmed, kSilent };
 std::atomic<int> g_state{kNotAttached};
-std::atomic<uint64_t> g_before_confirmed{0};  // events that came before the first segment
 std::atomic<uint64_t> g_unreadable{0};
 std::string* g_version = new std::string();
 
-// The reserved memory this thread obtained last: what PyTorch's next segment must be.
+// The reserved memory this thread obtained last (its serial counts the reservations): what
+// PyTorch's next segment must be when PyTorch reserved it in the same allocator call.
 struct LastReserved {
-  uint64_t addr = 0, size = 0;
+  uint64_t addr = 0, size = 0, serial = 0;
 };
 thread_local LastReserved t_last_reserved __attribute__((tls_model("initial-exec")));
+thread_local uint64_t t_serial_seen __attribute__((tls_model("initial-exec"))) = 0;  // at the last event
 
 template <typename T>
 T read_at(const TraceEntryView& entry, size_t offset) {
@@ -75,11 +79,25 @@ T read_at(const TraceEntryView& entry, size_t offset) {
 
 void say(const std::string& text) { publish_notice(text); }
 
-void record(Api api, int device, uint64_t addr, uint64_t size, uint64_t stream, uint64_t device_free = 0) {
+// Events that came before memtrace could check it reads this PyTorch's events right (the first
+// segments were another allocator's: a MemPool's own), kept until it can: then published, at the
+// time of the check; dropped if it finds it reads them wrong.
+struct Early {
+  Event event;
+  bool has_stack = false;
+  StackCapture stack;
+};
+constexpr size_t kMaxEarly = 256;
+std::mutex g_early_mutex;
+std::vector<Early>* g_early = new std::vector<Early>();
+std::atomic<uint64_t> g_early_dropped{0};
+
+void record(Api api, int device, uint64_t addr, uint64_t size, uint64_t stream, uint64_t device_free, bool early) {
   if (t_depth != 0) return;  // an allocation memtrace itself made
   ++t_depth;
   if (session_active()) {
-    Event e;
+    Early r;
+    Event& e = r.event;
     e.api = api;
     e.kind = api_info(api).kind;
     e.layer = api_info(api).layer;
@@ -95,22 +113,62 @@ void record(Api api, int device, uint64_t addr, uint64_t size, uint64_t stream, 
       e.device_free = device_free;  // what PyTorch saw when it gave up
     }
     if (e.op() == Op::kAlloc) {
-      StackCapture stack;
-      capture_stack(stack_options(), caller, stack);
-      uint64_t seq = stamp(e);
-      publish(e, seq, &stack);
+      StackOptions options = stack_options();
+      options.python_api = false;  // under PyTorch's allocator lock: the GIL-free reading only
+      capture_stack(options, caller, r.stack);
+      r.has_stack = true;
+    }
+    if (early) {
+      std::lock_guard lock(g_early_mutex);
+      if (g_early->size() < kMaxEarly)
+        g_early->push_back(r);
+      else
+        g_early_dropped.fetch_add(1, std::memory_order_relaxed);
     } else {
-      publish(e, stamp(e), nullptr);
+      publish(e, stamp(e), r.has_stack ? &r.stack : nullptr);
     }
   }
   --t_depth;
 }
 
-// The first segment PyTorch reports is the one this thread just reserved: cudaMalloc's result,
-// or the last page cuMemMap mapped into an expandable segment's range.
-bool matches_last_reserved(uint64_t addr, uint64_t size) {
+void publish_early() {
+  std::lock_guard lock(g_early_mutex);
+  for (Early& r : *g_early) publish(r.event, stamp(r.event), r.has_stack ? &r.stack : nullptr);
+  g_early->clear();
+}
+
+void forget_early() {
+  std::lock_guard lock(g_early_mutex);
+  g_early->clear();
+}
+
+void record_action(int32_t action, int device, uint64_t addr, uint64_t size, uint64_t stream, bool early) {
+  switch (action) {
+    case kAlloc: record(Api::kTorchAlloc, device, addr, size, stream, 0, early); break;
+    case kFreeRequested: record(Api::kTorchFree, device, addr, size, stream, 0, early); break;
+    case kFreeCompleted: record(Api::kTorchFreeCompleted, device, addr, size, stream, 0, early); break;
+    case kSegmentAlloc: record(Api::kTorchSegmentAlloc, device, addr, size, stream, 0, early); break;
+    case kSegmentFree: record(Api::kTorchSegmentFree, device, addr, size, stream, 0, early); break;
+    case kSegmentMap: record(Api::kTorchSegmentMap, device, addr, size, stream, 0, early); break;
+    case kSegmentUnmap: record(Api::kTorchSegmentUnmap, device, addr, size, stream, 0, early); break;
+    case kOom: record(Api::kTorchOom, device, 0, size, stream, /*device_free=*/addr, early); break;
+    default: break;  // a snapshot taken
+  }
+}
+
+// What a segment PyTorch reports says of memtrace's reading of its events. PyTorch's own segment is
+// the memory this thread just reserved in the same allocator call: cudaMalloc's result, or the last
+// page cuMemMap mapped into an expandable segment's range. Another allocator's (a MemPool's own:
+// vLLM's, torch_memory_saver's) may follow no reservation (it pre-reserved its memory), or lie
+// inside a larger one it just made (an arena): those say nothing either way. Only a segment that
+// is not the memory just reserved, nor inside it, tells that memtrace reads the events wrong.
+enum class SegmentCheck { kMatches, kDiffers, kTellsNothing };
+SegmentCheck check_segment(uint64_t addr, uint64_t size) {
   const LastReserved& r = t_last_reserved;
-  return r.size && r.addr >= addr && r.addr + r.size == addr + size;
+  if (r.serial == t_serial_seen) return SegmentCheck::kTellsNothing;
+  if (r.addr >= addr && r.addr + r.size == addr + size) return SegmentCheck::kMatches;
+  bool inside = addr >= r.addr && size <= r.size && addr - r.addr <= r.size - size;
+  return inside ? SegmentCheck::kTellsNothing : SegmentCheck::kDiffers;
 }
 
 void on_trace_entry(const TraceEntryView& entry) {
@@ -129,36 +187,31 @@ void on_trace_entry(const TraceEntryView& entry) {
     return;
   }
   if (state == kUnconfirmed) {
-    if (action != kSegmentAlloc && action != kSegmentMap) {
-      g_before_confirmed.fetch_add(1, std::memory_order_relaxed);
+    SegmentCheck check =
+        action == kSegmentAlloc || action == kSegmentMap ? check_segment(addr, size) : SegmentCheck::kTellsNothing;
+    t_serial_seen = t_last_reserved.serial;
+    if (check == SegmentCheck::kTellsNothing) {
+      record_action(action, device, addr, size, stream, /*early=*/true);
       return;
     }
     int expected = kUnconfirmed;
-    bool ok = matches_last_reserved(addr, size);
+    bool ok = check == SegmentCheck::kMatches;
     if (!g_state.compare_exchange_strong(expected, ok ? kConfirmed : kSilent) && expected == kSilent) return;
     if (!ok) {
+      forget_early();
       say("PyTorch " + *g_version +
           ": its allocator's first segment did not match the memory memtrace saw it reserve, so memtrace does not "
           "read this version's allocator events right: the allocated layer (tensors) is not recorded, the reserved "
           "layer is");
       return;
     }
-    if (uint64_t early = g_before_confirmed.load(std::memory_order_relaxed))
-      say(std::to_string(early) +
-          " allocator events came before PyTorch's first segment, when memtrace could not yet check it reads them "
-          "right: they are missing from the allocated layer");
+    publish_early();
+    if (uint64_t dropped = g_early_dropped.load(std::memory_order_relaxed))
+      say(std::to_string(dropped) +
+          " allocator events came before PyTorch's first segment of its own (cudaMalloc or cuMemMap), more than "
+          "memtrace keeps until it can check it reads them right: they are missing from the allocated layer");
   }
-  switch (action) {
-    case kAlloc: record(Api::kTorchAlloc, device, addr, size, stream); break;
-    case kFreeRequested: record(Api::kTorchFree, device, addr, size, stream); break;
-    case kFreeCompleted: record(Api::kTorchFreeCompleted, device, addr, size, stream); break;
-    case kSegmentAlloc: record(Api::kTorchSegmentAlloc, device, addr, size, stream); break;
-    case kSegmentFree: record(Api::kTorchSegmentFree, device, addr, size, stream); break;
-    case kSegmentMap: record(Api::kTorchSegmentMap, device, addr, size, stream); break;
-    case kSegmentUnmap: record(Api::kTorchSegmentUnmap, device, addr, size, stream); break;
-    case kOom: record(Api::kTorchOom, device, 0, size, stream, /*device_free=*/addr); break;
-    default: break;  // a snapshot taken
-  }
+  record_action(action, device, addr, size, stream, /*early=*/false);
 }
 
 // Where attach lives in CUDAAllocator's vtable, found from CUDAPluggableAllocator's; -1 if not.
@@ -168,7 +221,9 @@ int attach_slot(const LoadedModule& torch_cuda, std::string& why) {
   int overloads = 0;
   uint64_t method = find_dynamic_symbol_prefix(torch_cuda, kPluggableAttachPrefix, overloads);
   if (!vtable || !method || overloads != 1 || vtable_bytes <= 16) {
-    why = "libtorch_cuda exports no CUDAPluggableAllocator::attachAllocatorTraceTracker (it came with PyTorch 2.2)";
+    why =
+        "libtorch_cuda exports no CUDAPluggableAllocator::attachAllocatorTraceTracker, by which memtrace finds the "
+        "tracker (2.1 has no tracker; 2.2 to 2.5 do not export the class)";
     return -1;
   }
   // An Itanium vtable: the offset to the top and the type info, then the functions, as many as
@@ -188,52 +243,105 @@ int attach_slot(const LoadedModule& torch_cuda, std::string& why) {
   return found;
 }
 
+// The allocator's class, from its RTTI: the mangled name of the type_info the vtable points to
+// (Itanium ABI: the word before the first virtual function), read where it lies in a loaded
+// module; empty when it does not. Hidden classes keep their type_info and its name.
+std::string dynamic_class(const void* object) {
+  const auto* vptr = *static_cast<const uint64_t* const*>(object);
+  if (!loaded_module_containing(reinterpret_cast<uint64_t>(vptr)).found()) return {};
+  const auto* type_info = reinterpret_cast<const uint64_t*>(vptr[-1]);
+  if (!type_info || !loaded_module_containing(reinterpret_cast<uint64_t>(type_info)).found()) return {};
+  const char* name = reinterpret_cast<const char*>(type_info[1]);  // after type_info's own vptr
+  if (!name || !loaded_module_containing(reinterpret_cast<uint64_t>(name)).found()) return {};
+  if (*name == '*') ++name;  // a name GCC marks as compared by address
+  return std::string(name, strnlen(name, 256));
+}
+
+// PyTorch's allocator classes (c10/cuda/CUDACachingAllocator.cpp, CUDAMallocAsyncAllocator.cpp,
+// torch/csrc/cuda/CUDAPluggableAllocator.h), by their mangled names. The native one has been
+// c10::cuda::CUDACachingAllocator::Native::NativeCachingAllocator through 2.x; newer sources
+// derive it from a device-generic template, so only its name and c10's namespace are required.
+bool is_native_class(std::string_view name) {
+  constexpr std::string_view kSuffix = "22NativeCachingAllocatorE";
+  return name.rfind("N3c10", 0) == 0 && name.size() > kSuffix.size() &&
+         name.substr(name.size() - kSuffix.size()) == kSuffix;
+}
+constexpr const char* kAsyncClass = "N3c104cuda20CUDACachingAllocator15CudaMallocAsync24CudaMallocAsyncAllocatorE";
+constexpr const char* kPluggableClass = "N5torch4cuda22CUDAPluggableAllocator22CUDAPluggableAllocatorE";
+
+// Why the allocator in use has no tracker memtrace can attach to; empty for the native one. Only
+// PyTorch's native caching allocator is ever called: the others' attachAllocatorTraceTracker
+// throws, and an exception must never cross memtrace's frames.
+std::string refusal(const std::string& allocator_class) {
+  if (is_native_class(allocator_class)) return {};
+  if (allocator_class == kAsyncClass)
+    return "PyTorch's cudaMallocAsync backend (PYTORCH_CUDA_ALLOC_CONF backend:cudaMallocAsync) keeps no trace of "
+           "its own: every tensor is its own cudaMallocAsync, which the reserved layer records";
+  if (allocator_class == kPluggableClass)
+    return "the program replaced PyTorch's allocator (CUDAPluggableAllocator), which has no trace tracker";
+  if (allocator_class.empty()) return "memtrace cannot tell which class PyTorch's CUDA allocator is";
+  return "the CUDA allocator is not PyTorch's native caching allocator (" + allocator_class + ")";
+}
+
+// attach's answers, as the Python shim reads them (torch_hooks.py).
+constexpr int kAnswerNone = 0, kAnswerAttached = 1, kAnswerUseHistory = 2;
+
+// Attaches memtrace's tracker to PyTorch's native caching allocator. kUseHistory: this PyTorch is
+// the native allocator but offers no tracker memtrace can reach (2.1 has none; 2.2 to 2.5 hide
+// the class memtrace finds its slot by), so PyTorch's own recorder must stand in.
 int attach(std::string& why) {
   LoadedModule c10_cuda = find_loaded_module("libc10_cuda.so");
   LoadedModule torch_cuda = find_loaded_module("libtorch_cuda.so");
   if (!c10_cuda.found() || !torch_cuda.found()) {
     why = "libc10_cuda and libtorch_cuda are not loaded (a CPU-only PyTorch?)";
-    return 0;
+    return kAnswerNone;
   }
   auto* allocator_symbol = reinterpret_cast<std::atomic<void*>*>(find_dynamic_symbol(c10_cuda, kAllocatorSymbol));
   void* allocator = allocator_symbol ? allocator_symbol->load() : nullptr;
   if (!allocator) {
     why = "libc10_cuda exports no CUDACachingAllocator::allocator";
-    return 0;
+    return kAnswerNone;
   }
+  if (why = refusal(dynamic_class(allocator)); !why.empty()) return kAnswerNone;
   int slot = attach_slot(torch_cuda, why);
-  if (slot < 0) return 0;
+  if (slot < 0) return kAnswerUseHistory;
   const auto* vptr = *static_cast<const uint64_t* const*>(allocator);
-  if (reinterpret_cast<uint64_t>(vptr) == find_dynamic_symbol(torch_cuda, kPluggableVtable) + 16) {
-    why = "the program replaced PyTorch's allocator (CUDAPluggableAllocator), which has no trace tracker";
-    return 0;
-  }
   uint64_t method = vptr[slot];
   if (method < c10_cuda.start || method >= c10_cuda.end) {
-    why =
-        "the CUDA allocator is not PyTorch's native caching allocator (its attachAllocatorTraceTracker is not "
-        "in libc10_cuda)";
-    return 0;
+    why = "PyTorch's native allocator's attachAllocatorTraceTracker is not in libc10_cuda";
+    return kAnswerNone;
   }
   g_state.store(kUnconfirmed, std::memory_order_release);
+  // The native allocator's attach does not throw; should it, the exception is the program's C++
+  // runtime's, caught here by memtrace's through the one unwinder both share (libgcc_s: the
+  // injector links its C++ runtime statically, never its unwinder).
   try {
     reinterpret_cast<Attach>(method)(allocator, Tracker(&on_trace_entry));
   } catch (const std::exception& e) {
     g_state.store(kSilent, std::memory_order_release);
     why = std::string("PyTorch's allocator refused the tracker: ") + e.what();
-    return 0;
+    return kAnswerNone;
   } catch (...) {
     g_state.store(kSilent, std::memory_order_release);
     why = "PyTorch's allocator refused the tracker";
-    return 0;
+    return kAnswerNone;
   }
-  return 1;
+  return kAnswerAttached;
 }
 
 }  // namespace
 
+bool inside_pytorch_allocator(const uint64_t* frames, int count) {
+  LoadedModule c10_cuda = find_loaded_module("libc10_cuda.so");
+  if (!c10_cuda.found()) return false;
+  for (int i = 0; i < count; ++i)
+    if (frames[i] >= c10_cuda.start && frames[i] < c10_cuda.end) return true;
+  return false;
+}
+
 void note_reserved(uint64_t addr, uint64_t size) {
-  if (g_state.load(std::memory_order_relaxed) == kUnconfirmed) t_last_reserved = {addr, size};
+  if (g_state.load(std::memory_order_relaxed) == kUnconfirmed)
+    t_last_reserved = {addr, size, t_last_reserved.serial + 1};
 }
 
 }  // namespace memtrace::inject
@@ -241,18 +349,24 @@ void note_reserved(uint64_t addr, uint64_t size) {
 using namespace memtrace::inject;
 using memtrace::Api;
 
-// Called by the Python shim, holding the GIL, once PyTorch initialized CUDA. Returns 1 when the
-// tracker is attached; otherwise says why in the trace and returns 0.
+// Called by the Python shim, holding the GIL, once PyTorch initialized CUDA: 1 when the tracker is
+// attached; otherwise says why in the trace, and returns 2 when PyTorch's own recorder can stand
+// in, 0 when not.
 MEMTRACE_EXPORT int memtrace_torch_attach(const char* version) {
   if (g_state.load(std::memory_order_acquire) != kNotAttached) return g_state.load() != kSilent;
   *g_version = version ? version : "?";
   if (!session_active()) return 0;  // not traced
   std::string why;
-  int attached = attach(why);
-  if (!attached)
+  int answer = attach(why);
+  if (answer == kAnswerNone)
     publish_notice("PyTorch " + *g_version + ": " + why +
                    "; memtrace records the reserved layer only (cudaMalloc and the driver's allocations)");
-  return attached;
+  else if (answer == kAnswerUseHistory)
+    publish_notice(
+        "PyTorch " + *g_version + ": " + why +
+        "; the allocated layer comes from PyTorch's own recorder (torch.cuda.memory._record_memory_history), "
+        "read at exit and at each out-of-memory and merged into the trace");
+  return answer;
 }
 
 // Steps, phases and what tensors are, from the Python shim. Recorded only once the process is
@@ -262,6 +376,16 @@ MEMTRACE_EXPORT void memtrace_range_push(const char* name) {
   record_shim_mark(Api::kShimRangePush, 0, name ? name : "");
 }
 MEMTRACE_EXPORT void memtrace_range_pop() { record_shim_mark(Api::kShimRangePop, 0, ""); }
+// One sentence for the trace from the shim (what it could not do).
+MEMTRACE_EXPORT void memtrace_notice(const char* text) {
+  if (text && session_active()) publish_notice(text);
+}
+
+// One of PyTorch's own counters (torch.cuda.memory_stats) of DEVICE, as "<when>:<figure>", or
+// "reset_peak" where the program reset them.
+MEMTRACE_EXPORT void memtrace_torch_counter(int device, const char* name, int64_t value) {
+  record_shim_mark(Api::kTorchCounter, 0, name ? name : "", device, static_cast<uint64_t>(value));
+}
 MEMTRACE_EXPORT void memtrace_tag(const uint64_t* addresses, uint64_t count, const char* category) {
   for (uint64_t i = 0; addresses && i < count; ++i)
     if (addresses[i]) record_shim_mark(Api::kTorchCategory, addresses[i], category ? category : "other");

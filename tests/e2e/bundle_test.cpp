@@ -51,6 +51,49 @@ TEST(Bundle, RunsFromACopyInAnotherFolder) {
   EXPECT_GE(std::stoi(held[2]), 26) << "the CUPTI, --verify, static-runtime, graph or sharing rows are missing: "
                                     << check.out;
   EXPECT_TRUE(contains(check.out, "graph_memory: reserved by graphs at the peak")) << check.out;
+  EXPECT_TRUE(contains(check.out, "async: exit status and account, with memtrace and without")) << check.out;
+}
+
+// The injector carries its own C++ runtime but shares the program's unwinder (libgcc_s): an
+// exception the program's C++ runtime throws and memtrace catches is unwound by one unwinder, whose
+// context memtrace's copy of the personality routine then reads right. A private copy of the
+// unwinder aborted the program there.
+TEST(Bundle, TheInjectorSharesTheProgramsUnwinder) {
+  e2e::Result needed = e2e::run({"/usr/bin/readelf", "-d", MEMTRACE_INJECTOR});
+  ASSERT_EQ(needed.status, 0) << needed.err;
+  EXPECT_TRUE(contains(needed.out, "[libgcc_s.so.1]")) << needed.out;
+  EXPECT_FALSE(contains(needed.out, "[libstdc++")) << needed.out;  // its C++ runtime is inside it
+  e2e::Result defined = e2e::run({"/usr/bin/nm", "--defined-only", MEMTRACE_INJECTOR});
+  EXPECT_FALSE(contains(defined.out, " _Unwind_RaiseException")) << "the injector has an unwinder of its own";
+}
+
+// PyTorch refusing the tracker (the cudaMallocAsync backend's attach throws; a native allocator's
+// that throws) leaves the program as it is without memtrace, from the bundle GPU machines get.
+TEST(Bundle, APyTorchThatRefusesTheTrackerRunsAsWithoutMemtrace) {
+  const std::string dir = e2e::temp_dir("bundle-refusal");
+  e2e::Result made = e2e::run({MEMTRACE_SOURCE_DIR "/scripts/bundle", "--from", MEMTRACE_BUILD_DIR, dir + "/memtrace"});
+  ASSERT_EQ(made.status, 0) << made.out << made.err;
+  const std::string memtrace = dir + "/memtrace/bin/memtrace";
+  const std::string script = e2e::python_sample_path("torch_train.py");
+  const std::string stand_in = "PYTHONPATH=" MEMTRACE_SIM_DIR "/torch/site-packages";
+  for (const auto& [env, says] : std::vector<std::pair<std::string, std::string>>{
+           {"PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync", "cudaMallocAsync backend"},
+           {"SIM_TORCH_ATTACH_THROWS=1", "refused the tracker"}}) {
+    e2e::Result bare = e2e::run({MEMTRACE_PYTHON, script, "--steps", "3"},
+                                {env, stand_in, "LD_LIBRARY_PATH=" + dir + "/memtrace/lib/sim"});
+    ASSERT_EQ(bare.status, 0) << env << ": " << bare.err;
+    e2e::Result traced = e2e::run(
+        {memtrace, "run", "--sim", "-o", dir + "/traces-" + says, "--", MEMTRACE_PYTHON, script, "--steps", "3"},
+        {env, stand_in});
+    EXPECT_EQ(traced.status, bare.status) << env << ": " << traced.err;
+    auto without = e2e::sample_accounts(bare.out), with = e2e::sample_accounts(traced.out);
+    ASSERT_EQ(with.size(), 1u) << env << ": " << traced.out << traced.err;
+    nlohmann::json a = without.begin()->second, b = with.begin()->second;
+    for (const char* varies : {"pid", "step_ms"}) a.erase(varies), b.erase(varies);
+    EXPECT_EQ(a, b) << env;
+    e2e::Result report = e2e::run({memtrace, "report", dir + "/traces-" + says});
+    EXPECT_TRUE(contains(report.out, says)) << env << ": " << report.out;
+  }
 }
 
 }  // namespace
