@@ -48,13 +48,18 @@ PeakView peak_view(const std::vector<ProcessAnalysis>& processes, const PeakOpti
     process.steps = p.step_starts.size();
     process.layer_recorded = view.layer == Layer::kReserved || (view.layer == Layer::kAllocated && p.has_allocated);
     process.categories_known = p.categories_known;
+    process.pytorch = p.pytorch && p.has_allocated;
     uint64_t process_peak = 0;
     for (const DeviceReport& d : r.devices) {
       if (options.device && d.device != *options.device) continue;
       if (view.layer == Layer::kDevice && !d.device_samples) continue;
       process.layer_recorded = true;
+      std::optional<TorchCounters> counters;
+      for (const TorchCounters& c : p.report.pytorch_counters)
+        if (c.device == d.device && c.when == "exit") counters = c;
       process.devices.push_back({view.layer == Layer::kDevice ? device_layer_of(d) : d,
-                                 p.step_starts.empty() ? std::nullopt : std::optional<uint64_t>(d.peak_step)});
+                                 p.step_starts.empty() ? std::nullopt : std::optional<uint64_t>(d.peak_step),
+                                 std::move(counters)});
       process_peak += process.devices.back().report.peak_bytes;
     }
     if (!process.devices.empty()) ++with_peak;
@@ -90,6 +95,7 @@ nlohmann::json to_json(const PeakView& view) {
              {"share", d.peak_bytes ? static_cast<double>(c.bytes) / static_cast<double>(d.peak_bytes) : 0.0}});
       nlohmann::json json = device_json(d);
       if (view.layer == Layer::kAllocated) json["categories"] = categories;
+      if (device.pytorch_counters) json["pytorch_counters"] = torch_counters_json(*device.pytorch_counters);
       json.update({{"peak_bytes", d.peak_bytes},
                    {"peak_time_ns", d.peak_time_ns},
                    {"peak_step", device.step ? nlohmann::json(*device.step) : nlohmann::json(nullptr)},
@@ -101,6 +107,7 @@ nlohmann::json to_json(const PeakView& view) {
     process.update({{"steps", p.steps},
                     {"layer_recorded", p.layer_recorded},
                     {"categories_known", p.categories_known},
+                    {"counts", view.layer == Layer::kAllocated && p.pytorch ? "requested_bytes" : "bytes"},
                     {"devices", devices}});
     out["processes"].push_back(std::move(process));
   }
@@ -127,6 +134,7 @@ std::string to_text(const PeakView& view) {
     if (view.by_category && !p.categories_known)
       out += "  categories are not known: they come from PyTorch programs run under memtrace (its Python shim)\n";
     if (p.devices.empty()) out += "  no device memory in the " + layer + " layer\n";
+    if (view.layer == Layer::kAllocated && p.pytorch) out += std::string("  ") + kPyTorchAllocatedLayer + "\n";
     for (const PeakView::Device& device : p.devices) {
       const DeviceReport& d = device.report;
       out += "  device " + std::to_string(d.device) + ": peak " + layer + " " + format_bytes(d.peak_bytes) + " at " +
@@ -134,6 +142,8 @@ std::string to_text(const PeakView& view) {
       if (device.step) out += ", step " + std::to_string(*device.step);
       if (!d.peak_phase.empty()) out += ", in " + d.peak_phase;
       out += "\n";
+      if (device.pytorch_counters && view.layer != Layer::kDevice)
+        out += torch_counters_text(*device.pytorch_counters, 4, view.layer);
       if (view.by_category) {
         out += "    " + pad("bytes", 11, true) + pad("share", 8, true) + pad("count", 8, true) + "  category\n";
         for (const CategoryTotal& c : d.peak_categories)

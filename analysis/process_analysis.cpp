@@ -78,6 +78,7 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
   GrowthTracker growth;
   FragmentationTracker heaps;
   CategoryTracker categories;
+  TorchCounterTracker torch_counters;
   Timeline timeline, free_in_heaps, device_used;
   LargestAllocations largest(options.largest_allocations);
   const SiteGrouping labels = options.labels.value_or(options.grouping);
@@ -120,6 +121,8 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
                      named ? reader->string(event.name) : std::string_view());
     }
     if (event.layer == Layer::kAllocated && event.op() != Op::kMark) out.has_allocated = true;
+    if (event.layer == Layer::kAllocated || event.api == Api::kTorchCounter)
+      torch_counters.add(event, step, event.api == Api::kTorchCounter ? reader->string(event.name) : "");
     out.pytorch |= from_pytorch(event.api);
     if (event.layer == Layer::kAllocated) {
       allocated.add(step);
@@ -182,6 +185,7 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
     for (DeviceReport& d : out.allocated.devices) d.peak_categories = categories.at_peak(d.device);
   }
   report.snapshots = snapshots_of(path, report.pid);
+  report.pytorch_counters = torch_counters.finish();
 
   out.step_starts = phases.step_starts();
   out.step_pattern = options.step_pattern;

@@ -46,7 +46,7 @@ void ReportBuilder::add(const ReplayStep& step) {
         *parts.part(e.api) = e.size;
         if (e.api == Api::kDeviceOtherProcesses) parts.other_processes_known = true;
       }
-    } else {
+    } else if (e.api == Api::kCuptiMemoryAlloc || e.api == Api::kCuptiMemoryFree) {
       ++activity_records_;
     }
     return;

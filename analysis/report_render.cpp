@@ -136,6 +136,68 @@ std::string command_line(const std::vector<std::string>& command) {
   return line;
 }
 
+nlohmann::json torch_counters_json(const TorchCounters& c) {
+  nlohmann::json checks = nlohmann::json::array();
+  for (const TorchCounterCheck& check : c.checks)
+    checks.push_back({{"figure", check.figure},
+                      {"pytorch", check.pytorch},
+                      {"memtrace", check.memtrace ? nlohmann::json(*check.memtrace) : nlohmann::json(nullptr)},
+                      {"agrees", check.agrees()}});
+  std::optional<int64_t> rounding = c.rounding_at_peak();
+  return {{"device", c.device},
+          {"when", c.when},
+          {"t_ns", c.t_ns},
+          {"figures", c.figures},
+          {"checks", checks},
+          {"agrees", c.agrees()},
+          {"reset_seen", c.reset_seen},
+          {"rounding_at_peak_bytes", rounding ? nlohmann::json(*rounding) : nlohmann::json(nullptr)}};
+}
+
+std::string torch_counters_text(const TorchCounters& c, size_t indent, Layer layer) {
+  const std::string in(indent, ' ');
+  auto wanted = [&](const std::string& figure) {
+    if (layer == Layer::kReserved) return figure.rfind("reserved_bytes", 0) == 0;
+    if (layer == Layer::kAllocated) return figure.rfind("reserved_bytes", 0) != 0;
+    return true;
+  };
+  auto value = [](const std::string& figure, int64_t v) {
+    if (figure.find("_bytes") == std::string::npos) return std::to_string(v);
+    return v < 0 ? "-" + format_bytes(static_cast<uint64_t>(-v)) : format_bytes(static_cast<uint64_t>(v));
+  };
+  std::string figures, alone;
+  bool checked = false, agree = true;
+  for (const TorchCounterCheck& check : c.checks) {
+    if (!wanted(check.figure)) continue;
+    std::string shown = check.figure + " " + value(check.figure, check.pytorch);
+    if (!check.memtrace) {
+      alone += (alone.empty() ? "" : ", ") + shown;
+      continue;
+    }
+    checked = true;
+    if (!check.agrees()) {
+      agree = false;
+      shown += " (memtrace: " + value(check.figure, *check.memtrace) + ", " +
+               std::to_string(*check.memtrace - check.pytorch) + " bytes apart)";
+    }
+    figures += (figures.empty() ? "" : ", ") + shown;
+  }
+  std::string out = in + "PyTorch's own counters " + (c.when == "oom" ? "at its out-of-memory" : "at exit") +
+                    " (torch.cuda.memory_stats" + (c.reset_seen ? "; peaks since the program reset them" : "") + ")";
+  out += !checked ? ":\n" : agree ? ": memtrace's figures agree to the byte\n" : ": memtrace's figures DISAGREE\n";
+  if (!figures.empty()) out += in + "  " + figures + "\n";
+  if (!alone.empty()) out += in + "  " + alone + " (memtrace did not record that layer)\n";
+  if (auto a = c.figures.find("allocated_bytes.all.peak"); a != c.figures.end() && wanted(a->first)) {
+    out += in + "  allocated_bytes.all.peak " + value(a->first, a->second);
+    if (auto rounding = c.rounding_at_peak())
+      out += ": its blocks round the requests up, by " + value(a->first, *rounding) + " at the peaks";
+    out += "\n";
+  }
+  if (!agree)
+    out += in + "  memtrace read PyTorch's allocator wrong here: please report it, with `memtrace report --json`\n";
+  return out;
+}
+
 nlohmann::json report_json(const std::vector<ProcessReport>& processes) {
   nlohmann::json out = {{"processes", nlohmann::json::array()}};
   for (const ProcessReport& p : processes) {
@@ -195,6 +257,8 @@ nlohmann::json report_json(const std::vector<ProcessReport>& processes) {
         {"oom_events", oom_events},
         {"snapshots", p.snapshots},
     });
+    process["pytorch_counters"] = nlohmann::json::array();
+    for (const TorchCounters& c : p.pytorch_counters) process["pytorch_counters"].push_back(torch_counters_json(c));
     out["processes"].push_back(std::move(process));
   }
   return out;
@@ -250,6 +314,8 @@ std::string report_text(const std::vector<ProcessReport>& processes) {
              " at " + format_duration_ns(d.peak_time_ns) + "; live at exit " + format_bytes(d.live_at_exit_bytes) +
              " in " + std::to_string(d.live_at_exit_count) + " allocations\n";
       out += "    " + device_layer_line(d) + "\n";
+      for (const TorchCounters& c : p.pytorch_counters)
+        if (c.device == d.device && c.when == "exit") out += torch_counters_text(c, 4);
       if (d.peak_sites.empty()) continue;
       out += "    largest sites at the peak:\n";
       out += "    " + pad("bytes", 11, true) + pad("share", 8, true) + pad("count", 8, true) + "  " +
@@ -258,7 +324,9 @@ std::string report_text(const std::vector<ProcessReport>& processes) {
         out += "    " + pad(format_bytes(s.bytes), 11, true) + pad(percent(s.bytes, d.peak_bytes), 8, true) +
                pad(std::to_string(s.count), 8, true) + "  " + pad(std::string(api_name(s.site.api)), kApiColumn) +
                s.location + "\n";
-        if (s.stack_flags & pb::STACK_PYTHON_NO_GIL) out += std::string(57, ' ') + "(GIL not held: no Python frames)\n";
+        if (s.stack_flags & pb::STACK_PYTHON_NO_GIL)
+          out +=
+              std::string(57, ' ') + "(no Python frames: the GIL was not held, or PyTorch's allocator held its lock)\n";
       }
     }
     if (p.devices.empty() && !p.calls.empty()) out += "\n  no device memory was allocated\n";
@@ -273,6 +341,8 @@ std::string report_text(const std::vector<ProcessReport>& processes) {
           out += " (" + format_bytes(o.device_free_bytes) + " free of " + format_bytes(o.device_total_bytes) + ")";
         out += "\n";
       }
+      for (const TorchCounters& c : p.pytorch_counters)
+        if (c.when == "oom") out += torch_counters_text(c, 4);
     }
     for (const std::string& snap : p.snapshots) out += "  snapshot: " + snap + "  (memtrace snapshot " + snap + ")\n";
   }

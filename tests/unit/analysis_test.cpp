@@ -69,6 +69,14 @@ class TraceBuilder {
     e.addr = id;
     writer_->add(e);
   }
+  // One of PyTorch's counters as the Python shim records it ("exit:requested_bytes.all.peak").
+  void counter(const std::string& name, uint64_t value, int32_t device = 0) {
+    Event e = base(Api::kTorchCounter);
+    e.name = writer_->intern_string(name);
+    e.device = device;
+    e.size = value;
+    writer_->add(e);
+  }
   std::string finish() {
     pb::Footer footer;
     footer.set_end_ns(t_ + 1);
@@ -339,6 +347,83 @@ TEST(HtmlPage, TextFromTheTraceCannotEndItsScript) {
   const std::string inside = page.substr(from, to - from);
   EXPECT_EQ(inside.find('<'), std::string::npos) << inside;
   EXPECT_EQ(nlohmann::json::parse(inside), data);
+}
+
+}  // namespace
+
+namespace {
+
+// PyTorch's counters beside memtrace's: the tensors' bytes (torch.alloc to torch.free_completed)
+// and PyTorch's segments, now and at their peak since the program last reset them.
+void torch_run(TraceBuilder& t) {
+  t.alloc(Api::kTorchSegmentAlloc, 0x10000000, 20 * kMiB, "segment");
+  t.alloc(Api::kTorchAlloc, 0x10000000, 6 * kMiB, "forward");
+  t.alloc(Api::kTorchAlloc, 0x10600000, 3 * kMiB, "forward");
+  t.free(Api::kTorchFree, 0x10000000);  // requested free: still counted until completed
+  t.free(Api::kTorchFreeCompleted, 0x10000000);
+}
+
+TEST(TorchCounters, MemtracesFiguresAgreeWithPyTorchsToTheByte) {
+  TraceBuilder t("torch-counters");
+  torch_run(t);
+  t.counter("exit:requested_bytes.all.current", 3 * kMiB);
+  t.counter("exit:requested_bytes.all.peak", 9 * kMiB);
+  t.counter("exit:reserved_bytes.all.peak", 20 * kMiB);
+  t.counter("exit:allocated_bytes.all.peak", 9 * kMiB + 1024);
+  ProcessAnalysis a = t.analyze();
+  ASSERT_EQ(a.report.pytorch_counters.size(), 1u);
+  const TorchCounters& c = a.report.pytorch_counters[0];
+  EXPECT_EQ(c.when, "exit");
+  EXPECT_EQ(c.checks.size(), 3u);
+  EXPECT_TRUE(c.agrees());
+  EXPECT_EQ(c.rounding_at_peak(), 1024);
+  std::string text = torch_counters_text(c, 0);
+  EXPECT_NE(text.find("agree to the byte"), std::string::npos) << text;
+  EXPECT_NE(text.find("by 1.00 KiB"), std::string::npos) << text;
+}
+
+TEST(TorchCounters, ADisagreementIsSaidPlainly) {
+  TraceBuilder t("torch-counters-differ");
+  torch_run(t);
+  t.counter("exit:requested_bytes.all.peak", 9 * kMiB + 512);  // PyTorch counted a tensor memtrace did not
+  ProcessAnalysis a = t.analyze();
+  ASSERT_EQ(a.report.pytorch_counters.size(), 1u);
+  EXPECT_FALSE(a.report.pytorch_counters[0].agrees());
+  std::string text = torch_counters_text(a.report.pytorch_counters[0], 0);
+  EXPECT_NE(text.find("DISAGREE"), std::string::npos) << text;
+  EXPECT_NE(text.find("-512 bytes apart"), std::string::npos) << text;
+  EXPECT_FALSE(torch_counters_json(a.report.pytorch_counters[0])["agrees"].get<bool>());
+}
+
+TEST(TorchCounters, PeaksRestartWhereTheProgramResetPyTorchs) {
+  TraceBuilder t("torch-counters-reset");
+  torch_run(t);  // 9 MiB at the peak, 3 MiB after
+  t.counter("reset_peak", 0);
+  t.alloc(Api::kTorchAlloc, 0x10000000, 1 * kMiB, "forward");
+  t.counter("exit:requested_bytes.all.peak", 4 * kMiB);
+  ProcessAnalysis a = t.analyze();
+  ASSERT_EQ(a.report.pytorch_counters.size(), 1u);
+  EXPECT_TRUE(a.report.pytorch_counters[0].reset_seen);
+  EXPECT_TRUE(a.report.pytorch_counters[0].agrees());
+}
+
+// A PyTorch snapshot's frames carry no module: the interpreter's and PyTorch's own are told by
+// their names and files.
+TEST(Frames, InterpreterAndPyTorchFramesWithoutAModule) {
+  auto native = [](const std::string& function, const std::string& file = "??") {
+    FrameView f;
+    f.function = function;
+    f.file = file;
+    return f;
+  };
+  for (const char* name : {"_PyEval_EvalFrameDefault", "PyObject_Call", "pymain_run_python", "cfunction_call"})
+    EXPECT_TRUE(is_interpreter_frame(native(name))) << name;
+  EXPECT_TRUE(is_interpreter_frame(native("run_mod", "/build/python-3.12.3/Python/pythonrun.c")));
+  EXPECT_FALSE(is_interpreter_frame(native("train_step")));
+  for (const char* name : {"at::native::empty_cuda(c10::ArrayRef<long>)", "torch::autograd::Engine::thread_main",
+                           "THPVariable_backward", "c10::cuda::CUDACachingAllocator::Native::malloc"})
+    EXPECT_TRUE(StackView::is_framework_plumbing(native(name))) << name;
+  EXPECT_FALSE(StackView::is_framework_plumbing(native("my_kernel_launcher")));
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "memtrace/analysis/categories.h"
 #include "memtrace/analysis/replay.h"
 #include "memtrace/analysis/stacks.h"
+#include "memtrace/analysis/torch_counters.h"
 
 namespace memtrace {
 
@@ -134,6 +135,8 @@ struct ProcessReport {
   std::vector<DeviceReport> devices;  // by device ordinal
   std::vector<OomEvent> oom_events;
   std::vector<std::string> snapshots;  // snapshot files of this process beside its trace
+  // PyTorch's own counters beside memtrace's figures (the shim recorded them: at exit, at OOMs).
+  std::vector<TorchCounters> pytorch_counters;
 };
 
 // Names each site and fills in its stack as shown (resolve_site), then tells apart the ones that

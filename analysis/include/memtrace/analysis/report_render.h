@@ -25,6 +25,14 @@ std::string command_line(const std::vector<std::string>& command);
 // The device layer of DEVICE in one line: what it used at most, and how much of that lay outside
 // the reserved layer.
 std::string device_layer_line(const DeviceReport& d);
+// PyTorch's own counters beside memtrace's: as JSON, and as text lines INDENT spaces in (the
+// figures of LAYER: reserved, allocated, or all of them for kUnknown).
+nlohmann::json torch_counters_json(const TorchCounters& counters);
+std::string torch_counters_text(const TorchCounters& counters, size_t indent, Layer layer = Layer::kUnknown);
+// What the allocated layer counts when PyTorch described it, in one sentence.
+inline constexpr const char* kPyTorchAllocatedLayer =
+    "allocated: the bytes tensors asked for (PyTorch's requested_bytes, as its memory_viz draws tensors); its "
+    "blocks, rounded up from them, are allocated_bytes";
 // "12.5%" of WHOLE; and S padded with spaces to WIDTH, on the left when RIGHT (for numbers).
 std::string percent(uint64_t part, uint64_t whole);
 std::string pad(std::string s, size_t width, bool right = false);

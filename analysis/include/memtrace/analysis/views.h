@@ -23,14 +23,16 @@ struct PeakOptions {
 };
 struct PeakView {
   struct Device {
-    DeviceReport report;           // its peak, when, and the sites then
-    std::optional<uint64_t> step;  // the step it fell in, when the run had steps
+    DeviceReport report;                            // its peak, when, and the sites then
+    std::optional<uint64_t> step;                   // the step it fell in, when the run had steps
+    std::optional<TorchCounters> pytorch_counters;  // PyTorch's own, at exit
   };
   struct Process {
     ProcessId id;
     size_t steps = 0;
     bool layer_recorded = true;  // false: the allocated layer was asked for and never described
     bool categories_known = false;
+    bool pytorch = false;  // PyTorch described the allocated layer: requested bytes
     std::vector<Device> devices;
   };
   struct AllProcesses {  // with several processes (ranks of one job)
