@@ -24,9 +24,9 @@ bool StackView::is_framework_plumbing(const FrameView& f) {
   // PyTorch's allocator, dispatcher and autograd engine, the C++ library and the threads' start:
   // between the allocation and the operator or backward function that asked for it.
   for (const char* prefix :
-       {"c10::", "at::", "void at::", "at::TensorBase ", "torch::autograd::VariableType",
-        "torch::autograd::Engine::", "torch::autograd::Node::", "torch::autograd::python::", "torch::CapturedTraceback",
-        "torch::unwind", "std::", "void std::", "execute_native_thread_routine", "start_thread", "clone", "pthread_"})
+       {"c10::", "at::", "void at::", "at::TensorBase ", "torch::autograd::VariableType", "torch::autograd::Engine::",
+        "torch::autograd::Node::", "torch::autograd::python::", "torch::CapturedTraceback", "torch::unwind", "THP",
+        "pybind11::", "std::", "void std::", "execute_native_thread_routine", "start_thread", "clone", "pthread_"})
     if (f.function.rfind(prefix, 0) == 0) return true;
   return false;
 }
@@ -119,7 +119,7 @@ std::optional<FrameView> StackView::site_frame(uint64_t stack_id, SiteGrouping g
       continue;
     }
     if (!f.python && !native && !is_library_frame(f) &&
-        (grouping != SiteGrouping::kUser || !is_framework_plumbing(f))) {
+        (grouping != SiteGrouping::kUser || (!is_framework_plumbing(f) && !is_interpreter_frame(f)))) {
       if (grouping == SiteGrouping::kNative) return f;
       native = std::move(f);
     }
@@ -177,8 +177,17 @@ std::string short_function(const FrameView& f) {
 
 bool is_interpreter_frame(const FrameView& f) {
   if (f.python) return false;
-  std::string name = std::filesystem::path(f.module).filename().string();
-  return name.rfind("libpython", 0) == 0 || name.rfind("python", 0) == 0;
+  if (!f.module.empty()) {
+    std::string name = std::filesystem::path(f.module).filename().string();
+    return name.rfind("libpython", 0) == 0 || name.rfind("python", 0) == 0;
+  }
+  // No module (a PyTorch snapshot's frames): CPython's sources, or its functions by their names.
+  for (const char* file : {"Python/", "Objects/", "Modules/main.c", "Include/internal/", "Include/cpython/"})
+    if (f.file.find(file) != std::string::npos) return true;
+  for (const char* prefix : {"_Py", "Py", "pymain_", "cfunction_", "method_vectorcall", "vectorcall_", "slot_tp_",
+                             "call_function", "function_code_fastcall", "do_call_core", "builtin_"})
+    if (f.function.rfind(prefix, 0) == 0) return true;
+  return false;
 }
 
 bool is_startup_frame(const FrameView& f) {

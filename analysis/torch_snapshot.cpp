@@ -106,11 +106,18 @@ bool is_python_file(std::string_view file) {
   return file.ends_with(".py") || (file.size() > 2 && file.front() == '<' && file.back() == '>');
 }
 
-// PyTorch's own frames of taking the stack (MemoryViz.js leaves them out too).
-bool is_capture_frame(std::string_view name) {
-  return name.find("unwind::unwind") != std::string_view::npos ||
-         name.find("CapturedTraceback::gather") != std::string_view::npos ||
-         name.find("gather_with_cpp") != std::string_view::npos;
+// The frames PyTorch's own viewers leave out (torch/cuda/_memory_viz.py _frame_filter and
+// torch/utils/viz/MemoryViz.js frameFilter, the same lists from 2.1 to the newest read): the
+// capture itself, the C runtime's start, the interpreter's calls and the dispatcher's boxing.
+bool viewer_omits(std::string_view name, std::string_view file) {
+  for (std::string_view part : {"unwind::unwind", "CapturedTraceback::gather", "gather_with_cpp", "_start",
+                                "__libc_start_main", "PyEval_", "PyObject_", "PyFunction_"})
+    if (name.find(part) != std::string_view::npos) return true;
+  for (std::string_view part :
+       {"core/boxing", "/Register", "/Redispatch", "pythonrun.c", "Modules/main.c", "Objects/call.c",
+        "Objects/methodobject.c", "pycore_ceval.h", "ceval.c", "cpython/abstract.h"})
+    if (file.find(part) != std::string_view::npos) return true;
+  return false;
 }
 
 class Importer {
@@ -136,6 +143,24 @@ class Importer {
     reconstruct_start();
     write();
     return !w_.failed() || fail(w_.error());
+  }
+
+  // The allocated layer's events of a history the Python shim collected (its device_traces), with
+  // their stacks interned in the writer, for merge_torch_history: each at its time_us less
+  // OFFSET_NS (ns since the epoch to the trace's clock), or at kUntimed when it has none (2.1).
+  bool history(int64_t offset_ns, std::vector<Event>& out) {
+    Ref root = doc_.root(), traces = kNoRef;
+    if (!doc_.is(root, Kind::kDict) || !doc_.find(root, "device_traces", traces) || !doc_.is(traces, Kind::kList))
+      return fail("it holds no 'device_traces' list");
+    if (!read_traces(traces)) return false;
+    sink_ = &out;
+    for (auto& [device, d] : devices_)
+      for (const Entry& e : d.entries) {
+        now_ =
+            e.time_us < 0 ? kUntimedEvent : static_cast<uint64_t>(std::max<int64_t>(0, e.time_us * 1000 - offset_ns));
+        apply(e, d.live);
+      }
+    return true;
   }
 
  private:
@@ -277,7 +302,7 @@ class Importer {
       if (ids.size() == kMaxFramesPerStack) break;
       if (!doc_.is(f, Kind::kDict)) continue;
       std::string_view name = text(f, "name"), file = text(f, "filename");
-      if (is_capture_frame(name)) continue;
+      if (viewer_omits(name, file)) continue;
       if (file == "??") file = {};
       int64_t line = integer(f, "line");
       FrameInfo info;
@@ -302,7 +327,13 @@ class Importer {
     e.size = size;
     e.stream = stream;
     if (e.op() == Op::kAlloc) e.stack_id = stack_of(frames);
-    w_.add(e);
+    put(e);
+  }
+  void put(const Event& e) {
+    if (sink_)
+      sink_->push_back(e);
+    else
+      w_.add(e);
   }
   void emit_named(Api api, uint64_t addr, std::string_view name) {
     Event e;
@@ -312,7 +343,7 @@ class Importer {
     e.layer = api_info(api).layer;
     e.addr = addr;
     e.name = w_.intern_string(name);
-    w_.add(e);
+    put(e);
   }
   void emit_block(int32_t device, uint64_t addr, const Block& b) {
     emit(Api::kTorchAlloc, device, addr, b.size, 0, b.frames);
@@ -341,6 +372,11 @@ class Importer {
       case Action::kSegmentAlloc:
       case Action::kSegmentMap: {
         Range r{e.size, e.action == Action::kSegmentMap, e.frames, e.stream};
+        if (sink_) {  // a history: the reserved layer was recorded live
+          emit(r.expandable ? Api::kTorchSegmentMap : Api::kTorchSegmentAlloc, e.device, e.addr, r.size, r.stream,
+               r.frames);
+          break;
+        }
         live[e.addr] = r;
         reserve(e.device, e.addr, r, true);
         break;
@@ -349,7 +385,7 @@ class Importer {
       case Action::kSegmentUnmap:
         emit(e.action == Action::kSegmentFree ? Api::kTorchSegmentFree : Api::kTorchSegmentUnmap, e.device, e.addr,
              e.size, e.stream);
-        release(e.device, live, e.addr, e.size);
+        if (!sink_) release(e.device, live, e.addr, e.size);
         break;
       case Action::kOom: {
         Event o;
@@ -363,7 +399,7 @@ class Importer {
         o.result = kOutOfMemoryResult;
         o.device_free = e.device_free;
         o.stack_id = stack_of(e.frames);
-        w_.add(o);
+        put(o);
         break;
       }
       default: break;
@@ -465,6 +501,7 @@ class Importer {
   std::unordered_map<Ref, uint64_t> stacks_;
   bool timed_ = false;
   uint64_t now_ = 0;
+  std::vector<Event>* sink_ = nullptr;  // a history's events go here, not to the writer
 };
 
 }  // namespace
@@ -477,6 +514,35 @@ bool import_torch_snapshot(std::string_view bytes, const std::string& path, Trac
     return false;
   }
   return Importer(doc, path, writer, error).run();
+}
+
+bool read_torch_history(std::string_view bytes, const std::string& path, uint64_t origin_monotonic_ns,
+                        TraceWriter& writer, std::vector<Event>& out, TorchHistoryReading& reading,
+                        std::string& error) {
+  Document doc;
+  std::string problem;
+  if (!pickle::parse(bytes, doc, problem)) {
+    error = path + ": not a readable pickle: " + problem;
+    return false;
+  }
+  Ref root = doc.root(), clock = kNoRef, value = kNoRef;
+  auto integer = [&](Ref dict, std::string_view key) {
+    Ref v;
+    return doc.find(dict, key, v) && doc.is(v, Kind::kInt) ? doc.integer(v) : 0;
+  };
+  if (!doc.is(root, Kind::kDict) || !doc.find(root, "memtrace_clock", clock) || !doc.is(clock, Kind::kDict)) {
+    error = path + ": not what memtrace's Python shim writes (no 'memtrace_clock')";
+    return false;
+  }
+  // ns since the epoch, less this, is ns since the trace's origin (CLOCK_MONOTONIC's).
+  int64_t offset =
+      integer(clock, "realtime_ns") - integer(clock, "monotonic_ns") + static_cast<int64_t>(origin_monotonic_ns);
+  reading.ring_wrapped = integer(root, "memtrace_ring_wrapped") > 0;
+  if (doc.find(root, "memtrace_when", value)) reading.when = std::string(doc.text(value));
+  size_t before = out.size();
+  if (!Importer(doc, path, writer, error).history(offset, out)) return false;
+  for (size_t i = before; i < out.size(); ++i) reading.untimed |= out[i].t_ns == kUntimedEvent;
+  return true;
 }
 
 }  // namespace memtrace

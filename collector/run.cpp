@@ -192,7 +192,7 @@ class Collector {
   std::string trace_path(int pid);
 
   std::string dir_;
-  std::string shim_file_;  // memtrace's Python shim: its frames are no part of any stack
+  std::string shim_file_;  // memtrace's Python shim's folder (ending with /): its frames are no part of any stack
   pid_t child_;
   uint64_t origin_mono_, origin_unix_;
   ControlSocket& control_;
@@ -444,6 +444,7 @@ int run_command(const RunOptions& options, std::string* output_dir) {
   if (const char* first = std::getenv(env::kPreloadFirst); first && *first)
     set_env(environment, "LD_PRELOAD", first, true);
   set_env(environment, env::kSocket, control->path());
+  set_env(environment, env::kOutputDir, std::filesystem::absolute(dir).string());
   // NVTX marks, ranges and memory regions: the injector is also an NVTX tool. A tool the user
   // already attached (Nsight Systems) keeps its place: NVTX takes one.
   if (!std::getenv("NVTX_INJECTION64_PATH")) set_env(environment, "NVTX_INJECTION64_PATH", injector.string());
@@ -490,8 +491,7 @@ int run_command(const RunOptions& options, std::string* output_dir) {
     if (created) ::rmdir(dir.c_str());
     return exit_code;
   }
-  Collector collector(dir, child, origin_mono, origin_unix, *control, options,
-                      (libs / "python" / "sitecustomize.py").string());
+  Collector collector(dir, child, origin_mono, origin_unix, *control, options, (libs / "python").string() + "/");
   int status = collector.loop();
   if (collector.traced() == 0) {
     std::fprintf(stderr, "memtrace: no CUDA allocations recorded: the program never used CUDA\n");

@@ -61,7 +61,7 @@ uint64_t StackBuilder::python_frame(uint64_t code, uint64_t offset) {
   auto [it, fresh] = pythons_.try_emplace({code, offset}, 0);
   if (fresh) {
     auto c = code_.find(code);
-    if (c != code_.end() && !hidden_python_file_.empty() && c->second.file == hidden_python_file_) return 0;
+    if (c != code_.end() && !hidden_python_dir_.empty() && c->second.file.rfind(hidden_python_dir_, 0) == 0) return 0;
     FrameInfo f;
     f.python = true;
     f.function = c != code_.end() ? std::string_view(c->second.name) : "(unknown Python code)";

@@ -18,9 +18,10 @@ namespace memtrace {
 
 class StackBuilder {
  public:
-  // Python frames of HIDDEN_PYTHON_FILE (memtrace's own shim) are left out of every stack.
-  StackBuilder(Symbolizer& symbolizer, TraceWriter& writer, std::string hidden_python_file = {})
-      : symbolizer_(symbolizer), writer_(writer), hidden_python_file_(std::move(hidden_python_file)) {}
+  // Python frames of the files in HIDDEN_PYTHON_DIR (memtrace's own shim; ends with /) are left
+  // out of every stack.
+  StackBuilder(Symbolizer& symbolizer, TraceWriter& writer, std::string hidden_python_dir = {})
+      : symbolizer_(symbolizer), writer_(writer), hidden_python_dir_(std::move(hidden_python_dir)) {}
 
   void add_module(uint64_t bias, uint64_t start, uint64_t end, std::string path);
   void add_code(CodeDescription code);
@@ -44,7 +45,7 @@ class StackBuilder {
 
   Symbolizer& symbolizer_;
   TraceWriter& writer_;
-  std::string hidden_python_file_;
+  std::string hidden_python_dir_;
   std::map<uint64_t, Module> modules_;                  // by start address; a later report replaces an overlap
   std::unordered_map<uint64_t, CodeDescription> code_;  // by id
   std::unordered_map<uint64_t, Native> natives_;

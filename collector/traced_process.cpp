@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "memtrace/analysis/torch_history.h"
+
 namespace memtrace {
 
 namespace {
@@ -25,13 +27,13 @@ std::string format_uuid(const uint8_t (&uuid)[16]) {
 
 TracedProcess::TracedProcess(int pid, int socket, ring::Mapping ring, std::unique_ptr<TraceWriter> writer,
                              const pb::TraceHeader& header, Symbolizer& symbolizer, const SnapshotOptions& snapshots,
-                             const std::string& hidden_python_file)
+                             const std::string& hidden_python_dir)
     : pid_(pid),
       socket_(socket),
       ring_(ring),
       writer_(std::move(writer)),
       origin_ns_(header.origin_monotonic_ns()),
-      stacks_(symbolizer, *writer_, hidden_python_file),
+      stacks_(symbolizer, *writer_, hidden_python_dir),
       snapshots_(snapshots, header, *writer_) {
   worker_ = std::thread([this] { work_loop(); });  // last: it uses every member above
 }
@@ -239,6 +241,12 @@ void TracedProcess::ended_in_worker(const std::unordered_map<uint32_t, uint64_t>
 void TracedProcess::finish_in_worker(Work& work) {
   for (const std::string& notice : notices_) work.footer.add_notices(notice);
   writer_->finish(work.footer);
+  // What PyTorch's own recorder kept, where memtrace could not attach to its allocator live.
+  if (std::vector<std::string> readings = torch_history_files(writer_->path(), pid_); !readings.empty()) {
+    std::string error;
+    if (!merge_torch_history(writer_->path(), readings, error))
+      notices_.push_back("PyTorch's own recorder's readings could not be merged into the trace: " + error);
+  }
   snapshots_.finish(work.exit_status, replay_);
   summary_.finish(report_);
   report_.pid = pid_;

@@ -33,10 +33,10 @@ namespace memtrace {
 
 class TracedProcess : private RecordSink {
  public:
-  // Python frames of HIDDEN_PYTHON_FILE (memtrace's shim) are left out of its stacks.
+  // Python frames of the files in HIDDEN_PYTHON_DIR (memtrace's shim) are left out of its stacks.
   TracedProcess(int pid, int socket, ring::Mapping ring, std::unique_ptr<TraceWriter> writer,
                 const pb::TraceHeader& header, Symbolizer& symbolizer, const SnapshotOptions& snapshots,
-                const std::string& hidden_python_file = {});
+                const std::string& hidden_python_dir = {});
   ~TracedProcess();
 
   // What the main thread calls.

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "interpose.h"
+#include "memtrace/ring/environment.h"
 #include "memtrace/ring/protocol.h"
 #include "python_reader.h"
 #include "session.h"
@@ -218,7 +219,11 @@ void decide_reading(const PythonApi& py) {
   std::optional<PythonLayout> layout = python_layout(py.minor, py.runtime);
   bool ok = false;
   std::string why;
-  if (!layout) {
+  const char* direct = std::getenv(env::kPythonLayout);
+  if (direct && std::strcmp(direct, "0") == 0) {
+    layout.reset();
+    why = "MEMTRACE_PYTHON_LAYOUT=0 keeps memtrace to Python's C API";
+  } else if (!layout) {
     why = "Python 3." + std::to_string(py.minor) + " is not a version memtrace reads frames of";
   } else {
     CheckedMemory m;
@@ -245,7 +250,10 @@ void decide_reading(const PythonApi& py) {
   }
   if (ok) g_layout = *layout;
   if (!g_reading.compare_exchange_strong(expected, ok ? kDirect : kApiOnly, std::memory_order_acq_rel)) return;
-  if (!ok) publish_notice(why + ": Python frames are recorded only for threads that hold the GIL.");
+  if (!ok)
+    publish_notice(why +
+                   ": Python frames are recorded only for threads that hold the GIL, and not for PyTorch's tensors "
+                   "(inside its allocator's lock, the C API is no safe way to read them).");
 }
 
 }  // namespace
@@ -258,11 +266,11 @@ void forget_described_code() {
 
 void look_for_python_again() { g_look_again.store(true, std::memory_order_relaxed); }
 
-void capture_python(int max_frames, StackCapture& stack) {
+void capture_python(int max_frames, bool allow_api, StackCapture& stack) {
   const PythonApi* py = python_api();
   if (!py || !py->is_initialized()) return;
   int reading = g_reading.load(std::memory_order_acquire);
-  if (reading == kUndecided && py->gil_check()) {
+  if (reading == kUndecided && allow_api && py->gil_check()) {
     decide_reading(*py);
     reading = g_reading.load(std::memory_order_acquire);
   }
@@ -284,7 +292,9 @@ void capture_python(int max_frames, StackCapture& stack) {
     stack.python_state = stack.python_count ? ring::kPythonFrames : ring::kPythonNoFrames;
     return;
   }
-  if (!py->gil_check()) {
+  // No C API inside PyTorch's allocator (its tracker, or a cudaMalloc it makes under its lock), and
+  // none without the GIL: the frames cannot be read.
+  if (!allow_api || !py->gil_check() || inside_pytorch_allocator(stack.native, stack.native_count)) {
     stack.python_state = ring::kPythonNoGil;
     return;
   }

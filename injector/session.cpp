@@ -14,7 +14,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "interpose.h"
 #include "memtrace/ring/environment.h"
@@ -122,6 +124,19 @@ bool deliver(uint32_t type, const void* first, const void* payload, size_t bytes
   return r == ring::Producer::Reserved::kYes;
 }
 
+// Notices from before the session started (publish_notice), for its start.
+std::mutex g_early_notices_mutex;
+std::vector<std::string>* g_early_notices = new std::vector<std::string>();
+
+void publish_early_notices() {
+  std::vector<std::string> notices;
+  {
+    std::lock_guard lock(g_early_notices_mutex);
+    notices.swap(*g_early_notices);
+  }
+  for (const std::string& n : notices) publish_notice(n);
+}
+
 // Module and code descriptions: dropped silently if the ring stays full (the frames that need
 // them then show addresses only); they never hold the program up longer than an event would.
 void publish_description(uint32_t type, const void* first, std::initializer_list<std::string_view> parts) {
@@ -141,6 +156,7 @@ bool session_active() {
     bool ok = connect_to_collector();
     g_state.store(ok ? kActive : kDisabled, std::memory_order_release);
     if (ok) report_new_modules();  // before any event, so every frame finds its module
+    if (ok) publish_early_notices();
     // CUPTI, when the driver did not load memtrace as its injection library (another tool is).
     if (ok) start_cupti();
     return ok;
@@ -182,6 +198,12 @@ void publish_code(uint64_t id, std::string_view name, std::string_view file, int
 }
 
 void publish_notice(std::string_view text) {
+  if (int state = g_state.load(std::memory_order_acquire); state == kUninit || state == kStarting) {
+    // Before the process used CUDA (the Python shim's start): told once the session starts.
+    std::lock_guard lock(g_early_notices_mutex);
+    if (g_early_notices->size() < 16) g_early_notices->emplace_back(text);
+    return;
+  }
   ring::NoticeRecord rec{};
   rec.text_bytes = static_cast<uint32_t>(text.size());
   publish_description(ring::kSlotNotice, &rec, {text});
@@ -208,7 +230,7 @@ void publish_started(Api api, uint64_t caller) {
   deliver(ring::kSlotStarted, &rec, nullptr, 0);
 }
 
-void record_shim_mark(Api api, uint64_t addr, std::string_view name) {
+void record_shim_mark(Api api, uint64_t addr, std::string_view name, int32_t device, uint64_t size) {
   if (t_depth != 0 || g_state.load(std::memory_order_acquire) != kActive) return;
   ++t_depth;
   Event e;
@@ -216,6 +238,8 @@ void record_shim_mark(Api api, uint64_t addr, std::string_view name) {
   e.kind = api_info(api).kind;
   e.layer = api_info(api).layer;
   e.addr = addr;
+  e.device = device;
+  e.size = size;
   uint64_t seq = stamp(e);
   publish(e, seq, nullptr, name);
   --t_depth;

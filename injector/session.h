@@ -26,10 +26,11 @@ void publish_started(Api api, uint64_t caller);
 // cannot be delivered.
 void publish(const Event& event, uint64_t seq, const StackCapture* stack, std::string_view name = {});
 
-// Records a mark, a range edge or a category from the Python shim (a step, a phase, what the
-// tensor at ADDR is). Only when the process is traced already: it never connects to the collector,
-// so a program that never uses CUDA still leaves no trace.
-void record_shim_mark(Api api, uint64_t addr, std::string_view name);
+// Records a mark, a range edge, a category or a counter from the Python shim (a step, a phase,
+// what the tensor at ADDR is, PyTorch's counter of DEVICE with its value in SIZE). Only when the
+// process is traced already: it never connects to the collector, so a program that never uses
+// CUDA still leaves no trace.
+void record_shim_mark(Api api, uint64_t addr, std::string_view name, int32_t device = 0, uint64_t size = 0);
 
 // Tells PyTorch's trace tracker the memory this thread just reserved (torch_tracker.cpp): the
 // first segment PyTorch reports must be it.

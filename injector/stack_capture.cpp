@@ -114,7 +114,7 @@ void capture_stack(const StackOptions& options, uint64_t caller, StackCapture& s
   if (stack.native_count == 0 && caller) stack.native[stack.native_count++] = caller;
   stack.python_count = 0;
   stack.python_state = ring::kNoPython;
-  if (options.python) capture_python(kMaxPythonFrames, stack);
+  if (options.python) capture_python(kMaxPythonFrames, options.python_api, stack);
 }
 
 }  // namespace memtrace::inject

@@ -23,6 +23,10 @@ struct StackOptions {
   int depth = 64;  // native frames at most
   bool native = true;
   bool python = true;
+  // Python frames may be read through the C API (PyEval_GetFrame, ...) when the thread holds the
+  // GIL. Not inside PyTorch's allocator lock: those calls allocate (3.9, 3.10: frame objects; 3.11:
+  // GC-tracked ones, and a collection can run finalizers that free tensors into the same allocator).
+  bool python_api = true;
 };
 
 // Fills STACK for the current thread. CALLER is the return address into the program, the
@@ -31,11 +35,15 @@ void capture_stack(const StackOptions& options, uint64_t caller, StackCapture& s
 
 // Python frames of the current thread (python_state and python[]); describes each code object
 // to the collector the first time it appears. Defined in python_stack.cpp.
-void capture_python(int max_frames, StackCapture& stack);
+void capture_python(int max_frames, bool allow_api, StackCapture& stack);
 // The collector of a forked child has seen none of the parent's code objects.
 void forget_described_code();
 // Modules were loaded: Python may be among them now.
 void look_for_python_again();
+
+// Whether one of the native frames (COUNT of them) lies in PyTorch's allocator (libc10_cuda): the
+// thread holds its lock there (torch_tracker.cpp).
+bool inside_pytorch_allocator(const uint64_t* frames, int count);
 
 // Whether ADDRESS lies in this library: frames of memtrace itself are not part of a stack.
 bool in_injector(uint64_t address);

@@ -5,6 +5,7 @@
 # step and one that runs out of memory, and prints one table: memtrace's figures beside
 # PyTorch's own (the peaks of allocated and reserved memory, the segments), the time per step
 # without and with memtrace, the leak found with its line, whether the OOM snapshot names the line;
+# with PyTorch's cudaMallocAsync backend (no trace tracker: the program must run as without memtrace);
 # then the same training through CUPTI's callbacks alone (--backend cupti), with --verify against
 # CUPTI's own records, and a program linked with NVIDIA's static runtime (static_runtime_nvidia),
 # whose allocations must all be recorded, through CUPTI and through dlsym; last, CUDA graphs'
@@ -69,6 +70,7 @@ run_memtrace() {
 
 run default -- "${steps[@]}"
 run expandable PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True -- "${steps[@]}"
+run async PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync -- "${steps[@]}"
 run leak -- "${steps[@]}" --leak
 run oom -- --steps 2 --oom
 # CUPTI's callbacks alone; CUPTI's own records held against what was recorded; a program linked
@@ -150,6 +152,17 @@ def mib(n):
     return f"{n / 2**20:.1f} MiB" if isinstance(n, (int, float)) else str(n)
 
 
+def attach_path(process):
+    """How the allocated layer was recorded: PyTorch's trace tracker (live), PyTorch's own recorder
+    (its history, merged at exit), or not at all."""
+    notices = " ".join(process.get("notices", []))
+    if "own recorder" in notices:
+        return "PyTorch's own recorder"
+    if process.get("events", {}).get("torch.alloc"):
+        return "PyTorch's trace tracker"
+    return "none"
+
+
 def is_allocation(api):
     return ("Malloc" in api or "Alloc" in api) and not api.startswith("torch")
 
@@ -167,15 +180,26 @@ for name in ("default", "expandable", "cupti"):
     report = memtrace_json("report", traces)
     a = alloc["processes"][0]["devices"][0]["peak_bytes"] if alloc and alloc["processes"][0]["devices"] else None
     r = reserved["processes"][0]["devices"][0]["peak_bytes"] if reserved else None
-    row(f"{name}: peak allocated (max_memory_allocated)", a, traced["max_memory_allocated"],
-        a == traced["max_memory_allocated"])
-    row(f"{name}: peak reserved (max_memory_reserved)", r, traced["max_memory_reserved"],
+    p = report["processes"][0] if report else {}
+    events = p.get("events", {})
+    row(f"{name}: allocated layer recorded by", attach_path(p), "PyTorch's trace tracker",
+        attach_path(p) == "PyTorch's trace tracker")
+    # memtrace's figures beside memory_stats()'s: requested (what tensors asked for: memtrace's
+    # allocated layer), allocated (PyTorch's blocks: the requests rounded up), reserved.
+    row(f"{name}: peak requested (requested_bytes.all.peak)", a, traced["max_memory_requested"],
+        a == traced["max_memory_requested"])
+    row(f"{name}: peak allocated (allocated_bytes.all.peak, blocks)", a, traced["max_memory_allocated"],
+        a is not None and traced["max_memory_allocated"] >= a)
+    row(f"{name}: peak reserved (reserved_bytes.all.peak)", r, traced["max_memory_reserved"],
         r == traced["max_memory_reserved"])
-    events = report["processes"][0]["events"] if report else {}
-    segments = sum(events.get(api, {}).get("calls", 0) for api in ("torch.segment_alloc", "torch.segment_map"))
+    counters = [c for c in p.get("pytorch_counters", []) if c["when"] == "exit"]
+    row(f"{name}: PyTorch's counters at exit, held against memtrace's", "agree" if counters and all(
+        c["agrees"] for c in counters) else ("disagree" if counters else "not recorded"), "agree",
+        bool(counters) and all(c["agrees"] for c in counters))
+    segments = events.get("torch.segment_alloc", {}).get("calls", 0)  # expandable segments' maps are no segment
     row(f"{name}: segments (segment.all.allocated)", segments, traced.get("segments_allocated"),
         segments == traced.get("segments_allocated"))
-    for notice in report["processes"][0].get("notices", []) if report else []:
+    for notice in p.get("notices", []):
         row(f"{name}: notice", notice, "none", False)
     if name == "cupti":  # every allocation call seen through CUPTI's callbacks
         p = report["processes"][0] if report else {}
@@ -186,6 +210,22 @@ for name in ("default", "expandable", "cupti"):
         ratio = traced["step_ms"] / bare["step_ms"] if bare.get("step_ms") else float("nan")
         row(f"{name}: ms per step, with memtrace / without", f"{traced['step_ms']:.2f} / {bare['step_ms']:.2f}",
             "(simulated)" if simulated else "within 5%", simulated or ratio <= 1.05)
+
+# The cudaMallocAsync backend has no trace tracker (attaching throws): the program runs as without
+# memtrace, and every tensor is its own cudaMallocAsync, the reserved layer's.
+status = open(f"{work}/async.status").read().strip()
+traced, bare = account(f"{work}/async.out"), account(f"{work}/async.bare")
+same = traced is not None and bare is not None and all(
+    traced[k] == bare[k] for k in traced if k not in ("pid", "step_ms"))
+row("async: exit status and account, with memtrace and without", f"exit {status}, " + ("same" if same else "differ"),
+    "exit 0, same", status == "0" and same)
+report = memtrace_json("report", f"{work}/async")
+p = report["processes"][0] if report else {}
+row("async: allocated layer recorded by", attach_path(p), "none", attach_path(p) == "none")
+reserved = memtrace_json("peak", f"{work}/async")
+r = reserved["processes"][0]["devices"][0]["peak_bytes"] if reserved and reserved["processes"][0]["devices"] else None
+row("async: peak reserved (allocated_bytes.all.peak: the pool's use)", r, traced and traced["max_memory_allocated"],
+    traced is not None and r == traced["max_memory_allocated"])
 
 leaks = memtrace_json("leaks", f"{work}/leak")
 leak_line = marked_line("leak")

@@ -100,6 +100,25 @@ TEST_P(RealSnapshot, EveryAnalysisCommandReadsIt) {
   EXPECT_TRUE(frag["processes"][0]["layers_known"].get<bool>()) << frag.dump();
 }
 
+// Stacks leave out what PyTorch's own viewer leaves out (the capture, the interpreter's calls, the
+// dispatcher's boxing).
+TEST_P(RealSnapshot, StacksLeaveOutWhatPyTorchsViewerDoes) {
+  nlohmann::json p = e2e::command_json({e2e::kMemtrace, "peak", "--json", "--layer", "allocated", "--by", "stack",
+                                        "--top", "50", path()})["processes"][0];
+  size_t frames = 0;
+  for (const auto& d : p["devices"])
+    for (const auto& site : d["sites"])
+      for (const auto& f : site["stack"]) {
+        ++frames;
+        std::string function = f["function"], file = f["file"];
+        for (const char* omitted : {"unwind::unwind", "CapturedTraceback::gather", "PyEval_", "PyObject_"})
+          EXPECT_EQ(function.find(omitted), std::string::npos) << function;
+        for (const char* omitted : {"pythonrun.c", "ceval.c", "core/boxing", "/Register"})
+          EXPECT_EQ(file.find(omitted), std::string::npos) << file;
+      }
+  EXPECT_GT(frames, 0u);
+}
+
 // A CI gate people can add today: the peak of reserved memory against a limit.
 TEST_P(RealSnapshot, CheckIsACiGate) {
   const uint64_t peak = reference(path())["devices"][0]["reserved_peak"];

@@ -9,6 +9,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "memtrace/format/trace_writer.h"
 
@@ -21,5 +22,19 @@ inline constexpr const char* kTorchSnapshotSource = "PyTorch memory snapshot";
 // segments as the heaps they lie in), each event with its frames. False with ERROR set (one
 // sentence) when BYTES is not a pickle of plain data, or not a PyTorch memory snapshot.
 bool import_torch_snapshot(std::string_view bytes, const std::string& path, TraceWriter& writer, std::string& error);
+
+// What one reading of PyTorch's own recorder held (torch_history.h).
+struct TorchHistoryReading {
+  std::string when;           // "exit", "oom", ...
+  bool ring_wrapped = false;  // PyTorch's ring went round since the reading before: events were lost
+  bool untimed = false;       // its entries have no time_us (2.1)
+};
+inline constexpr uint64_t kUntimedEvent = UINT64_MAX;
+// Appends to OUT the allocated layer's events of a reading of PyTorch's own recorder that the
+// Python shim wrote (a _snapshot()'s device_traces with the clocks of the moment), their stacks
+// interned in WRITER, each at its time on the trace's clock (whose origin is ORIGIN_MONOTONIC_NS),
+// or at kUntimedEvent where PyTorch kept no time. False with ERROR set when BYTES is not one.
+bool read_torch_history(std::string_view bytes, const std::string& path, uint64_t origin_monotonic_ns,
+                        TraceWriter& writer, std::vector<Event>& out, TorchHistoryReading& reading, std::string& error);
 
 }  // namespace memtrace

@@ -16,6 +16,11 @@ inline constexpr const char* kCuptiLibrary = "MEMTRACE_CUPTI_LIBRARY";  // which
 // How far apart (µs, default 1000) the device layer is sampled per device; 0: after every allocation.
 inline constexpr const char* kSampleIntervalUs = "MEMTRACE_SAMPLE_INTERVAL_US";
 inline constexpr const char* kNvml = "MEMTRACE_NVML";  // "0": never load NVML into the program
+// "0": never read the interpreter's own structures, only the C API (threads holding the GIL).
+inline constexpr const char* kPythonLayout = "MEMTRACE_PYTHON_LAYOUT";
+// The run's output folder: where the Python shim writes what PyTorch's own recorder kept, for the
+// collector to merge into the process's trace (analysis/torch_history.cpp).
+inline constexpr const char* kOutputDir = "MEMTRACE_OUTPUT_DIR";
 // Read by memtrace run itself: a library to preload before the injector (a sanitizer's runtime),
 // and where its injector, simulated device and Python shim are (default: ../lib beside it).
 inline constexpr const char* kPreloadFirst = "MEMTRACE_PRELOAD_FIRST";

@@ -12,6 +12,9 @@ _minor = int(__version__.split(".")[1])
 _here = os.path.dirname(os.path.abspath(__file__))
 _lib_dir = os.path.join(os.path.dirname(os.path.dirname(_here)), "lib")  # site-packages/torch/../../lib
 c10_cuda = ctypes.CDLL(os.path.join(_lib_dir, "libc10_cuda.so"))  # CDLL: calls release the GIL
+# The same library called with the GIL held, as a pybind11 extension's function calls at::empty
+# (pybind11 keeps the GIL unless the binding releases it): _sim_extension.py.
+c10_cuda_holding_gil = ctypes.PyDLL(os.path.join(_lib_dir, "libc10_cuda.so"))
 torch_cuda = ctypes.CDLL(os.path.join(_lib_dir, "libtorch_cuda.so"))
 cudart = ctypes.CDLL("libcudart.so.13")
 
@@ -19,6 +22,8 @@ c10_cuda.sim_torch_malloc.restype = ctypes.c_uint64
 c10_cuda.sim_torch_malloc.argtypes = [ctypes.c_uint64, ctypes.c_int, ctypes.c_void_p, ctypes.c_int64,
                                       ctypes.c_char_p, ctypes.c_size_t]
 c10_cuda.sim_torch_free.argtypes = [ctypes.c_uint64, ctypes.c_int]
+c10_cuda_holding_gil.sim_torch_malloc.restype = ctypes.c_uint64
+c10_cuda_holding_gil.sim_torch_malloc.argtypes = c10_cuda.sim_torch_malloc.argtypes
 c10_cuda.sim_torch_stats.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int64)]
 c10_cuda.sim_torch_backend.restype = ctypes.c_char_p
 c10_cuda.sim_torch_record_history.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_uint64, ctypes.c_char_p,

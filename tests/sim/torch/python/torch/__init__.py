@@ -22,3 +22,12 @@ from ._tensor import (Tensor, device, empty, ones, randn, sparse_coo, sparse_coo
                       zeros_like)
 from . import nn  # noqa: E402
 from . import optim  # noqa: E402
+from . import compiler  # noqa: E402,F401
+
+
+def compile(model=None, *, fullgraph=False, dynamic=None, backend="inductor", mode=None, options=None, disable=False):
+    """torch.compile: imports torch._dynamo (not imported with torch) and wraps MODEL."""
+    import torch._dynamo
+    if model is None:
+        return lambda m: compile(m, fullgraph=fullgraph)
+    return torch._dynamo.optimize(fullgraph)(model)

@@ -36,9 +36,9 @@ class device:
 class _Storage:
     __slots__ = ("ptr", "nbytes", "device", "record_stream")
 
-    def __init__(self, nbytes, dev):
+    def __init__(self, nbytes, dev, holding_gil=False):
         self.nbytes, self.device, self.record_stream, self.ptr = nbytes, dev, False, 0
-        self.ptr = cuda._malloc(nbytes, dev.index) if dev.type == "cuda" else next(_fake_addresses)
+        self.ptr = cuda._malloc(nbytes, dev.index, holding_gil) if dev.type == "cuda" else next(_fake_addresses)
 
     def __del__(self):
         if self.device.type == "cuda" and self.ptr:

@@ -52,10 +52,11 @@ def _context():
     return cid
 
 
-def _malloc(nbytes, device):
+def _malloc(nbytes, device, holding_gil=False):
     _lazy_init()
     error = ctypes.create_string_buffer(512)
-    ptr = _C.c10_cuda.sim_torch_malloc(nbytes, device, None, _context(), error, len(error))
+    lib = _C.c10_cuda_holding_gil if holding_gil else _C.c10_cuda
+    ptr = lib.sim_torch_malloc(nbytes, device, None, _context(), error, len(error))
     if not ptr:
         raise OutOfMemoryError(error.value.decode())
     return ptr

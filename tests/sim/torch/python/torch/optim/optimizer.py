@@ -1,16 +1,34 @@
 """The optimizer's base and its global step hooks (register_optimizer_step_pre_hook and
 register_optimizer_step_post_hook, called around every optimizer's step as PyTorch calls them)."""
 
+import sys
+
 _global_optimizer_pre_hooks = {}
 _global_optimizer_post_hooks = {}
 
 
+class RemovableHandle:
+    def __init__(self, hooks, key):
+        self.hooks, self.key = hooks, key
+
+    def remove(self):
+        self.hooks.pop(self.key, None)
+
+
 def register_optimizer_step_pre_hook(hook):
     _global_optimizer_pre_hooks[id(hook)] = hook
+    return RemovableHandle(_global_optimizer_pre_hooks, id(hook))
 
 
 def register_optimizer_step_post_hook(hook):
     _global_optimizer_post_hooks[id(hook)] = hook
+    return RemovableHandle(_global_optimizer_post_hooks, id(hook))
+
+
+def _graph_break():
+    dynamo = sys.modules.get("torch._dynamo")
+    if dynamo is not None:
+        dynamo.graph_break()
 
 
 class Optimizer:
@@ -22,7 +40,9 @@ class Optimizer:
     def step(self, *args, **kwargs):
         for hook in list(_global_optimizer_pre_hooks.values()):
             hook(self, args, kwargs)
+        _graph_break()  # _use_grad_for_differentiable, around the step itself
         out = self._step()
+        _graph_break()
         for hook in list(_global_optimizer_post_hooks.values()):
             hook(self, args, kwargs)
         return out

@@ -1,0 +1,36 @@
+"""memtrace's Python side, inside the traced program. Once per process image, with the GIL: it
+lets the injector check that it reads this interpreter's frames right (so that threads without
+the GIL get Python frames from the first allocation on), and watches for PyTorch (torch_hooks).
+Nothing here changes what the program computes, and nothing ever raises into it.
+
+ctypes looks functions up in the library it opened, with dlsym on that handle: the injector's
+dlsym answers such lookups of CUDA allocation functions with its interposers, so ctypes programs
+need nothing here.
+"""
+
+import os
+import sys
+
+from . import exports
+
+
+def start():
+    """Starts memtrace's Python side; False when this process is not traced or it already ran."""
+    injector = exports.load()
+    if injector is None or not injector.claim():
+        return False
+    if os.environ.get("MEMTRACE_PYTHON_STACKS") != "0":
+        injector.python_ready()
+    if os.environ.get("MEMTRACE_TORCH") != "0":
+        from . import torch_hooks
+        torch_hooks.watch(injector)
+    return True
+
+
+def _started_by_injector():
+    """Called by the injector (from a pending call, with the GIL) where site or PYTHONPATH did not
+    bring sitecustomize: python -E, -I or -S."""
+    try:
+        start()
+    except Exception:
+        pass

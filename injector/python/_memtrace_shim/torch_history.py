@@ -1,0 +1,64 @@
+"""PyTorch's own recorder, where memtrace cannot attach to its allocator live (2.1 has no trace
+tracker; 2.2 to 2.5 hide the class memtrace finds it by): torch.cuda.memory._record_memory_history
+(its ring of the allocator's events, with their Python frames), switched on when PyTorch
+initializes CUDA, and read (torch.cuda.memory._snapshot) at exit, at each out-of-memory and when
+asked. What each reading adds since the one before is written beside the trace as
+<pid>.torch-history-<n>.pickle, with the clocks then; the collector merges them into the trace on
+memtrace's clock when the process ends (analysis/torch_history.cpp).
+"""
+
+import os
+import pickle
+import time
+
+# Entries kept by PyTorch's ring: enough for long runs between readings, bounded in memory (an
+# entry with its Python frames is some hundreds of bytes).
+DEFAULT_MAX_ENTRIES = 1_000_000
+
+
+class History:
+    def __init__(self, torch, folder, max_entries):
+        self.torch, self.folder = torch, folder
+        self.collections = 0
+        self.last = {}  # device -> the last entry written
+        torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="python",
+                                                 max_entries=max_entries)
+
+    def collect(self, when):
+        """Writes what PyTorch recorded since the last reading."""
+        snapshot = self.torch.cuda.memory._snapshot()
+        traces, lost = [], 0
+        for device, trace in enumerate(snapshot.get("device_traces", [])):
+            start = 0
+            last = self.last.get(device)
+            if last is not None:
+                start = next((i + 1 for i in range(len(trace) - 1, -1, -1) if trace[i] == last), None)
+                if start is None:  # the ring went round past it: what fell out is lost
+                    start, lost = 0, lost + 1
+            traces.append(trace[start:])
+            if trace:
+                self.last[device] = trace[-1]
+        self.collections += 1
+        data = {"segments": snapshot.get("segments", []) if self.collections == 1 else [],
+                "device_traces": traces,
+                "memtrace_clock": {"realtime_ns": time.time_ns(), "monotonic_ns": time.monotonic_ns()},
+                "memtrace_when": when,
+                "memtrace_ring_wrapped": lost}
+        name = os.path.join(self.folder, f"{os.getpid()}.torch-history-{self.collections}.pickle")
+        with open(name + ".part", "wb") as f:
+            pickle.dump(data, f, protocol=4)
+        os.rename(name + ".part", name)
+
+
+def start(torch, injector):
+    """Switches PyTorch's recorder on; None where it cannot be (the trace then says why)."""
+    folder = os.environ.get("MEMTRACE_OUTPUT_DIR")
+    try:
+        if not folder:
+            raise RuntimeError("memtrace gave this process no output folder")
+        entries = int(os.environ.get("MEMTRACE_TORCH_HISTORY_ENTRIES", DEFAULT_MAX_ENTRIES))
+        return History(torch, folder, entries)
+    except Exception as e:
+        injector.notice(f"PyTorch's own recorder could not be started ({e}): the allocated layer is not "
+                        "recorded".encode())
+        return None

@@ -1,0 +1,2 @@
+class Unsupported(RuntimeError):
+    pass
