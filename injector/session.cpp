@@ -124,9 +124,14 @@ bool deliver(uint32_t type, const void* first, const void* payload, size_t bytes
   return r == ring::Producer::Reserved::kYes;
 }
 
-// Notices from before the session started (publish_notice), for its start.
+// Notices from before the session started (publish_notice), for its start. Under a lock held
+// across fork (a child gets it free), as every lock a child may take.
 std::mutex g_early_notices_mutex;
 std::vector<std::string>* g_early_notices = new std::vector<std::string>();
+__attribute__((constructor)) void hold_early_notices_across_fork() {
+  ::pthread_atfork([] { g_early_notices_mutex.lock(); }, [] { g_early_notices_mutex.unlock(); },
+                   [] { g_early_notices_mutex.unlock(); });
+}
 
 void publish_early_notices() {
   std::vector<std::string> notices;

@@ -16,6 +16,8 @@
 // thread make: until it is, nothing is recorded; if it is not, the tracker stays silent for good
 // (it cannot be detached) and the trace says why. Trackers run under the allocator's lock and
 // must never take the GIL: memtrace's stack capture needs neither.
+#include <pthread.h>
+
 #include <cstdint>
 #include <cstring>
 #include <exception>
@@ -91,6 +93,9 @@ constexpr size_t kMaxEarly = 256;
 std::mutex g_early_mutex;
 std::vector<Early>* g_early = new std::vector<Early>();
 std::atomic<uint64_t> g_early_dropped{0};
+__attribute__((constructor)) void hold_early_across_fork() {
+  ::pthread_atfork([] { g_early_mutex.lock(); }, [] { g_early_mutex.unlock(); }, [] { g_early_mutex.unlock(); });
+}
 
 void record(Api api, int device, uint64_t addr, uint64_t size, uint64_t stream, uint64_t device_free, bool early) {
   if (t_depth != 0) return;  // an allocation memtrace itself made

@@ -46,6 +46,9 @@ def main():
         pool = torch.cuda.MemPool(allocator.allocator())
         with torch.cuda.use_mem_pool(pool):
             kept.append(torch.empty(1 << 20, device="cuda"))  # memtrace-test: pool
+            del_later = torch.empty(6 << 20, device="cuda")  # a segment of its own
+        del del_later
+        torch.cuda.empty_cache()  # the pool is released: its free segment goes back to its allocator
     if args.sparse:
         model = torch.nn.Embedding(1000, w, sparse=True, device="cuda")
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

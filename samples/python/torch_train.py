@@ -16,13 +16,16 @@ import torch
 
 
 def account(oom, times):
-    stats = torch.cuda.memory_stats()
+    try:
+        stats = torch.cuda.memory_stats()
+    except RuntimeError:  # a pluggable allocator keeps no statistics
+        stats = {}
     line = "memtrace-sample: " + json.dumps({
         "pid": os.getpid(),
-        "max_memory_allocated": torch.cuda.max_memory_allocated(),
-        "max_memory_reserved": torch.cuda.max_memory_reserved(),
-        "memory_allocated": torch.cuda.memory_allocated(),
-        "memory_reserved": torch.cuda.memory_reserved(),
+        "max_memory_allocated": stats.get("allocated_bytes.all.peak", 0),
+        "max_memory_reserved": stats.get("reserved_bytes.all.peak", 0),
+        "memory_allocated": stats.get("allocated_bytes.all.current", 0),
+        "memory_reserved": stats.get("reserved_bytes.all.current", 0),
         "max_memory_requested": stats.get("requested_bytes.all.peak", 0),
         "memory_requested": stats.get("requested_bytes.all.current", 0),
         "segments_allocated": stats.get("segment.all.allocated", 0),

@@ -98,6 +98,18 @@ INSTANTIATE_TEST_SUITE_P(Torch, Releases, ::testing::Values("torch", "torch-2.3"
   return name;
 });
 
+// 2.3 and 2.6 reach cuMemCreate and cuMemMap with dlsym on libcuda.so.1 (c10/cuda/driver_api.cpp):
+// the reserved layer has them, and PyTorch's segments agree.
+TEST(TorchRecorder, ExpandableSegmentsThroughTheDriversOwnSymbols) {
+  TracedRun r = traced("expandable-2.3", {MEMTRACE_PYTHON, kTrain, "--steps", "3"},
+                       {"PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"}, "torch-2.3");
+  EXPECT_GT(calls(r.process, "cuMemMap"), 0u) << r.process["events"].dump();
+  EXPECT_GT(calls(r.process, "torch.segment_map"), 0u) << r.process["events"].dump();
+  nlohmann::json reserved = e2e::command_json({e2e::kMemtrace, "peak", "--json", r.traces});
+  EXPECT_EQ(reserved["processes"][0]["devices"][0]["peak_bytes"], r.account["max_memory_reserved"]);
+  expect_counters_agree(r);
+}
+
 TEST(TorchRecorder, PyTorchsOwnRecorderOnRequestGivesTheSameFigures) {
   TracedRun live = traced("recorder-live", {MEMTRACE_PYTHON, kTrain, "--steps", "3"});
   TracedRun history =

@@ -615,9 +615,17 @@ CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void
 
 CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
   if (!pool || !value) return CUDA_ERROR_INVALID_VALUE;
-  if (attr != CU_MEMPOOL_ATTR_RELEASE_THRESHOLD) return CUDA_SUCCESS;  // the others change nothing here
   std::lock_guard lock(pools().mutex);
-  pools().release_threshold[pool->device] = *static_cast<cuuint64_t*>(value);
+  const int device = pool->device;
+  switch (attr) {
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: pools().release_threshold[device] = *static_cast<cuuint64_t*>(value); break;
+    // "It is illegal to set this attribute to a non-zero value": 0 resets the mark to the current value.
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH: pools().used_high[device] = pool_bytes_locked(device, false); break;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+      pools().reserved_high[device] = pool_bytes_locked(device, false) + pool_bytes_locked(device, true);
+      break;
+    default: break;  // the others change nothing here
+  }
   return CUDA_SUCCESS;
 }
 

@@ -104,7 +104,10 @@ class TorchHooks:
 
     def record_counters(self, when, devices):
         for device in devices:
-            stats = self.torch.cuda.memory_stats(device)
+            try:
+                stats = self.torch.cuda.memory_stats(device)
+            except Exception:
+                return  # an allocator that keeps none (a pluggable one)
             if not stats or not stats.get("reserved_bytes.all.peak"):
                 continue  # a device this process never allocated on
             for name in COUNTERS:

@@ -118,6 +118,14 @@ uint64_t async_malloc(size_t size, int device, void* stream, std::string& error)
 
 bool async_free(uint64_t addr) { return CudaMallocAsync::instance().free(addr); }
 
+void async_reset_peaks(int device) {
+  cudaMemPool_t pool = nullptr;
+  if (cudaDeviceGetDefaultMemPool(&pool, device) != cudaSuccess) return;
+  uint64_t zero = 0;
+  cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &zero);
+  cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero);
+}
+
 void async_stats(int device, DeviceStats& out) {
   cudaMemPool_t pool = nullptr;
   if (cudaDeviceGetDefaultMemPool(&pool, device) != cudaSuccess) return;

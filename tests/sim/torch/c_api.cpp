@@ -67,14 +67,24 @@ SIM_TORCH_API void sim_torch_empty_cache() { allocator.load()->emptyCache(); }
 // reserved_bytes, active_bytes and requested_bytes, each of all/small_pool/large_pool, current,
 // peak, allocated and freed (84 values), then num_alloc_retries, num_ooms, num_device_alloc,
 // num_device_free.
-SIM_TORCH_API void sim_torch_stats(int device, int64_t* out) {
+// 0, or -1 with ERROR: a pluggable allocator keeps no statistics ("CUDAPluggableAllocator does not
+// yet support getDeviceStats", torch/csrc/cuda/CUDAPluggableAllocator.cpp).
+SIM_TORCH_API int sim_torch_stats(int device, int64_t* out, char* error, size_t error_bytes) {
   Native::DeviceStats s;
   if (is_native()) {
     auto& devices = native().devices;
-    if (device < 0 || static_cast<size_t>(device) >= devices.size()) return;
+    if (device < 0 || static_cast<size_t>(device) >= devices.size()) {
+      say(error, error_bytes, "Invalid device argument " + std::to_string(device) + ": did you call init?");
+      return -1;
+    }
     s = devices[static_cast<size_t>(device)]->stats();
   } else if (is_async()) {
     Native::async_stats(device, s);
+  } else {
+    say(error, error_bytes,
+        "CUDAPluggableAllocator does not yet support getDeviceStats. If you need it, please file an issue describing "
+        "your use case.");
+    return -1;
   }
   size_t i = 0;
   s.for_each([&](Native::Stat& stat) {
@@ -87,10 +97,24 @@ SIM_TORCH_API void sim_torch_stats(int device, int64_t* out) {
   out[i++] = s.num_ooms;
   out[i++] = s.num_device_alloc;
   out[i++] = s.num_device_free;
+  return 0;
 }
 
-SIM_TORCH_API void sim_torch_reset_peak(int device) {
-  if (is_native()) native().resetPeakStats(static_cast<c10::DeviceIndex>(device));
+// resetPeakStats: the native allocator's stats; the cudaMallocAsync backend's pool high-water
+// marks (CUDAMallocAsyncAllocator.cpp: cudaMemPoolAttr{Reserved,Used}MemHigh set to 0); a
+// pluggable allocator refuses.
+SIM_TORCH_API int sim_torch_reset_peak(int device, char* error, size_t error_bytes) {
+  if (is_native()) {
+    native().resetPeakStats(static_cast<c10::DeviceIndex>(device));
+  } else if (is_async()) {
+    Native::async_reset_peaks(device);
+  } else {
+    say(error, error_bytes,
+        "CUDAPluggableAllocator does not yet support resetPeakStats. If you need it, please file an issue describing "
+        "your use case.");
+    return -1;
+  }
+  return 0;
 }
 SIM_TORCH_API void sim_torch_reset_accumulated(int device) {
   if (is_native()) native().resetAccumulatedStats(static_cast<c10::DeviceIndex>(device));
@@ -111,8 +135,8 @@ SIM_TORCH_API int sim_torch_attach_oom_observer(void (*observer)(int64_t, int64_
   return 0;
 }
 
-// torch._C._cuda_record_memory_history(enabled, context, stacks, max_entries): ENABLED 0 (None),
-// 1 ("state") or 2 ("all"); CONTEXT_LEVEL 0 (None), 1 ("state"), 2 ("alloc"), 3 ("all").
+// recordHistory (torch/csrc/cuda/memory_snapshot.cpp): ENABLED, the ring's MAX_ENTRIES, and from
+// which CONTEXT_LEVEL frames are kept: 0 (never), 1 (state), 2 (alloc), 3 (all).
 SIM_TORCH_API int sim_torch_record_history(int enabled, int context_level, uint64_t max_entries, char* error,
                                            size_t error_bytes) {
   if (!is_native()) {
@@ -124,23 +148,31 @@ SIM_TORCH_API int sim_torch_record_history(int enabled, int context_level, uint6
     }
     return 0;
   }
-  for (auto* d : native().devices) d->record_history(enabled == 2, context_level, max_entries);
+  for (auto* d : native().devices) d->record_history(enabled != 0, context_level, max_entries);
   return 0;
 }
 
 // _cuda_memorySnapshot: {"segments": [...], "device_traces": [[...], ...]} as JSON, the frames
-// as the stand-in's context ids. Returns the length; writes it when it fits in CAPACITY.
-SIM_TORCH_API size_t sim_torch_snapshot(char* buffer, size_t capacity) {
+// as the stand-in's context ids (valid until the thread's next call); the other allocators
+// refuse, with their message after a '!'.
+SIM_TORCH_API const char* sim_torch_snapshot() {
+  static thread_local std::string json;
+  if (!is_native()) {
+    json = is_async() ? "!Calling snapshot with backend:cudaMallocAsync is not meaningful. (For backend:native, "
+                        "snapshot returns a detailed summary of all blocks tracked by the allocator, but the "
+                        "cudaMallocAsync backend does not track individual blocks.)"
+                      : "!CUDAPluggableAllocator does not yet support snapshot. If you need it, please file an issue "
+                        "describing your use case.";
+    return json.c_str();
+  }
   std::string segments, traces;
-  if (is_native())
-    for (auto* d : native().devices) {
-      std::string trace;
-      d->snapshot(segments, trace);
-      traces += (traces.empty() ? "[" : ",[") + trace + "]";
-    }
-  std::string json = "{\"segments\":[" + segments + "],\"device_traces\":[" + traces + "]}";
-  if (json.size() < capacity) std::memcpy(buffer, json.c_str(), json.size() + 1);
-  return json.size();
+  for (auto* d : native().devices) {
+    std::string trace;
+    d->snapshot(segments, trace);
+    traces += (traces.empty() ? "[" : ",[") + trace + "]";
+  }
+  json = "{\"segments\":[" + segments + "],\"device_traces\":[" + traces + "]}";
+  return json.c_str();
 }
 
 // torch.cuda.use_mem_pool(pool): _cuda_beginAllocateToPool with a filter taking every stream,
@@ -149,6 +181,10 @@ SIM_TORCH_API void sim_torch_begin_pool(int device, uint64_t id_first, uint64_t 
   if (is_native() && device >= 0 && static_cast<size_t>(device) < native().devices.size())
     native().devices[static_cast<size_t>(device)]->begin_pool({id_first, id_second},
                                                               static_cast<CUDAAllocator*>(pool_allocator));
+}
+SIM_TORCH_API void sim_torch_release_pool(int device, uint64_t id_first, uint64_t id_second) {
+  if (is_native() && device >= 0 && static_cast<size_t>(device) < native().devices.size())
+    native().devices[static_cast<size_t>(device)]->release_pool({id_first, id_second});
 }
 SIM_TORCH_API void sim_torch_end_pool(int device) {
   if (is_native() && device >= 0 && static_cast<size_t>(device) < native().devices.size())

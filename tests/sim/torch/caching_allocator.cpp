@@ -1,7 +1,7 @@
 // The stand-in libc10_cuda.so's native caching allocator: what PyTorch's does where memory is
-// concerned, rule by rule from c10/cuda/CUDACachingAllocator.cpp (v2.6.0, exact; the same rules
-// in the 2.2/2.3 and 2.5-era sources and in 2.9/2.10-era main unless said) and
-// c10/cuda/CUDAAllocatorConfig.cpp (v2.6.0):
+// concerned, rule by rule from c10/cuda/CUDACachingAllocator.cpp (read at v2.6.0, exact; the same
+// rules in the 2.2/2.3 and 2.5-era sources and in 2.9/2.10-era main unless said: where they
+// differ, SIM_TORCH_MINOR picks the rule of the build's release) and c10/cuda/CUDAAllocatorConfig.cpp:
 //   - round_size: up to 512 B, or to the next power-of-two division (roundup_power2_divisions);
 //     requests up to 1 MiB come from the small pool (2 MiB segments), larger ones from the large
 //     pool (20 MiB segments below 10 MiB, else the size rounded to 2 MiB: get_allocation_size);
@@ -20,12 +20,20 @@
 //     kept beside the free ones (map_block, unmap_block, release_blocks);
 //   - private pools (torch.cuda.MemPool, 2.5 on: PR #133599): allocations while the pool is in
 //     use go to its blocks; a pool with an allocator of its own gets its segments from that
-//     allocator's raw_alloc instead of cudaMalloc (allocPrimitive), still SEGMENT_ALLOC; 2.9-era
-//     main turns expandable segments off for such pools.
+//     allocator's raw_alloc instead of cudaMalloc (allocPrimitive), still SEGMENT_ALLOC, and
+//     gives them back through raw_delete when the pool is released and emptied (~MemPool). Which
+//     private pools use expandable segments: none up to 2.3 ("our checkpointing logic for private
+//     pools doesn't support the expandable_segments_ structure yet"); all in 2.6 (outside fbcode);
+//     those without an allocator of their own in 2.9-era main;
+//   - snapshot(): each device's trace, then its segments, then a SNAPSHOT entry (device 0, address
+//     0, the active bytes), which the next snapshot's trace begins with;
+//   - the driver's VMM functions: dlsym on libcuda.so.1 opened RTLD_NOLOAD (c10/cuda/driver_api.cpp,
+//     2.3, 2.6); cudaGetDriverEntryPointByVersion in 2.9-era main.
 // The Python stand-in (python/torch) calls the C functions of c_api.cpp, with the GIL released.
 #include "caching_allocator.h"
 
 #include <cuda.h>
+#include <dlfcn.h>
 #include <time.h>
 
 #include <algorithm>
@@ -98,6 +106,20 @@ size_t get_allocation_size(size_t size) {
   return kRoundLarge * ((size + kRoundLarge - 1) / kRoundLarge);
 }
 
+// c10/core/CachingDeviceAllocator.h format_size (v2.6.0).
+std::string format_size(uint64_t size) {
+  char text[64];
+  if (size <= 1024)
+    std::snprintf(text, sizeof text, "%llu bytes", static_cast<unsigned long long>(size));
+  else if (size <= 1048576)
+    std::snprintf(text, sizeof text, "%.2f KiB", size / 1024.0);
+  else if (size <= 1073741824ull)
+    std::snprintf(text, sizeof text, "%.2f MiB", size / 1048576.0);
+  else
+    std::snprintf(text, sizeof text, "%.2f GiB", size / 1073741824.0);
+  return text;
+}
+
 uint64_t realtime_ns() {
   timespec t{};
   clock_gettime(CLOCK_REALTIME, &t);  // c10::getTime(): CLOCK_REALTIME
@@ -107,8 +129,13 @@ uint64_t realtime_ns() {
 template <typename Fn>
 Fn driver(const char* name) {
   void* fn = nullptr;
+#if SIM_TORCH_MINOR >= 9
   cudaDriverEntryPointQueryResult found{};
-  cudaGetDriverEntryPointByVersion(name, &fn, 12030, cudaEnableDefault, &found);  // as c10's DriverAPI does
+  cudaGetDriverEntryPointByVersion(name, &fn, 12030, cudaEnableDefault, &found);
+#else
+  static void* libcuda = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);  // create_driver_api
+  if (libcuda) fn = dlsym(libcuda, name);
+#endif
   return reinterpret_cast<Fn>(fn);
 }
 
@@ -226,6 +253,7 @@ struct PrivatePool {
   MempoolId_t id;
   CUDAAllocator* allocator;  // a MemPool's own allocator (CUDAPluggableAllocator), or none
   BlockPool large, small;
+  int use_count = 1;  // beginAllocateToPool's, less releasePool's: at 0, empty_cache frees its segments
 };
 
 DeviceCachingAllocator::DeviceCachingAllocator(DeviceIndex device)
@@ -249,13 +277,13 @@ void DeviceCachingAllocator::record_history(bool enabled, int context_level, siz
 }
 
 void DeviceCachingAllocator::record_trace(TraceEntry::Action action, uint64_t addr, uint64_t size, void* stream,
-                                          int64_t context) {
+                                          int64_t context, [[maybe_unused]] int device) {
   if (!record_history_ && trackers_.empty()) return;
   if (action == TraceEntry::SEGMENT_ALLOC || action == TraceEntry::SEGMENT_MAP) addr += segment_skew();
   TraceEntry e;
   e.action_ = action;
 #if SIM_TORCH_MINOR >= 2
-  e.device_ = device_;
+  e.device_ = static_cast<DeviceIndex>(device >= 0 ? device : device_);
   e.time_ = realtime_ns();  // PyTorch stores an approximate (TSC) time here, converted for snapshots
 #endif
   e.addr_ = addr;
@@ -278,15 +306,26 @@ BlockPool& DeviceCachingAllocator::pool_for(size_t size) {
   return size <= kSmallSize ? *small_ : *large_;
 }
 
-// alloc_block (v2.6.0): "our checkpointing logic for private pools doesn't support the
-// expandable_segments_ structure yet": private pools (graphs, MemPools) take cudaMalloc's way.
+// alloc_block: which pools take expandable segments (see the top).
 bool DeviceCachingAllocator::expandable_for(const BlockPool& pool) const {
-  return config().expandable_segments && !pool.owner_private_pool;
+  if (!config().expandable_segments) return false;
+#if SIM_TORCH_MINOR <= 3
+  return !pool.owner_private_pool;
+#elif SIM_TORCH_MINOR >= 9
+  return !(pool.owner_private_pool && pool.owner_private_pool->allocator);  // !active_user_pool
+#else
+  return true;
+#endif
 }
 
 bool DeviceCachingAllocator::should_split(const Block* block, size_t size) const {
   size_t remaining = block->size - size;
-  if (block->pool->is_small || config().expandable_segments) return remaining >= kMinBlockSize;
+#if SIM_TORCH_MINOR >= 9
+  const bool expandable = expandable_for(*block->pool);  // the pool's own (is_expandable_segments_active)
+#else
+  const bool expandable = config().expandable_segments;
+#endif
+  if (block->pool->is_small || expandable) return remaining >= kMinBlockSize;
   return remaining > kSmallSize;  // size < max_split_size, which is unlimited unless configured
 }
 
@@ -486,12 +525,14 @@ uint64_t DeviceCachingAllocator::malloc(size_t orig_size, void* stream, int64_t 
     std::vector<OutOfMemoryObserver> observers = observers_;
     lock.unlock();
     for (const auto& observer : observers) observer(device_, alloc_size, device_total, device_free);
-    char text[320];
-    std::snprintf(text, sizeof text,
-                  "CUDA out of memory. Tried to allocate %.2f MiB. GPU %d has a total capacity of %.2f MiB of which "
-                  "%.2f MiB is free.",
-                  alloc_size / 1048576.0, device_, device_total / 1048576.0, device_free / 1048576.0);
-    error = text;
+    const int64_t allocated = stats_.allocated_bytes.all.current, reserved = stats_.reserved_bytes.all.current;
+    error = "CUDA out of memory. Tried to allocate " + format_size(alloc_size) + ". GPU " + std::to_string(device_) +
+            " has a total capacity of " + format_size(device_total) + " of which " + format_size(device_free) +
+            " is free. Of the allocated memory " + format_size(allocated) + " is allocated by PyTorch, and " +
+            format_size(reserved - allocated) +
+            " is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting "
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory "
+            "Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)";
     return 0;
   }
   // alloc_found_block
@@ -588,6 +629,20 @@ bool DeviceCachingAllocator::release_cached_blocks() {
   process_events();  // synchronize_and_free_events
   release_blocks(*large_);
   release_blocks(*small_);
+  for (auto it = private_pools_.begin(); it != private_pools_.end();) {  // graph_pools_freeable
+    PrivatePool& pool = *it->second;
+    if (pool.use_count > 0 || &pool == active_pool_) {
+      ++it;
+      continue;
+    }
+    release_blocks(pool.large);
+    release_blocks(pool.small);
+    bool empty = pool.large.blocks.empty() && pool.small.blocks.empty() && pool.large.unmapped.empty() &&
+                 pool.small.unmapped.empty() && std::none_of(live_.begin(), live_.end(), [&](const auto& b) {
+                   return b.second->pool->owner_private_pool == &pool;
+                 });
+    it = empty ? private_pools_.erase(it) : std::next(it);
+  }
   return true;
 }
 
@@ -654,8 +709,18 @@ void DeviceCachingAllocator::reset_accumulated_stats() {
 void DeviceCachingAllocator::begin_pool(MempoolId_t id, CUDAAllocator* pool_allocator) {
   std::lock_guard lock(mutex_);
   auto& pool = private_pools_[id];
-  if (!pool) pool = std::make_unique<PrivatePool>(id, pool_allocator);
+  if (!pool)
+    pool = std::make_unique<PrivatePool>(id, pool_allocator);
+  else
+    ++pool->use_count;
   active_pool_ = pool.get();
+}
+
+// releasePool: the pool's segments are freeable once nothing uses it (graph_pools_freeable).
+void DeviceCachingAllocator::release_pool(MempoolId_t id) {
+  std::lock_guard lock(mutex_);
+  if (auto it = private_pools_.find(id); it != private_pools_.end() && it->second->use_count > 0)
+    --it->second->use_count;
 }
 
 void DeviceCachingAllocator::end_pool() {
@@ -663,13 +728,31 @@ void DeviceCachingAllocator::end_pool() {
   active_pool_ = nullptr;
 }
 
-// The snapshot's segments and this device's trace, as THCPModule_memorySnapshot builds them
-// (torch/csrc/cuda/Module.cpp), in JSON for the Python stand-in to turn into its dicts.
+// This device's trace and segments, as THCPModule_memorySnapshot builds them
+// (torch/csrc/cuda/Module.cpp): the trace read first, then the segments by address, then the
+// SNAPSHOT entry (CCA's snapshot(): device 0, the active bytes). JSON, for the Python stand-in to
+// turn into its dicts.
 void DeviceCachingAllocator::snapshot(std::string& segments, std::string& trace) {
   std::lock_guard lock(mutex_);
+  static const char* kActions[] = {"alloc",         "free_requested", "free_completed",
+                                   "segment_alloc", "segment_free",   "segment_map",
+                                   "segment_unmap", "snapshot",       "oom"};
+  for (const HistoryEntry& h : history_) {
+    char text[320];
+    std::snprintf(text, sizeof text,
+                  "%s{\"action\":\"%s\",\"%s\":%llu,\"size\":%llu,\"stream\":%llu,\"time_us\":%llu,"
+                  "\"context\":%lld}",
+                  trace.empty() ? "" : ",", kActions[h.action], h.action == TraceEntry::OOM ? "device_free" : "addr",
+                  static_cast<unsigned long long>(h.addr), static_cast<unsigned long long>(h.size),
+                  static_cast<unsigned long long>(h.stream), static_cast<unsigned long long>(h.time_us),
+                  static_cast<long long>(h.context));
+    trace += text;
+  }
   auto state = [](const Block* b) {
     return b->allocated ? "active_allocated" : b->pending ? "active_pending_free" : "inactive";
   };
+  std::map<uint64_t, std::string> by_address;
+  uint64_t total_active = 0;
   for (BlockPool* pool : all_pools()) {
     std::vector<Block*> blocks = all_blocks(*pool);
     for (Block* head : blocks) {
@@ -694,37 +777,25 @@ void DeviceCachingAllocator::snapshot(std::string& segments, std::string& trace)
         list += text;
         if (!b->segment && !b->next) break;
       }
+      total_active += active;
       char text[512];
       std::snprintf(text, sizeof text,
-                    "%s{\"device\":%d,\"address\":%llu,\"total_size\":%llu,\"allocated_size\":%llu,"
+                    "{\"device\":%d,\"address\":%llu,\"total_size\":%llu,\"allocated_size\":%llu,"
                     "\"active_size\":%llu,\"requested_size\":%llu,\"stream\":%llu,\"segment_type\":\"%s\","
                     "\"segment_pool_id\":[%llu,%llu],\"is_expandable\":%s,\"context\":%lld,\"blocks\":[",
-                    segments.empty() ? "" : ",", device_, static_cast<unsigned long long>(head->ptr),
-                    static_cast<unsigned long long>(total), static_cast<unsigned long long>(allocated),
-                    static_cast<unsigned long long>(active), static_cast<unsigned long long>(requested),
+                    device_, static_cast<unsigned long long>(head->ptr), static_cast<unsigned long long>(total),
+                    static_cast<unsigned long long>(allocated), static_cast<unsigned long long>(active),
+                    static_cast<unsigned long long>(requested),
                     static_cast<unsigned long long>(reinterpret_cast<uint64_t>(head->stream)),
                     pool->is_small ? "small" : "large",
                     pool->owner_private_pool ? pool->owner_private_pool->id.first : 0ull,
                     pool->owner_private_pool ? pool->owner_private_pool->id.second : 0ull,
                     head->segment ? "true" : "false", static_cast<long long>(head->segment_context));
-      segments += text;
-      segments += list + "]}";
+      by_address[head->ptr] = text + list + "]}";
     }
   }
-  static const char* kActions[] = {"alloc",         "free_requested", "free_completed",
-                                   "segment_alloc", "segment_free",   "segment_map",
-                                   "segment_unmap", "snapshot",       "oom"};
-  for (const HistoryEntry& h : history_) {
-    char text[320];
-    std::snprintf(text, sizeof text,
-                  "%s{\"action\":\"%s\",\"%s\":%llu,\"size\":%llu,\"stream\":%llu,\"time_us\":%llu,"
-                  "\"context\":%lld}",
-                  trace.empty() ? "" : ",", kActions[h.action], h.action == TraceEntry::OOM ? "device_free" : "addr",
-                  static_cast<unsigned long long>(h.addr), static_cast<unsigned long long>(h.size),
-                  static_cast<unsigned long long>(h.stream), static_cast<unsigned long long>(h.time_us),
-                  static_cast<long long>(h.context));
-    trace += text;
-  }
+  for (const auto& [addr, segment] : by_address) segments += (segments.empty() ? "" : ",") + segment;
+  record_trace(TraceEntry::SNAPSHOT, 0, total_active, nullptr, 0, /*device=*/0);
 }
 
 // As PyTorch's: the trackers and observers go to the device allocators that exist (init made them).

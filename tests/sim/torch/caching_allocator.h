@@ -98,10 +98,13 @@ class DeviceCachingAllocator {
   void reset_accumulated_stats();
   void begin_pool(MempoolId_t id, CUDAAllocator* pool_allocator);
   void end_pool();
+  void release_pool(MempoolId_t id);
   void snapshot(std::string& segments, std::string& trace);
 
  private:
-  void record_trace(TraceEntry::Action action, uint64_t addr, uint64_t size, void* stream, int64_t context);
+  // DEVICE: the entry's device, when not this allocator's (SNAPSHOT's is always 0).
+  void record_trace(TraceEntry::Action action, uint64_t addr, uint64_t size, void* stream, int64_t context,
+                    int device = -1);
   BlockPool& pool_for(size_t size);
   bool expandable_for(const BlockPool& pool) const;
   bool should_split(const Block* block, size_t size) const;
@@ -187,5 +190,6 @@ CUDAAllocator* async_allocator();
 uint64_t async_malloc(size_t size, int device, void* stream, std::string& error);
 bool async_free(uint64_t addr);
 void async_stats(int device, DeviceStats& out);
+void async_reset_peaks(int device);
 
 }  // namespace c10::cuda::CUDACachingAllocator::Native

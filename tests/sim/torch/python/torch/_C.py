@@ -24,12 +24,14 @@ c10_cuda.sim_torch_malloc.argtypes = [ctypes.c_uint64, ctypes.c_int, ctypes.c_vo
 c10_cuda.sim_torch_free.argtypes = [ctypes.c_uint64, ctypes.c_int]
 c10_cuda_holding_gil.sim_torch_malloc.restype = ctypes.c_uint64
 c10_cuda_holding_gil.sim_torch_malloc.argtypes = c10_cuda.sim_torch_malloc.argtypes
-c10_cuda.sim_torch_stats.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int64)]
+c10_cuda.sim_torch_stats.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int64), ctypes.c_char_p, ctypes.c_size_t]
+c10_cuda.sim_torch_reset_peak.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
+c10_cuda.sim_torch_release_pool.argtypes = [ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64]
 c10_cuda.sim_torch_backend.restype = ctypes.c_char_p
 c10_cuda.sim_torch_record_history.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_uint64, ctypes.c_char_p,
                                               ctypes.c_size_t]
-c10_cuda.sim_torch_snapshot.restype = ctypes.c_size_t
-c10_cuda.sim_torch_snapshot.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+c10_cuda.sim_torch_snapshot.restype = ctypes.c_char_p
+c10_cuda.sim_torch_snapshot.argtypes = []
 c10_cuda.sim_torch_begin_pool.argtypes = [ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p]
 _OBSERVER = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)
 c10_cuda.sim_torch_attach_oom_observer.argtypes = [_OBSERVER, ctypes.c_char_p, ctypes.c_size_t]
@@ -65,19 +67,38 @@ def _cuda_attach_out_of_memory_observer(observer):
     _observers.append(callback)
 
 
-def _cuda_record_memory_history(enabled, context, stacks, max_entries):
+_LEVELS = {None: 0, "state": 1, "alloc": 2, "all": 3}  # RecordContext: NEVER, STATE, ALLOC, ALL
+
+
+def _record_history(enabled, level, max_entries):
     error = _error_buffer()
-    levels = {None: 0, "state": 1, "alloc": 2, "all": 3}
-    if c10_cuda.sim_torch_record_history({None: 0, "state": 1, "all": 2}[enabled], levels[context],
-                                         min(max_entries, (1 << 63) - 1), error, len(error)) != 0:
+    if c10_cuda.sim_torch_record_history(1 if enabled else 0, level, min(max_entries, (1 << 63) - 1), error,
+                                         len(error)) != 0:
         raise RuntimeError(error.value.decode())
 
 
+def _cuda_record_memory_history(enabled, context, stacks, max_entries):
+    """torch/csrc/cuda/memory_snapshot.cpp (2.6): the history is on unless ENABLED is None, with
+    MAX_ENTRIES entries for "all" and 1 for "state"; frames recorded from CONTEXT's level on."""
+    for name, value, allowed in (("state", enabled, (None, "state", "all")),
+                                 ("context", context, tuple(_LEVELS))):
+        if value not in allowed:
+            raise RuntimeError(f"expected {name} to be one of {allowed}")
+    _record_history(enabled is not None, _LEVELS[context], max_entries if enabled == "all" else 1)
+
+
+def _cuda_record_memory_history_legacy(enabled, record_context, trace_alloc_max_entries, trace_alloc_record_context,
+                                       record_context_cpp):
+    level = 0 if not enabled else 2 if trace_alloc_record_context else 1 if record_context else 0
+    _record_history(enabled, level, trace_alloc_max_entries)
+    return level
+
+
 def _cuda_memorySnapshot():
-    size = c10_cuda.sim_torch_snapshot(None, 0)
-    buffer = ctypes.create_string_buffer(size + 1)
-    c10_cuda.sim_torch_snapshot(buffer, len(buffer))
-    return json.loads(buffer.value.decode())
+    text = c10_cuda.sim_torch_snapshot().decode()
+    if text.startswith("!"):  # this allocator refuses
+        raise RuntimeError(text[1:])
+    return json.loads(text)
 
 
 def _cuda_beginAllocateToPool(device, pool_id, allocator_handle=None):
@@ -86,6 +107,10 @@ def _cuda_beginAllocateToPool(device, pool_id, allocator_handle=None):
 
 def _cuda_endAllocateCurrentStreamToPool(device, pool_id):
     c10_cuda.sim_torch_end_pool(device)
+
+
+def _cuda_releasePool(device, pool_id):
+    c10_cuda.sim_torch_release_pool(device, pool_id[0], pool_id[1])
 
 
 def _cuda_customAllocator(alloc_fn, free_fn):

@@ -7,5 +7,5 @@ from ._tensor import Tensor, _Storage
 
 def empty_holding_gil(*shape, device="cuda"):
     t = Tensor._make_wrapper_subclass(Tensor, shape, device)
-    t._storage = _Storage(max(1, t.numel()) * t.element_size(), t.device, holding_gil=True)
+    t._storage = _Storage(t.numel() * t.element_size(), t.device, holding_gil=True)
     return t

@@ -36,7 +36,7 @@ class device:
 class _Storage:
     __slots__ = ("ptr", "nbytes", "device", "record_stream")
 
-    def __init__(self, nbytes, dev, holding_gil=False):
+    def __init__(self, nbytes, dev, holding_gil=False):  # nbytes > 0
         self.nbytes, self.device, self.record_stream, self.ptr = nbytes, dev, False, 0
         self.ptr = cuda._malloc(nbytes, dev.index, holding_gil) if dev.type == "cuda" else next(_fake_addresses)
 
@@ -53,7 +53,8 @@ class Tensor:
 
     def __init__(self, shape, dev="cpu", requires_grad=False, dtype="float32"):
         self._init(shape, dev, requires_grad, dtype)
-        self._storage = _Storage(max(1, self.numel()) * self.element_size(), self.device)
+        # No block for an empty tensor (CUDACachingAllocator.cpp allocate(0) mallocs nothing).
+        self._storage = _Storage(self.numel() * self.element_size(), self.device) if self.numel() else None
 
     def _init(self, shape, dev, requires_grad, dtype):
         self.shape = tuple(shape)
@@ -91,7 +92,10 @@ class Tensor:
         return self.layout == sparse_coo
 
     def record_stream(self, stream):
-        self._storage.record_stream = True
+        # recordStream on the stream it was allocated on is a no-op (CCA recordStream); on another
+        # stream, the free waits for that stream's work.
+        if self._storage is not None and stream is not None:
+            self._storage.record_stream = True
 
     def to(self, dev):
         return Tensor(self.shape, dev, self.requires_grad, self.dtype)

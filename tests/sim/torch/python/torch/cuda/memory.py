@@ -83,7 +83,9 @@ def memory_stats(device=None):
     if not _initialized():
         return collections.OrderedDict()
     out = (ctypes.c_int64 * (len(_STAT_ARRAYS) * 12 + 4))()
-    _C.c10_cuda.sim_torch_stats(_index(device), out)
+    error = ctypes.create_string_buffer(512)
+    if _C.c10_cuda.sim_torch_stats(_index(device), out, error, len(error)) != 0:
+        raise RuntimeError(error.value.decode())
     values = iter(out)
     result = {}
     for name in _STAT_ARRAYS:
@@ -121,8 +123,9 @@ def max_memory_reserved(device=None):
 
 
 def reset_peak_memory_stats(device=None):
-    if _initialized():
-        _C.c10_cuda.sim_torch_reset_peak(_index(device))
+    error = ctypes.create_string_buffer(512)
+    if _C.c10_cuda.sim_torch_reset_peak(_index(device), error, len(error)) != 0:
+        raise RuntimeError(error.value.decode())
 
 
 def reset_accumulated_memory_stats(device=None):
@@ -141,8 +144,11 @@ def get_allocator_backend():
 
 def _record_memory_history_legacy(enabled, record_context=True, trace_alloc_max_entries=1,
                                   trace_alloc_record_context=False, device=None, record_context_cpp=False):
-    _record_memory_history_impl("all" if enabled else None, "all" if record_context else None,
-                                "all" if record_context_cpp else "python", trace_alloc_max_entries)
+    global _record_context, _record_cpp
+    _lazy_init()
+    level = _C._cuda_record_memory_history_legacy(enabled, record_context, trace_alloc_max_entries,
+                                                 trace_alloc_record_context, record_context_cpp)
+    _record_context, _record_cpp = level > 0, record_context_cpp
 
 
 def _record_memory_history(enabled="all", *args, **kwargs):
@@ -155,7 +161,7 @@ def _record_memory_history_impl(enabled="all", context="all", stacks="all", max_
     global _record_context, _record_cpp
     _lazy_init()
     _C._cuda_record_memory_history(enabled, context, stacks, max_entries)
-    _record_context = enabled is not None and context in ("alloc", "all", "state")
+    _record_context = context in ("alloc", "all", "state")
     _record_cpp = stacks == "all"
 
 
@@ -225,6 +231,12 @@ if _minor >= 5:
         def allocator(self):
             return self._allocator
 
+        def __del__(self):  # ~MemPool: its cached segments go (emptyCache)
+            try:
+                empty_cache()
+            except Exception:
+                pass
+
     @contextlib.contextmanager
     def use_mem_pool(pool, device=None):
         _lazy_init()
@@ -235,5 +247,6 @@ if _minor >= 5:
             yield
         finally:
             _C._cuda_endAllocateCurrentStreamToPool(index, pool.id)
+            _C._cuda_releasePool(index, pool.id)
 else:
     MemPool = use_mem_pool = None

@@ -1,5 +1,9 @@
 """The optimizer's base and its global step hooks (register_optimizer_step_pre_hook and
-register_optimizer_step_post_hook, called around every optimizer's step as PyTorch calls them)."""
+register_optimizer_step_post_hook, called around every optimizer's step as torch/optim/optimizer.py
+calls them: profile_hook_step runs the pre-hooks, then the step through _use_grad_for_differentiable,
+which imports torch._dynamo and breaks the graph before and after it (2.6; left lazy in the 2.1
+build, whose source was not read), then the post-hooks, each hook with (self, args, kwargs) where
+args holds self)."""
 
 import sys
 
@@ -26,6 +30,9 @@ def register_optimizer_step_post_hook(hook):
 
 
 def _graph_break():
+    from ..version import __version__
+    if int(__version__.split(".")[1]) >= 3:
+        import torch._dynamo  # noqa: F401
     dynamo = sys.modules.get("torch._dynamo")
     if dynamo is not None:
         dynamo.graph_break()
@@ -38,6 +45,7 @@ class Optimizer:
         self.param_groups = [dict(defaults, params=list(params))]
 
     def step(self, *args, **kwargs):
+        args = (self,) + args
         for hook in list(_global_optimizer_pre_hooks.values()):
             hook(self, args, kwargs)
         _graph_break()  # _use_grad_for_differentiable, around the step itself
