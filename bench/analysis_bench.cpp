@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <string>
 
-#include "memtrace/analysis/process_analysis.h"
-#include "memtrace/analysis/replay.h"
+#include "memtrace/engine/process_analysis.h"
+#include "memtrace/engine/replay.h"
 #include "memtrace/format/trace_reader.h"
 
 namespace {

@@ -5,8 +5,8 @@
 #include <tuple>
 
 #include "command.h"
-#include "memtrace/analysis/units.h"
-#include "memtrace/analysis/views.h"
+#include "memtrace/base/units.h"
+#include "memtrace/views/views.h"
 #include "options.h"
 
 namespace memtrace::cli {

@@ -5,7 +5,7 @@
 #include <fstream>
 #include <utility>
 
-#include "memtrace/analysis/units.h"
+#include "memtrace/base/units.h"
 
 namespace memtrace::cli {
 

@@ -4,7 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <string>
 
-#include "memtrace/analysis/estimate.h"
+#include "memtrace/estimate/estimate.h"
 
 namespace memtrace::cli {
 

@@ -4,7 +4,7 @@
 
 #include "command.h"
 #include "estimate_options.h"
-#include "memtrace/analysis/explain.h"
+#include "memtrace/estimate/explain.h"
 #include "options.h"
 
 namespace memtrace::cli {

@@ -6,10 +6,10 @@
 #include <memory>
 
 #include "command.h"
-#include "memtrace/analysis/export_jsonl.h"
-#include "memtrace/analysis/export_memory_viz.h"
-#include "memtrace/analysis/export_profiles.h"
-#include "memtrace/analysis/trace_set.h"
+#include "memtrace/engine/trace_set.h"
+#include "memtrace/exports/export_jsonl.h"
+#include "memtrace/exports/export_memory_viz.h"
+#include "memtrace/exports/export_profiles.h"
 #include "options.h"
 
 namespace memtrace::cli {

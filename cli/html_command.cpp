@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "command.h"
-#include "memtrace/analysis/html_report.h"
+#include "memtrace/exports/html_report.h"
 #include "options.h"
 
 namespace memtrace::cli {
@@ -19,6 +19,12 @@ struct HtmlCli {
 };
 
 int write_html(HtmlCli& c) {
+  if (!html_report_available()) {
+    std::fprintf(stderr,
+                 "memtrace html: this memtrace was built without uPlot, which every page carries: run scripts/setup "
+                 "(npm ci in analysis/exports/html) and build again\n");
+    return 1;
+  }
   HtmlOptions options;
   options.largest_allocations = c.largest;
   c.analysis.options = html_analysis_options(options);

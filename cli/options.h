@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "memtrace/analysis/process_analysis.h"
-#include "memtrace/analysis/trace_set.h"
-#include "memtrace/analysis/views.h"
+#include "memtrace/engine/process_analysis.h"
+#include "memtrace/engine/trace_set.h"
+#include "memtrace/views/views.h"
 
 namespace memtrace::cli {
 

@@ -3,7 +3,7 @@
 #include <memory>
 
 #include "command.h"
-#include "memtrace/analysis/report_render.h"
+#include "memtrace/views/report_render.h"
 #include "options.h"
 
 namespace memtrace::cli {

@@ -4,10 +4,10 @@
 #include <memory>
 
 #include "command.h"
-#include "memtrace/analysis/trace_set.h"
-#include "memtrace/analysis/units.h"
-#include "memtrace/analysis/verify.h"
+#include "memtrace/base/units.h"
 #include "memtrace/collector/run.h"
+#include "memtrace/engine/trace_set.h"
+#include "memtrace/views/verify.h"
 
 namespace memtrace::cli {
 

@@ -3,7 +3,7 @@
 #include <memory>
 
 #include "command.h"
-#include "memtrace/analysis/snapshot_view.h"
+#include "memtrace/views/snapshot_view.h"
 #include "options.h"
 
 namespace memtrace::cli {

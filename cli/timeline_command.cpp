@@ -4,7 +4,7 @@
 #include <tuple>
 
 #include "command.h"
-#include "memtrace/analysis/views.h"
+#include "memtrace/views/views.h"
 #include "options.h"
 
 namespace memtrace::cli {

@@ -5,8 +5,8 @@
 #include <memory>
 
 #include "command.h"
-#include "memtrace/analysis/trace_set.h"
-#include "memtrace/analysis/verify.h"
+#include "memtrace/engine/trace_set.h"
+#include "memtrace/views/verify.h"
 #include "options.h"
 
 namespace memtrace::cli {

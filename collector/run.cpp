@@ -21,9 +21,9 @@
 
 #include "control_socket.h"
 #include "launcher.h"
-#include "memtrace/analysis/report_render.h"
-#include "memtrace/analysis/units.h"
+#include "memtrace/base/units.h"
 #include "memtrace/ring/environment.h"
+#include "memtrace/views/report_render.h"
 #include "traced_process.h"
 
 extern char** environ;

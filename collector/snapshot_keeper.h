@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "memtrace.pb.h"
-#include "memtrace/analysis/replay.h"
+#include "memtrace/engine/replay.h"
 #include "memtrace/format/trace_writer.h"
 
 namespace memtrace {

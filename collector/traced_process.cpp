@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "memtrace/analysis/torch_history.h"
+#include "memtrace/importers/torch_history.h"
 
 namespace memtrace {
 

@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "event_sequencer.h"
-#include "memtrace/analysis/replay.h"
-#include "memtrace/analysis/report.h"
+#include "memtrace/engine/replay.h"
+#include "memtrace/engine/report.h"
 #include "memtrace/format/trace_writer.h"
 #include "memtrace/ring/consumer.h"
 #include "record_batch.h"

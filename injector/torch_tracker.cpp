@@ -23,12 +23,14 @@
 #include <exception>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "elf_symbols.h"
 #include "interpose.h"
+#include "memtrace/format/torch_action.h"
 #include "stack_capture.h"
 
 namespace memtrace::inject {
@@ -41,18 +43,8 @@ using Attach = void (*)(void* allocator, Tracker tracker);
 
 // TraceEntry since 2.2: Action action_ (an int), DeviceIndex device_ (int8), size_t addr_,
 // shared_ptr context_, stream_, size_t size_, then times and strings memtrace does not read.
+// Actions numbered as memtrace/format/torch_action.h has them.
 constexpr size_t kActionAt = 0, kDeviceAt = 4, kAddrAt = 8, kStreamAt = 32, kSizeAt = 40;
-enum Action : int32_t {
-  kAlloc,
-  kFreeRequested,
-  kFreeCompleted,
-  kSegmentAlloc,
-  kSegmentFree,
-  kSegmentMap,
-  kSegmentUnmap,
-  kSnapshot,
-  kOom,
-};
 
 constexpr const char* kAllocatorSymbol = "_ZN3c104cuda20CUDACachingAllocator9allocatorE";
 constexpr const char* kPluggableVtable = "_ZTVN5torch4cuda22CUDAPluggableAllocator22CUDAPluggableAllocatorE";
@@ -147,18 +139,12 @@ void forget_early() {
   g_early->clear();
 }
 
-void record_action(int32_t action, int device, uint64_t addr, uint64_t size, uint64_t stream, bool early) {
-  switch (action) {
-    case kAlloc: record(Api::kTorchAlloc, device, addr, size, stream, 0, early); break;
-    case kFreeRequested: record(Api::kTorchFree, device, addr, size, stream, 0, early); break;
-    case kFreeCompleted: record(Api::kTorchFreeCompleted, device, addr, size, stream, 0, early); break;
-    case kSegmentAlloc: record(Api::kTorchSegmentAlloc, device, addr, size, stream, 0, early); break;
-    case kSegmentFree: record(Api::kTorchSegmentFree, device, addr, size, stream, 0, early); break;
-    case kSegmentMap: record(Api::kTorchSegmentMap, device, addr, size, stream, 0, early); break;
-    case kSegmentUnmap: record(Api::kTorchSegmentUnmap, device, addr, size, stream, 0, early); break;
-    case kOom: record(Api::kTorchOom, device, 0, size, stream, /*device_free=*/addr, early); break;
-    default: break;  // a snapshot taken
-  }
+void record_action(TorchAction action, int device, uint64_t addr, uint64_t size, uint64_t stream, bool early) {
+  const Api api = torch_action_info(action).api;
+  if (action == TorchAction::kOom)
+    record(api, device, 0, size, stream, /*device_free=*/addr, early);
+  else if (api != Api::kUnknown)  // not a snapshot taken
+    record(api, device, addr, size, stream, 0, early);
 }
 
 // What a segment PyTorch reports says of memtrace's reading of its events. PyTorch's own segment is
@@ -179,21 +165,23 @@ SegmentCheck check_segment(uint64_t addr, uint64_t size) {
 void on_trace_entry(const TraceEntryView& entry) {
   int state = g_state.load(std::memory_order_acquire);
   if (state == kSilent || state == kNotAttached) return;
-  auto action = read_at<int32_t>(entry, kActionAt);
+  std::optional<TorchAction> known = torch_action(read_at<int32_t>(entry, kActionAt));
   int device = read_at<int8_t>(entry, kDeviceAt);
   auto addr = read_at<uint64_t>(entry, kAddrAt);
   auto stream = read_at<uint64_t>(entry, kStreamAt);
   auto size = read_at<uint64_t>(entry, kSizeAt);
-  if (action < kAlloc || action > kOom || device < 0) {
+  if (!known || device < 0) {
     if (g_unreadable.fetch_add(1, std::memory_order_relaxed) == 0)
       say("PyTorch " + *g_version +
           ": some allocator events could not be read (an action or device memtrace does not know): they are "
           "missing from the allocated layer");
     return;
   }
+  const TorchAction action = *known;
   if (state == kUnconfirmed) {
-    SegmentCheck check =
-        action == kSegmentAlloc || action == kSegmentMap ? check_segment(addr, size) : SegmentCheck::kTellsNothing;
+    SegmentCheck check = action == TorchAction::kSegmentAlloc || action == TorchAction::kSegmentMap
+                             ? check_segment(addr, size)
+                             : SegmentCheck::kTellsNothing;
     t_serial_seen = t_last_reserved.serial;
     if (check == SegmentCheck::kTellsNothing) {
       record_action(action, device, addr, size, stream, /*early=*/true);

@@ -8,7 +8,7 @@ GIL (as a C++ extension's function does). It prints PyTorch's figures as the sam
                  [--compile] [--holding-gil]
 
 --fsdp, --holding-gil and the compile account use what memtrace's stand-in PyTorch
-(tests/sim/torch) offers in place of a process group and a built extension.
+(sim/torch) offers in place of a process group and a built extension.
 """
 
 import argparse

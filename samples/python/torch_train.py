@@ -1,7 +1,7 @@
 """A PyTorch training loop: a two-layer model trained with AdamW, its parameters, gradients,
 optimizer state and activations on the GPU; optionally a tensor kept every step (a leak) and a
 request larger than the GPU at the end (an out-of-memory). It prints PyTorch's own figures as the
-sample's account. It uses only the PyTorch API that memtrace's stand-in (tests/sim/torch) has, so
+sample's account. It uses only the PyTorch API that memtrace's stand-in (sim/torch) has, so
 the same script runs on a GPU with PyTorch and on the simulated device.
 
   torch_train.py [--steps N] [--leak] [--oom] [--width W]

@@ -15,7 +15,7 @@ import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 
 const require = createRequire(import.meta.url);
-const puppeteer = require(path.join(path.dirname(new URL(import.meta.url).pathname), '../../analysis/html/node_modules/puppeteer-core'));
+const puppeteer = require(path.join(path.dirname(new URL(import.meta.url).pathname), '../../analysis/exports/html/node_modules/puppeteer-core'));
 
 const chromium = process.env.CHROMIUM || '/usr/bin/chromium';
 let failures = 0;

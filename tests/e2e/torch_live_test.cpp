@@ -1,6 +1,6 @@
 // PyTorch as PyTorch users see it, recorded live: a training loop (samples/python/torch_train.py,
 // which runs unchanged on a GPU with PyTorch) on the simulated device with memtrace's stand-in
-// PyTorch (tests/sim/torch: a caching allocator with trace trackers, its classes laid out and
+// PyTorch (sim/torch: a caching allocator with trace trackers, its classes laid out and
 // exported as PyTorch's are, its ops releasing the GIL). The allocated layer must have PyTorch's
 // own figures to the byte, with and without expandable segments; steps come from the optimizer
 // with no flag; parameters, gradients and optimizer state are told apart; the leak and the OOM

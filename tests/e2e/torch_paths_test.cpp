@@ -1,4 +1,4 @@
-// PyTorch as it really is: the stand-in PyTorch (tests/sim/torch) of each release where PyTorch
+// PyTorch as it really is: the stand-in PyTorch (sim/torch) of each release where PyTorch
 // differs (2.1: no trace tracker; 2.3: the class memtrace finds the tracker by is hidden; 2.11:
 // exported), and the paths a simple training loop does not take (samples/python/torch_paths.py):
 // gradients without storage, FSDP2's DTensors, the program resetting PyTorch's peaks, a MemPool

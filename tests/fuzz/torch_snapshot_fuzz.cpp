@@ -8,9 +8,9 @@
 #include <string>
 #include <string_view>
 
-#include "memtrace/analysis/torch_snapshot.h"
 #include "memtrace/format/trace_reader.h"
 #include "memtrace/format/trace_writer.h"
+#include "memtrace/importers/torch_snapshot.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   int fd = ::memfd_create("fuzz", MFD_CLOEXEC);

@@ -6,12 +6,12 @@
 #include <filesystem>
 #include <map>
 
-#include "memtrace/analysis/html_report.h"
-#include "memtrace/analysis/process_analysis.h"
-#include "memtrace/analysis/report_render.h"
-#include "memtrace/analysis/timeline.h"
-#include "memtrace/analysis/views.h"
+#include "memtrace/engine/process_analysis.h"
+#include "memtrace/engine/timeline.h"
+#include "memtrace/exports/html_report.h"
 #include "memtrace/format/trace_writer.h"
+#include "memtrace/views/report_render.h"
+#include "memtrace/views/views.h"
 
 namespace {
 

@@ -1,5 +1,5 @@
 // The estimator against the standard worked figures (Llama-2-7B at a nominal P = 7×10⁹).
-#include "memtrace/analysis/estimate.h"
+#include "memtrace/estimate/estimate.h"
 
 #include <gtest/gtest.h>
 

@@ -5,8 +5,10 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <vector>
 
 #include "memtrace.pb.h"
+#include "memtrace/format/api.h"
 
 namespace {
 
@@ -42,6 +44,57 @@ TEST(FormatDoc, EveryMessageAndFieldOfTheSchemaIsDescribed) {
       EXPECT_NE(text.find("`" + message->field(f)->name() + "`"), std::string::npos)
           << message->name() << "." << message->field(f)->name() << " is not described in its FORMAT.md section";
   }
+}
+
+}  // namespace
+
+namespace {
+
+// The rows of FORMAT.md's table under HEADING (a ### line that starts with it): its cells, the
+// backticks taken off.
+std::vector<std::vector<std::string>> table(const std::string& heading) {
+  std::ifstream in(MEMTRACE_FORMAT_DOC);
+  std::vector<std::vector<std::string>> rows;
+  bool inside = false;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("### ", 0) == 0) inside = line.rfind("### " + heading, 0) == 0;
+    if (!inside || line.rfind("| ", 0) != 0 || line.rfind("| value", 0) == 0) continue;
+    std::vector<std::string> cells;
+    std::stringstream cells_in(line.substr(1));
+    for (std::string cell; std::getline(cells_in, cell, '|');) {
+      std::string clean;
+      for (char c : cell)
+        if (c != '`' && c != ' ') clean += c;
+      cells.push_back(clean);
+    }
+    rows.push_back(cells);
+  }
+  return rows;
+}
+
+TEST(FormatDoc, EveryNumberedValueIsTheCodes) {
+  using namespace memtrace;
+  auto apis = table("API");
+  ASSERT_EQ(apis.size(), static_cast<size_t>(Api::kCount)) << "FORMAT.md's API table misses values";
+  for (const auto& row : apis) {
+    const ApiInfo& info = api_info(static_cast<Api>(std::stoul(row.at(0))));
+    EXPECT_EQ(row.at(1), info.name) << "API " << row[0];
+    EXPECT_EQ(row.at(2), info.op == Op::kAlloc ? "alloc" : info.op == Op::kFree ? "free" : "mark") << row[1];
+    EXPECT_EQ(row.at(3), mem_kind_name(info.kind)) << row[1];
+    EXPECT_EQ(row.at(4), layer_name(info.layer)) << row[1];
+  }
+  auto kinds = table("Kind");
+  ASSERT_EQ(kinds.size(), static_cast<size_t>(MemKind::kCount));
+  for (const auto& row : kinds) EXPECT_EQ(row.at(1), mem_kind_name(static_cast<MemKind>(std::stoul(row[0]))));
+  for (const auto& row : table("Layer")) EXPECT_EQ(row.at(1), layer_name(static_cast<Layer>(std::stoul(row[0]))));
+  auto flags = table("Stack flags");
+  const auto* flag_enum = pb::StackFlags_descriptor();
+  ASSERT_EQ(flags.size(), static_cast<size_t>(flag_enum->value_count()));
+  for (const auto& row : flags) EXPECT_EQ(flag_enum->FindValueByNumber(std::stoi(row[0]))->name(), row.at(1));
+  auto reasons = table("Snapshot reasons");
+  const auto* reason_enum = pb::Snapshot::Reason_descriptor();
+  ASSERT_EQ(reasons.size(), static_cast<size_t>(reason_enum->value_count()));
+  for (const auto& row : reasons) EXPECT_EQ(reason_enum->FindValueByNumber(std::stoi(row[0]))->name(), row.at(1));
 }
 
 }  // namespace

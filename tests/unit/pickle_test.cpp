@@ -1,7 +1,7 @@
 // The pickle reader and writer: every protocol Python writes, plain data only, values shared through
 // the memo kept shared, every length checked; the writer's output read back by the reader (and, in
 // the e2e tests, by Python and by memory_viz's rules).
-#include "memtrace/analysis/pickle.h"
+#include "memtrace/importers/pickle.h"
 
 #include <gtest/gtest.h>
 

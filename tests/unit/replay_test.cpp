@@ -1,13 +1,13 @@
 // The replay and the report built on it, on hand-made event sequences with known answers.
-#include "memtrace/analysis/replay.h"
+#include "memtrace/engine/replay.h"
 
 #include <gtest/gtest.h>
 
 #include <random>
 #include <unordered_map>
 
-#include "memtrace/analysis/address_map.h"
-#include "memtrace/analysis/report.h"
+#include "memtrace/engine/address_map.h"
+#include "memtrace/engine/report.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-#include "memtrace/analysis/units.h"
+#include "memtrace/base/units.h"
 
 #include <gtest/gtest.h>
 

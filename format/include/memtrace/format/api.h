@@ -173,6 +173,7 @@ inline constexpr int32_t kOutOfMemoryResult = 2;
 enum class AuxField : uint8_t { kNone, kHandle, kHeap, kName };
 
 struct ApiInfo {
+  Api api;  // the row's own value: rows are found by it, never by their position alone
   std::string_view name;
   Op op;
   MemKind kind;
@@ -181,87 +182,126 @@ struct ApiInfo {
 };
 
 inline constexpr ApiInfo kApiTable[] = {
-    {"unknown", Op::kAlloc, MemKind::kUnknown},
-    {"cudaMalloc", Op::kAlloc, MemKind::kDevice},
-    {"cudaFree", Op::kFree, MemKind::kDevice},
-    {"cudaMallocAsync", Op::kAlloc, MemKind::kDevice},
-    {"cudaFreeAsync", Op::kFree, MemKind::kDevice},
-    {"cudaMallocFromPoolAsync", Op::kAlloc, MemKind::kDevice, Layer::kReserved, AuxField::kHandle},
-    {"cudaMallocManaged", Op::kAlloc, MemKind::kManaged},
-    {"cudaMallocHost", Op::kAlloc, MemKind::kPinnedHost},
-    {"cudaHostAlloc", Op::kAlloc, MemKind::kPinnedHost},
-    {"cudaFreeHost", Op::kFree, MemKind::kPinnedHost},
-    {"cudaMallocPitch", Op::kAlloc, MemKind::kDevice},
-    {"cudaMalloc3D", Op::kAlloc, MemKind::kDevice},
-    {"cuMemAlloc", Op::kAlloc, MemKind::kDevice},
-    {"cuMemFree", Op::kFree, MemKind::kDevice},
-    {"cuMemAllocAsync", Op::kAlloc, MemKind::kDevice},
-    {"cuMemFreeAsync", Op::kFree, MemKind::kDevice},
-    {"cuMemAllocFromPoolAsync", Op::kAlloc, MemKind::kDevice, Layer::kReserved, AuxField::kHandle},
-    {"cuMemAllocManaged", Op::kAlloc, MemKind::kManaged},
-    {"cuMemHostAlloc", Op::kAlloc, MemKind::kPinnedHost},
-    {"cuMemAllocHost", Op::kAlloc, MemKind::kPinnedHost},
-    {"cuMemFreeHost", Op::kFree, MemKind::kPinnedHost},
-    {"cuMemAllocPitch", Op::kAlloc, MemKind::kDevice},
-    {"cuMemCreate", Op::kAlloc, MemKind::kVmmPhysical},
-    {"cuMemRelease", Op::kFree, MemKind::kVmmPhysical},
-    {"cuMemMap", Op::kAlloc, MemKind::kVmmMapping, Layer::kReserved, AuxField::kHandle},
-    {"cuMemUnmap", Op::kFree, MemKind::kVmmMapping},
-    {"cuMemAddressReserve", Op::kAlloc, MemKind::kVaReservation},
-    {"cuMemAddressFree", Op::kFree, MemKind::kVaReservation},
-    {"nvtxMark", Op::kMark, MemKind::kUnknown, Layer::kUnknown, AuxField::kName},
-    {"nvtxRangePush", Op::kMark, MemKind::kUnknown, Layer::kUnknown, AuxField::kName},
-    {"nvtxRangePop", Op::kMark, MemKind::kUnknown, Layer::kUnknown, AuxField::kName},
-    {"nvtxRangeStart", Op::kMark, MemKind::kUnknown, Layer::kUnknown, AuxField::kName},
-    {"nvtxRangeEnd", Op::kMark, MemKind::kUnknown, Layer::kUnknown, AuxField::kName},
-    {"nvtxMemHeapRegister", Op::kAlloc, MemKind::kHeap, Layer::kAllocated},
-    {"nvtxMemHeapUnregister", Op::kFree, MemKind::kHeap, Layer::kAllocated},
-    {"nvtxMemHeapReset", Op::kFree, MemKind::kHeap, Layer::kAllocated},
-    {"nvtxMemRegionsRegister", Op::kAlloc, MemKind::kDevice, Layer::kAllocated, AuxField::kHeap},
-    {"nvtxMemRegionsUnregister", Op::kFree, MemKind::kDevice, Layer::kAllocated},
-    {"torch.alloc", Op::kAlloc, MemKind::kDevice, Layer::kAllocated},
-    {"torch.free", Op::kMark, MemKind::kDevice, Layer::kAllocated},
-    {"torch.free_completed", Op::kFree, MemKind::kDevice, Layer::kAllocated},
-    {"torch.segment_alloc", Op::kAlloc, MemKind::kHeap, Layer::kAllocated},
-    {"torch.segment_free", Op::kFree, MemKind::kHeap, Layer::kAllocated},
-    {"torch.segment_map", Op::kAlloc, MemKind::kHeap, Layer::kAllocated},
-    {"torch.segment_unmap", Op::kFree, MemKind::kHeap, Layer::kAllocated},
-    {"torch.oom", Op::kAlloc, MemKind::kDevice, Layer::kAllocated},
-    {"torch.category", Op::kMark, MemKind::kUnknown, Layer::kAllocated, AuxField::kName},
-    {"memtrace.mark", Op::kMark, MemKind::kUnknown, Layer::kUnknown, AuxField::kName},
-    {"memtrace.range_push", Op::kMark, MemKind::kUnknown, Layer::kUnknown, AuxField::kName},
-    {"memtrace.range_pop", Op::kMark, MemKind::kUnknown, Layer::kUnknown, AuxField::kName},
-    {"snapshot.segment", Op::kAlloc, MemKind::kDevice},
-    {"snapshot.segment_free", Op::kFree, MemKind::kDevice},
-    {"cupti.memory_alloc", Op::kMark, MemKind::kDevice, Layer::kUnknown},
-    {"cupti.memory_free", Op::kMark, MemKind::kDevice, Layer::kUnknown},
-    {"device.used", Op::kMark, MemKind::kDevice, Layer::kDevice},
-    {"device.pool_held", Op::kMark, MemKind::kDevice, Layer::kDevice},
-    {"device.graph_reserved", Op::kMark, MemKind::kDevice, Layer::kDevice},
-    {"cudaGraphAddMemAllocNode", Op::kAlloc, MemKind::kGraphMemory, Layer::kReserved, AuxField::kHandle},
-    {"cudaGraphAddMemFreeNode", Op::kFree, MemKind::kGraphMemory},
-    {"cuGraphAddMemAllocNode", Op::kAlloc, MemKind::kGraphMemory, Layer::kReserved, AuxField::kHandle},
-    {"cuGraphAddMemFreeNode", Op::kFree, MemKind::kGraphMemory},
-    {"cudaIpcOpenMemHandle", Op::kAlloc, MemKind::kIpcImport},
-    {"cudaIpcCloseMemHandle", Op::kFree, MemKind::kIpcImport},
-    {"cuIpcOpenMemHandle", Op::kAlloc, MemKind::kIpcImport},
-    {"cuIpcCloseMemHandle", Op::kFree, MemKind::kIpcImport},
-    {"cudaMemPoolImportPointer", Op::kAlloc, MemKind::kIpcImport, Layer::kReserved, AuxField::kHandle},
-    {"cuMemPoolImportPointer", Op::kAlloc, MemKind::kIpcImport, Layer::kReserved, AuxField::kHandle},
-    {"cuMemImportFromShareableHandle", Op::kAlloc, MemKind::kVmmImported},
-    {"cuMulticastCreate", Op::kAlloc, MemKind::kMulticast},
-    {"device.other_processes", Op::kMark, MemKind::kDevice, Layer::kDevice},
-    {"torch.counter", Op::kMark, MemKind::kUnknown, Layer::kUnknown, AuxField::kName},
+    {Api::kUnknown, "unknown", Op::kAlloc, MemKind::kUnknown},
+    {Api::kCudaMalloc, "cudaMalloc", Op::kAlloc, MemKind::kDevice},
+    {Api::kCudaFree, "cudaFree", Op::kFree, MemKind::kDevice},
+    {Api::kCudaMallocAsync, "cudaMallocAsync", Op::kAlloc, MemKind::kDevice},
+    {Api::kCudaFreeAsync, "cudaFreeAsync", Op::kFree, MemKind::kDevice},
+    {Api::kCudaMallocFromPoolAsync, "cudaMallocFromPoolAsync", Op::kAlloc, MemKind::kDevice, Layer::kReserved,
+     AuxField::kHandle},
+    {Api::kCudaMallocManaged, "cudaMallocManaged", Op::kAlloc, MemKind::kManaged},
+    {Api::kCudaMallocHost, "cudaMallocHost", Op::kAlloc, MemKind::kPinnedHost},
+    {Api::kCudaHostAlloc, "cudaHostAlloc", Op::kAlloc, MemKind::kPinnedHost},
+    {Api::kCudaFreeHost, "cudaFreeHost", Op::kFree, MemKind::kPinnedHost},
+    {Api::kCudaMallocPitch, "cudaMallocPitch", Op::kAlloc, MemKind::kDevice},
+    {Api::kCudaMalloc3D, "cudaMalloc3D", Op::kAlloc, MemKind::kDevice},
+    {Api::kCuMemAlloc, "cuMemAlloc", Op::kAlloc, MemKind::kDevice},
+    {Api::kCuMemFree, "cuMemFree", Op::kFree, MemKind::kDevice},
+    {Api::kCuMemAllocAsync, "cuMemAllocAsync", Op::kAlloc, MemKind::kDevice},
+    {Api::kCuMemFreeAsync, "cuMemFreeAsync", Op::kFree, MemKind::kDevice},
+    {Api::kCuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", Op::kAlloc, MemKind::kDevice, Layer::kReserved,
+     AuxField::kHandle},
+    {Api::kCuMemAllocManaged, "cuMemAllocManaged", Op::kAlloc, MemKind::kManaged},
+    {Api::kCuMemHostAlloc, "cuMemHostAlloc", Op::kAlloc, MemKind::kPinnedHost},
+    {Api::kCuMemAllocHost, "cuMemAllocHost", Op::kAlloc, MemKind::kPinnedHost},
+    {Api::kCuMemFreeHost, "cuMemFreeHost", Op::kFree, MemKind::kPinnedHost},
+    {Api::kCuMemAllocPitch, "cuMemAllocPitch", Op::kAlloc, MemKind::kDevice},
+    {Api::kCuMemCreate, "cuMemCreate", Op::kAlloc, MemKind::kVmmPhysical},
+    {Api::kCuMemRelease, "cuMemRelease", Op::kFree, MemKind::kVmmPhysical},
+    {Api::kCuMemMap, "cuMemMap", Op::kAlloc, MemKind::kVmmMapping, Layer::kReserved, AuxField::kHandle},
+    {Api::kCuMemUnmap, "cuMemUnmap", Op::kFree, MemKind::kVmmMapping},
+    {Api::kCuMemAddressReserve, "cuMemAddressReserve", Op::kAlloc, MemKind::kVaReservation},
+    {Api::kCuMemAddressFree, "cuMemAddressFree", Op::kFree, MemKind::kVaReservation},
+    {Api::kNvtxMark, "nvtxMark", Op::kMark, MemKind::kUnknown, Layer::kUnknown, AuxField::kName},
+    {Api::kNvtxRangePush, "nvtxRangePush", Op::kMark, MemKind::kUnknown, Layer::kUnknown, AuxField::kName},
+    {Api::kNvtxRangePop, "nvtxRangePop", Op::kMark, MemKind::kUnknown, Layer::kUnknown, AuxField::kName},
+    {Api::kNvtxRangeStart, "nvtxRangeStart", Op::kMark, MemKind::kUnknown, Layer::kUnknown, AuxField::kName},
+    {Api::kNvtxRangeEnd, "nvtxRangeEnd", Op::kMark, MemKind::kUnknown, Layer::kUnknown, AuxField::kName},
+    {Api::kNvtxMemHeapRegister, "nvtxMemHeapRegister", Op::kAlloc, MemKind::kHeap, Layer::kAllocated},
+    {Api::kNvtxMemHeapUnregister, "nvtxMemHeapUnregister", Op::kFree, MemKind::kHeap, Layer::kAllocated},
+    {Api::kNvtxMemHeapReset, "nvtxMemHeapReset", Op::kFree, MemKind::kHeap, Layer::kAllocated},
+    {Api::kNvtxMemRegionRegister, "nvtxMemRegionsRegister", Op::kAlloc, MemKind::kDevice, Layer::kAllocated,
+     AuxField::kHeap},
+    {Api::kNvtxMemRegionUnregister, "nvtxMemRegionsUnregister", Op::kFree, MemKind::kDevice, Layer::kAllocated},
+    {Api::kTorchAlloc, "torch.alloc", Op::kAlloc, MemKind::kDevice, Layer::kAllocated},
+    {Api::kTorchFree, "torch.free", Op::kMark, MemKind::kDevice, Layer::kAllocated},
+    {Api::kTorchFreeCompleted, "torch.free_completed", Op::kFree, MemKind::kDevice, Layer::kAllocated},
+    {Api::kTorchSegmentAlloc, "torch.segment_alloc", Op::kAlloc, MemKind::kHeap, Layer::kAllocated},
+    {Api::kTorchSegmentFree, "torch.segment_free", Op::kFree, MemKind::kHeap, Layer::kAllocated},
+    {Api::kTorchSegmentMap, "torch.segment_map", Op::kAlloc, MemKind::kHeap, Layer::kAllocated},
+    {Api::kTorchSegmentUnmap, "torch.segment_unmap", Op::kFree, MemKind::kHeap, Layer::kAllocated},
+    {Api::kTorchOom, "torch.oom", Op::kAlloc, MemKind::kDevice, Layer::kAllocated},
+    {Api::kTorchCategory, "torch.category", Op::kMark, MemKind::kUnknown, Layer::kAllocated, AuxField::kName},
+    {Api::kShimMark, "memtrace.mark", Op::kMark, MemKind::kUnknown, Layer::kUnknown, AuxField::kName},
+    {Api::kShimRangePush, "memtrace.range_push", Op::kMark, MemKind::kUnknown, Layer::kUnknown, AuxField::kName},
+    {Api::kShimRangePop, "memtrace.range_pop", Op::kMark, MemKind::kUnknown, Layer::kUnknown, AuxField::kName},
+    {Api::kSnapshotSegment, "snapshot.segment", Op::kAlloc, MemKind::kDevice},
+    {Api::kSnapshotSegmentFree, "snapshot.segment_free", Op::kFree, MemKind::kDevice},
+    {Api::kCuptiMemoryAlloc, "cupti.memory_alloc", Op::kMark, MemKind::kDevice, Layer::kUnknown},
+    {Api::kCuptiMemoryFree, "cupti.memory_free", Op::kMark, MemKind::kDevice, Layer::kUnknown},
+    {Api::kDeviceUsed, "device.used", Op::kMark, MemKind::kDevice, Layer::kDevice},
+    {Api::kDevicePoolHeld, "device.pool_held", Op::kMark, MemKind::kDevice, Layer::kDevice},
+    {Api::kDeviceGraphReserved, "device.graph_reserved", Op::kMark, MemKind::kDevice, Layer::kDevice},
+    {Api::kCudaGraphAddMemAllocNode, "cudaGraphAddMemAllocNode", Op::kAlloc, MemKind::kGraphMemory, Layer::kReserved,
+     AuxField::kHandle},
+    {Api::kCudaGraphAddMemFreeNode, "cudaGraphAddMemFreeNode", Op::kFree, MemKind::kGraphMemory},
+    {Api::kCuGraphAddMemAllocNode, "cuGraphAddMemAllocNode", Op::kAlloc, MemKind::kGraphMemory, Layer::kReserved,
+     AuxField::kHandle},
+    {Api::kCuGraphAddMemFreeNode, "cuGraphAddMemFreeNode", Op::kFree, MemKind::kGraphMemory},
+    {Api::kCudaIpcOpenMemHandle, "cudaIpcOpenMemHandle", Op::kAlloc, MemKind::kIpcImport},
+    {Api::kCudaIpcCloseMemHandle, "cudaIpcCloseMemHandle", Op::kFree, MemKind::kIpcImport},
+    {Api::kCuIpcOpenMemHandle, "cuIpcOpenMemHandle", Op::kAlloc, MemKind::kIpcImport},
+    {Api::kCuIpcCloseMemHandle, "cuIpcCloseMemHandle", Op::kFree, MemKind::kIpcImport},
+    {Api::kCudaMemPoolImportPointer, "cudaMemPoolImportPointer", Op::kAlloc, MemKind::kIpcImport, Layer::kReserved,
+     AuxField::kHandle},
+    {Api::kCuMemPoolImportPointer, "cuMemPoolImportPointer", Op::kAlloc, MemKind::kIpcImport, Layer::kReserved,
+     AuxField::kHandle},
+    {Api::kCuMemImportFromShareableHandle, "cuMemImportFromShareableHandle", Op::kAlloc, MemKind::kVmmImported},
+    {Api::kCuMulticastCreate, "cuMulticastCreate", Op::kAlloc, MemKind::kMulticast},
+    {Api::kDeviceOtherProcesses, "device.other_processes", Op::kMark, MemKind::kDevice, Layer::kDevice},
+    {Api::kTorchCounter, "torch.counter", Op::kMark, MemKind::kUnknown, Layer::kUnknown, AuxField::kName},
 };
-static_assert(std::size(kApiTable) == static_cast<size_t>(Api::kCount));
 
-inline constexpr std::string_view kMemKindNames[] = {
-    "unknown",        "device", "managed",      "pinned_host", "vmm_physical", "vmm_mapping",
-    "va_reservation", "heap",   "graph_memory", "ipc_import",  "vmm_imported", "multicast",
+// The names of kinds and layers, each row keyed by its value, as kApiTable's.
+template <typename Value>
+struct ValueName {
+  Value value;
+  std::string_view name;
 };
-static_assert(std::size(kMemKindNames) == static_cast<size_t>(MemKind::kCount));
+inline constexpr ValueName<MemKind> kMemKindNames[] = {
+    {MemKind::kUnknown, "unknown"},
+    {MemKind::kDevice, "device"},
+    {MemKind::kManaged, "managed"},
+    {MemKind::kPinnedHost, "pinned_host"},
+    {MemKind::kVmmPhysical, "vmm_physical"},
+    {MemKind::kVmmMapping, "vmm_mapping"},
+    {MemKind::kVaReservation, "va_reservation"},
+    {MemKind::kHeap, "heap"},
+    {MemKind::kGraphMemory, "graph_memory"},
+    {MemKind::kIpcImport, "ipc_import"},
+    {MemKind::kVmmImported, "vmm_imported"},
+    {MemKind::kMulticast, "multicast"},
+};
+inline constexpr ValueName<Layer> kLayerNames[] = {{Layer::kUnknown, "unknown"},
+                                                   {Layer::kDevice, "device"},
+                                                   {Layer::kReserved, "reserved"},
+                                                   {Layer::kAllocated, "allocated"}};
+// Whether TABLE has COUNT rows, each at the index of its own value (what VALUE_OF reads of it).
+template <typename Table, typename ValueOf>
+constexpr bool in_value_order(const Table& table, size_t count, ValueOf value_of) {
+  size_t i = 0;
+  for (const auto& row : table)
+    if (static_cast<size_t>(value_of(row)) != i++) return false;
+  return std::size(table) == count;
+}
+inline constexpr auto kValueOfRow = [](const auto& row) { return row.value; };
+static_assert(in_value_order(kMemKindNames, static_cast<size_t>(MemKind::kCount), kValueOfRow),
+              "one row per MemKind, in order");
+static_assert(in_value_order(kLayerNames, 4, kValueOfRow), "one row per Layer, in order");
 
-inline constexpr std::string_view kLayerNames[] = {"unknown", "device", "reserved", "allocated"};
+// Every value has its row, at its own index: a row moved or missing does not compile.
+static_assert(in_value_order(kApiTable, static_cast<size_t>(Api::kCount), [](const ApiInfo& row) { return row.api; }),
+              "kApiTable's rows must be in Api's order, one per value");
 
 inline const ApiInfo& api_info(Api api) {
   auto i = static_cast<size_t>(api);
@@ -283,11 +323,11 @@ inline bool is_observation(Api api) {
 }
 inline std::string_view mem_kind_name(MemKind kind) {
   auto i = static_cast<size_t>(kind);
-  return kMemKindNames[i < std::size(kMemKindNames) ? i : 0];
+  return kMemKindNames[i < std::size(kMemKindNames) ? i : 0].name;
 }
 inline std::string_view layer_name(Layer layer) {
   auto i = static_cast<size_t>(layer);
-  return kLayerNames[i < std::size(kLayerNames) ? i : 0];
+  return kLayerNames[i < std::size(kLayerNames) ? i : 0].name;
 }
 inline std::optional<Api> api_from_name(std::string_view name) {
   for (size_t i = 1; i < std::size(kApiTable); ++i)

@@ -1,0 +1,185 @@
+// What `memtrace peak`, `leaks`, `frag`, `diff` and `check` show: for each, one struct made
+// from the analyses of one or more processes, and both its JSON document (the contract of
+// --json: fields are added, never removed) and its text for the terminal made from that struct.
+// `timeline` draws straight from the analyses.
+#pragma once
+
+#include <array>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "memtrace/engine/process_analysis.h"
+#include "memtrace/views/report_render.h"
+
+namespace memtrace {
+
+// memtrace peak: per process and device, the peak of one layer and what was live then.
+struct PeakOptions {
+  Layer layer = Layer::kReserved;  // or kAllocated, kDevice
+  std::optional<int32_t> device;   // all devices when unset
+  bool by_category = false;        // what was live by category (the allocated layer), not by site
+};
+struct PeakView {
+  struct Device {
+    DeviceReport report;                            // its peak, when, and the sites then
+    std::optional<uint64_t> step;                   // the step it fell in, when the run had steps
+    std::optional<TorchCounters> pytorch_counters;  // PyTorch's own, at exit
+  };
+  struct Process {
+    ProcessId id;
+    size_t steps = 0;
+    bool layer_recorded = true;  // false: the allocated layer was asked for and never described
+    bool categories_known = false;
+    bool pytorch = false;  // PyTorch described the allocated layer: requested bytes
+    std::vector<Device> devices;
+  };
+  struct AllProcesses {  // with several processes (ranks of one job)
+    uint64_t sum_of_peaks = 0, largest_peak = 0;
+    double mean_peak = 0, imbalance = 1;
+  };
+  Layer layer = Layer::kReserved;
+  bool by_category = false;
+  std::vector<Process> processes;
+  std::optional<AllProcesses> all;
+};
+PeakView peak_view(const std::vector<ProcessAnalysis>& processes, const PeakOptions& options);
+nlohmann::json to_json(const PeakView& view);
+std::string to_text(const PeakView& view);
+
+// memtrace leaks: what was live at the end by site, kept or growing, and the growth per step.
+struct LeaksView {
+  // What a site live at exit is: growing step by step, allocated and kept, or, without the steps
+  // to tell them apart, only live.
+  enum class Kind { kLive, kKept, kGrowing };
+  struct Site {
+    SiteTotal site;
+    Kind kind = Kind::kLive;
+  };
+  struct Device {
+    int32_t device = -1;
+    uint64_t live_bytes = 0, live_count = 0;
+    std::vector<Site> sites;
+  };
+  struct Process {
+    ProcessId id;
+    Layer layer = Layer::kReserved;  // whose live memory: the allocated layer's when recorded
+    bool complete = true;
+    size_t steps = 0;
+    std::string step_pattern;
+    std::string growth_unmeasured;  // why growth could not be told from memory kept; empty when it could
+    std::vector<Device> devices;
+    std::vector<SiteGrowth> growth;
+  };
+  std::vector<Process> processes;
+  uint64_t live_at_exit_bytes = 0;
+};
+LeaksView leaks_view(const std::vector<ProcessAnalysis>& processes);
+nlohmann::json to_json(const LeaksView& view);
+std::string to_text(const LeaksView& view);
+
+// memtrace frag: free space inside the allocator's heaps at the peaks and out-of-memories, and
+// reserved minus allocated over time.
+struct FragView {
+  struct Point {
+    FragmentationPoint point;
+    std::string advice;  // what would help, when fragmentation is the problem
+  };
+  struct FreeInHeaps {  // per device, over time: (t_ns, the most free inside the heaps then)
+    int32_t device = -1;
+    std::vector<std::array<uint64_t, 2>> points;
+  };
+  struct Process {
+    ProcessId id;
+    bool layers_known = false;
+    std::vector<Point> points;
+    std::vector<FreeInHeaps> free_in_heaps;
+  };
+  std::vector<Process> processes;
+};
+FragView frag_view(const std::vector<ProcessAnalysis>& processes);
+nlohmann::json to_json(const FragView& view);
+std::string to_text(const FragView& view);
+
+// memtrace diff: two runs compared. Sites are matched by API and location, or by their whole
+// stack when grouped by stack.
+struct DiffView {
+  struct Change {
+    uint64_t base = 0, next = 0;
+    int64_t change() const { return static_cast<int64_t>(next) - static_cast<int64_t>(base); }
+    double percent() const;
+  };
+  struct DevicePeak {
+    int32_t device = -1;
+    Change peak;
+  };
+  struct SiteChange {
+    Change bytes;
+    std::string api, location;
+    std::vector<FrameView> stack;
+    size_t named_frame = 0;  // the frame of STACK that LOCATION names
+  };
+  std::vector<DevicePeak> peaks;
+  Change live_at_exit, growth_per_step;
+  std::string growth_unmeasured;  // why growth per step is not compared (a side without steps); empty when it is
+  std::vector<SiteChange> sites;  // at the peak, largest growth first
+};
+DiffView diff_view(const std::vector<ProcessAnalysis>& base, const std::vector<ProcessAnalysis>& next,
+                   SiteGrouping grouping);
+nlohmann::json to_json(const DiffView& view);
+std::string to_text(const DiffView& view);
+
+// memtrace check: each limit given, held against the run.
+struct CheckLimits {
+  std::optional<uint64_t> max_peak, max_leaked, max_growth_per_step;
+  std::optional<double> max_regression_percent;  // with a baseline
+};
+struct CheckResult {
+  struct Site {
+    uint64_t bytes = 0;
+    std::string api, location;
+  };
+  struct Limit {
+    std::string name;  // max-peak, max-leaked, max-growth-per-step, max-regression
+    // Bytes, except max-regression's, which are percents.
+    uint64_t limit_bytes = 0, actual_bytes = 0;
+    double limit_percent = 0, actual_percent = 0;
+    bool in_percent() const { return name == "max-regression"; }
+    bool passed = true;
+    std::string unmeasured;   // why the run gives nothing to hold against the limit: it does not pass
+    std::string detail;       // what the figures compare, when there is more to say
+    std::vector<Site> sites;  // the largest, to look at when it is broken
+  };
+  std::vector<Limit> limits;
+  bool passed = true;    // every limit measured and held
+  bool measured = true;  // every limit could be measured (exit 2 when not)
+};
+CheckResult check(const std::vector<ProcessAnalysis>& processes, const CheckLimits& limits,
+                  const std::vector<ProcessAnalysis>* baseline);
+nlohmann::json to_json(const CheckResult& result);
+std::string to_text(const CheckResult& result);
+std::string check_junit(const CheckResult& result);
+
+// The part of a run a timeline shows: from and to a time since the program started, or a step's
+// start (from) or end (to). Unset: where memory first and last changed.
+struct TimeBound {
+  std::optional<uint64_t> t_ns;
+  std::optional<uint64_t> step;
+};
+struct TimeWindow {
+  TimeBound from, to;
+};
+// "120ms", "1.5s", "step:3"; nullopt for anything else.
+std::optional<TimeBound> parse_time_bound(const std::string& text);
+// WINDOW in a process's own times: [start, end], end > start.
+std::pair<uint64_t, uint64_t> window_ns(const ProcessAnalysis& p, const TimeWindow& window);
+
+// The timeline: a terminal chart WIDTH columns wide, a CSV, a standalone SVG with phases shaded
+// and steps drawn, each over WINDOW.
+std::string timeline_text(const std::vector<ProcessAnalysis>& processes, size_t width, const TimeWindow& window);
+nlohmann::json timeline_json(const std::vector<ProcessAnalysis>& processes, const TimeWindow& window);
+std::string timeline_csv(const std::vector<ProcessAnalysis>& processes, const TimeWindow& window);
+std::string timeline_svg(const std::vector<ProcessAnalysis>& processes, const TimeWindow& window);
+
+}  // namespace memtrace
