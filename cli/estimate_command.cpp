@@ -13,7 +13,7 @@ namespace {
 int estimate_run(EstimateCli& e) {
   Estimate result;
   if (!estimate_from("estimate", e, result)) return kExitUsage;
-  print(e.json, e.json ? estimate_json(result) : nlohmann::json(), e.json ? "" : estimate_text(result));
+  show(e.json, result);
   return 0;
 }
 

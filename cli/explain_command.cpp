@@ -22,10 +22,9 @@ int explain_run(ExplainCli& c) {
   AnalysisCli traces;
   traces.path = c.path;
   std::vector<ProcessAnalysis> analyses;
-  if (!load_analyses("explain", traces, analyses)) return 1;
+  if (!load_analyses("explain", traces, analyses)) return kExitUsage;
   Explanation x = explain(result, analyses);
-  print(c.estimate.json, c.estimate.json ? explanation_json(x) : nlohmann::json(),
-        c.estimate.json ? "" : explanation_text(x));
+  show(c.estimate.json, x);
   return 0;
 }
 

@@ -10,6 +10,7 @@
 #include "memtrace/exports/export_jsonl.h"
 #include "memtrace/exports/export_memory_viz.h"
 #include "memtrace/exports/export_profiles.h"
+#include "memtrace/format/run_folder.h"
 #include "options.h"
 
 namespace memtrace::cli {
@@ -28,10 +29,10 @@ int export_memory_viz(const ExportCli& c) {
     return kExitUsage;
   }
   std::string error;
-  std::vector<std::string> traces = find_traces(c.path, error);
+  std::vector<std::string> traces = run_folder::find_traces(c.path, error);
   if (traces.empty()) {
     std::fprintf(stderr, "memtrace export: %s\n", error.c_str());
-    return 1;
+    return kExitUsage;
   }
   if (traces.size() > 1) {
     std::fprintf(stderr, "memtrace export: a memory-viz snapshot holds one process, and %s holds %zu: name one of\n",
@@ -49,7 +50,7 @@ int export_memory_viz(const ExportCli& c) {
   for (const auto& w : warnings) std::fprintf(stderr, "memtrace export: %s\n", w.c_str());
   if (!ok) {
     std::fprintf(stderr, "memtrace export: %s\n", error.c_str());
-    return 1;
+    return kExitUsage;
   }
   return write_report_file("export", c.output, document) ? 0 : 1;
 }
@@ -61,7 +62,7 @@ int export_folded(const ExportCli& c) {
   a.options.keep_cuda_frames = c.keep_cuda;
   a.options.top_sites = SIZE_MAX;
   std::vector<ProcessAnalysis> processes;
-  if (!load_analyses("export", a, processes)) return 1;
+  if (!load_analyses("export", a, processes)) return kExitUsage;
   std::string text = memtrace::export_folded(processes, c.at == "peak");
   if (c.output.empty() || c.output == "-") {
     std::fputs(text.c_str(), stdout);
@@ -84,10 +85,10 @@ int export_events(const ExportCli& c) {
   if (c.format == "folded") return export_folded(c);
   if (c.format == "memory-viz") return export_memory_viz(c);
   std::string error;
-  std::vector<std::string> traces = find_traces(c.path, error);
+  std::vector<std::string> traces = run_folder::find_traces(c.path, error);
   if (traces.empty()) {
     std::fprintf(stderr, "memtrace export: %s\n", error.c_str());
-    return 1;
+    return kExitUsage;
   }
   ReportFile file;
   std::FILE* out = file.open("export", c.output);

@@ -30,7 +30,7 @@ int write_html(HtmlCli& c) {
   c.analysis.options = html_analysis_options(options);
   c.analysis.by = "stack";  // the flame graph's stacks; the sites are named as everywhere else
   std::vector<ProcessAnalysis> processes;
-  if (!load_analyses("html", c.analysis, processes)) return 1;
+  if (!load_analyses("html", c.analysis, processes)) return kExitUsage;
   if (!write_report_file("html", c.output, html_page(html_data(processes)))) return 1;
   if (c.output != "-") std::fprintf(stderr, "memtrace html: wrote %s\n", c.output.c_str());
   return 0;

@@ -10,6 +10,7 @@
 #include <regex>
 
 #include "memtrace/format/framing.h"
+#include "memtrace/format/run_folder.h"
 
 namespace memtrace::cli {
 
@@ -79,17 +80,6 @@ mode_t current_umask() {
   return mask;
 }
 
-// A trace or snapshot: what report files must never replace.
-bool is_trace(const std::string& path) {
-  char head[sizeof framing::kMagic] = {};
-  std::FILE* f = std::fopen(path.c_str(), "rbe");
-  if (!f) return false;
-  bool trace = std::fread(head, 1, sizeof head, f) == sizeof head &&
-               std::memcmp(head, framing::kMagic, sizeof framing::kMagic) == 0;
-  std::fclose(f);
-  return trace;
-}
-
 }  // namespace
 
 ReportFile::~ReportFile() {
@@ -103,7 +93,7 @@ std::FILE* ReportFile::open(const char* command, const std::string& path) {
   command_ = command;
   path_ = path;
   if (path.empty() || path == "-") return stdout;
-  if (is_trace(path)) {
+  if (run_folder::is_memtrace_file(path)) {
     std::fprintf(stderr, "memtrace %s: %s is a memtrace trace: it is not written over\n", command, path.c_str());
     return nullptr;
   }

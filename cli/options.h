@@ -13,6 +13,9 @@
 
 namespace memtrace::cli {
 
+// Every analysis command exits 0 with its answer, 1 when the answer is "no" (check's limits broken,
+// verify's records disagreeing), and 2 when it cannot answer: a wrong command line, or input that
+// is missing or cannot be read.
 inline constexpr int kExitUsage = 2;
 
 struct AnalysisCli {
@@ -38,11 +41,11 @@ template <typename View>
 void show(bool json, const View& view) {
   print(json, json ? to_json(view) : nlohmann::json(), json ? std::string() : to_text(view));
 }
-// Analyzes what A names, and shows what MAKE_VIEW makes of the analyses; 1 when they cannot be read.
+// Analyzes what A names, and shows what MAKE_VIEW makes of the analyses; 2 when they cannot be read.
 template <typename MakeView>
 int analyze_and_show(const char* command, AnalysisCli& a, MakeView&& make_view) {
   std::vector<ProcessAnalysis> processes;
-  if (!load_analyses(command, a, processes)) return 1;
+  if (!load_analyses(command, a, processes)) return kExitUsage;
   show(a.json, make_view(processes));
   return 0;
 }

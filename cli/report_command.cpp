@@ -3,7 +3,7 @@
 #include <memory>
 
 #include "command.h"
-#include "memtrace/views/report_render.h"
+#include "memtrace/views/views.h"
 #include "options.h"
 
 namespace memtrace::cli {
@@ -17,15 +17,8 @@ Command add_report_command(CLI::App& app) {
   cmd->add_flag("--keep-cuda-frames", a->options.keep_cuda_frames,
                 "Show frames inside the CUDA libraries at the top of stacks");
   return {cmd, [a] {
-            std::vector<ProcessAnalysis> analyses;
-            if (!load_analyses("report", *a, analyses)) return 1;
-            std::vector<ProcessReport> processes;
-            for (ProcessAnalysis& p : analyses) processes.push_back(std::move(p.report));
-            if (a->json)
-              print(true, report_json(processes), "");
-            else
-              print(false, nullptr, report_text(processes));
-            return 0;
+            return analyze_and_show("report", *a,
+                                    [](std::vector<ProcessAnalysis>& p) { return report_view(std::move(p)); });
           }};
 }
 

@@ -7,6 +7,7 @@
 #include "memtrace/base/units.h"
 #include "memtrace/collector/run.h"
 #include "memtrace/engine/trace_set.h"
+#include "memtrace/format/run_folder.h"
 #include "memtrace/views/verify.h"
 
 namespace memtrace::cli {
@@ -24,12 +25,12 @@ struct RunCli {
 // --verify: what was recorded against CUPTI's records, for each process, on stderr.
 void print_verification(const std::string& dir) {
   std::string error;
-  std::vector<VerifyResult> results;
-  for (const std::string& path : find_traces(dir, error)) {
+  VerifyView view;
+  for (const std::string& path : run_folder::find_traces(dir, error)) {
     VerifyResult r;
-    if (verify_trace(path, 10, r, error)) results.push_back(std::move(r));
+    if (verify_trace(path, 10, r, error)) view.processes.push_back(std::move(r));
   }
-  std::fprintf(stderr, "memtrace: verify:\n%s", verify_text(results).c_str());
+  std::fprintf(stderr, "memtrace: verify:\n%s", to_text(view).c_str());
 }
 
 // Checks what CLI11 cannot, fills in RunOptions, runs. memtrace's own failures exit 125.

@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "command.h"
+#include "memtrace/format/run_folder.h"
 #include "memtrace/views/snapshot_view.h"
 #include "options.h"
 
@@ -10,26 +11,20 @@ namespace memtrace::cli {
 
 namespace {
 
-int show(AnalysisCli& a) {
+int show_snapshots(AnalysisCli& a) {
   a.options.grouping = grouping_named(a.by);
   std::string error;
-  std::vector<std::string> files = find_snapshots(a.path, error);
+  std::vector<std::string> files = run_folder::find_snapshots(a.path, error);
   if (files.empty()) {
     std::fprintf(stderr, "memtrace snapshot: %s\n", error.c_str());
-    return 1;
+    return kExitUsage;
   }
-  nlohmann::json all = nlohmann::json::array();
-  std::string text;
-  for (const auto& file : files) {
-    SnapshotReport s;
-    if (!read_snapshot(file, a.options, s, error)) {
-      std::fprintf(stderr, "memtrace snapshot: %s\n", error.c_str());
-      return 1;
-    }
-    all.push_back(snapshot_json(s));
-    text += (text.empty() ? "" : "\n") + snapshot_text(s);
+  SnapshotView view;
+  if (!snapshot_view(files, a.options, view, error)) {
+    std::fprintf(stderr, "memtrace snapshot: %s\n", error.c_str());
+    return kExitUsage;
   }
-  print(a.json, files.size() == 1 ? all[0] : nlohmann::json{{"snapshots", all}}, text);
+  show(a.json, view);
   return 0;
 }
 
@@ -45,7 +40,7 @@ Command add_snapshot_command(CLI::App& app) {
   add_by_option(cmd, a->by);
   cmd->add_flag("--keep-cuda-frames", a->options.keep_cuda_frames,
                 "Show frames inside the CUDA libraries at the top of stacks");
-  return {cmd, [a] { return show(*a); }};
+  return {cmd, [a] { return show_snapshots(*a); }};
 }
 
 }  // namespace memtrace::cli

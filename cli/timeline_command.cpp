@@ -31,13 +31,14 @@ int timeline(TimelineCli& c) {
   }
   c.analysis.options.timeline = true;
   std::vector<ProcessAnalysis> processes;
-  if (!load_analyses("timeline", c.analysis, processes)) return 1;
-  if (!c.csv.empty() && !write_report_file("timeline", c.csv, timeline_csv(processes, window))) return 1;
-  if (!c.svg.empty() && !write_report_file("timeline", c.svg, timeline_svg(processes, window))) return 1;
+  if (!load_analyses("timeline", c.analysis, processes)) return kExitUsage;
+  TimelineView view = timeline_view(processes, window);
+  if (!c.csv.empty() && !write_report_file("timeline", c.csv, to_csv(view))) return 1;
+  if (!c.svg.empty() && !write_report_file("timeline", c.svg, to_svg(view))) return 1;
   if (c.analysis.json)
-    print(true, timeline_json(processes, window), "");
+    print(true, to_json(view), "");
   else
-    print(false, nullptr, timeline_text(processes, c.width, window));
+    print(false, nullptr, to_text(view, c.width));
   return 0;
 }
 

@@ -6,6 +6,7 @@
 
 #include "command.h"
 #include "memtrace/engine/trace_set.h"
+#include "memtrace/format/run_folder.h"
 #include "memtrace/views/verify.h"
 #include "options.h"
 
@@ -21,28 +22,22 @@ struct VerifyCli {
 
 int verify_run(const VerifyCli& c) {
   std::string error;
-  std::vector<std::string> paths = find_traces(c.path, error);
+  std::vector<std::string> paths = run_folder::find_traces(c.path, error);
   if (paths.empty()) {
     std::fprintf(stderr, "memtrace verify: %s\n", error.c_str());
     return kExitUsage;
   }
-  std::vector<VerifyResult> results;
+  VerifyView view;
   for (const std::string& path : paths) {
     VerifyResult r;
     if (!verify_trace(path, c.max_listed, r, error)) {
       std::fprintf(stderr, "memtrace verify: %s\n", error.c_str());
       return kExitUsage;
     }
-    results.push_back(std::move(r));
+    view.processes.push_back(std::move(r));
   }
-  std::string text = c.json ? verify_json(results) : verify_text(results);
-  std::fwrite(text.data(), 1, text.size(), stdout);
-  bool compared = true, agree = true;
-  for (const VerifyResult& r : results) {
-    compared = compared && r.has_records;
-    agree = agree && r.agree();
-  }
-  return !compared ? kExitUsage : agree ? 0 : 1;
+  show(c.json, view);
+  return !view.compared() ? kExitUsage : view.agree() ? 0 : 1;
 }
 
 }  // namespace

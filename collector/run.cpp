@@ -22,6 +22,7 @@
 #include "control_socket.h"
 #include "launcher.h"
 #include "memtrace/base/units.h"
+#include "memtrace/format/run_folder.h"
 #include "memtrace/ring/environment.h"
 #include "memtrace/views/report_render.h"
 #include "traced_process.h"
@@ -107,13 +108,6 @@ fs::path library_dir() {
   return exe.parent_path().parent_path() / "lib";
 }
 
-bool holds_traces(const std::string& dir) {
-  std::error_code ec;
-  for (const fs::directory_entry& entry : fs::directory_iterator(dir, ec))
-    if (entry.path().extension() == ".memtrace") return true;
-  return false;
-}
-
 // Creates the output folder (0700, or as --umask says). For the default name, finds one not taken
 // yet. An existing folder is used only when it holds no traces, or when asked to add to them: the
 // analyses take a folder's traces as one job's processes.
@@ -126,7 +120,7 @@ bool make_output_dir(const RunOptions& options, std::string& dir, bool& created,
     if (fs::is_directory(dir, ec)) {
       if (::access(dir.c_str(), W_OK | X_OK) != 0)
         return error = "cannot write to output folder " + dir + ": " + std::strerror(errno), false;
-      if (!options.append && holds_traces(dir))
+      if (!options.append && run_folder::holds_traces(dir))
         return error = "output folder " + dir +
                        " already holds the traces of another run; choose a new folder, or add --append to "
                        "add this run's traces to them",
@@ -212,9 +206,8 @@ class Collector {
 
 std::string Collector::trace_path(int pid) {
   int image = images_[pid]++;
-  std::string base = dir_ + "/" + std::to_string(pid) + (image ? "." + std::to_string(image) : "");
   for (int n = 0;; ++n) {  // never over an existing file (an old run in the same folder)
-    std::string path = base + (n ? "-" + std::to_string(n) : "") + ".memtrace";
+    std::string path = run_folder::trace_name(dir_, pid, image, n);
     if (!fs::exists(fs::symlink_status(path))) return path;
   }
 }

@@ -2,11 +2,12 @@
 
 #include <algorithm>
 
+#include "memtrace/format/run_folder.h"
+
 namespace memtrace {
 
 std::string SnapshotKeeper::name(const char* kind, uint32_t n) const {
-  return options_.dir + "/" + kind + "-" + std::to_string(header_.pid()) +
-         (n ? "-" + std::to_string(n) : std::string()) + ".memsnap";
+  return run_folder::snapshot_name(options_.dir, kind, header_.pid(), n);
 }
 
 SnapshotKeeper::Live SnapshotKeeper::live_now(const Replay& replay) {
@@ -16,7 +17,7 @@ SnapshotKeeper::Live SnapshotKeeper::live_now(const Replay& replay) {
   return live;
 }
 
-void SnapshotKeeper::before_event(const Event& event, const Replay& replay) {
+void SnapshotKeeper::before(const Event& event, const Replay& replay) {
   // The first free after a new peak: what is live is still what was live at the peak, since
   // nothing was allocated after it without making a higher one. Copied only then.
   if (options_.at_peak && peak_unsaved_ && event.op() == Op::kFree && event.ok()) {
@@ -25,7 +26,7 @@ void SnapshotKeeper::before_event(const Event& event, const Replay& replay) {
   }
 }
 
-void SnapshotKeeper::on_event(const Event& event, const Replay& replay) {
+void SnapshotKeeper::on_event(const Event& event, const ReplayStep&, const Replay& replay) {
   recent_.push_back(event);
   if (recent_.size() > kRecentEvents) recent_.pop_front();
 

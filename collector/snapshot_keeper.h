@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "memtrace.pb.h"
-#include "memtrace/engine/replay.h"
+#include "memtrace/engine/pass.h"
 #include "memtrace/format/trace_writer.h"
 
 namespace memtrace {
@@ -25,7 +25,7 @@ struct SnapshotOptions {
   unsigned file_mode = 0600;
 };
 
-class SnapshotKeeper {
+class SnapshotKeeper : public Pass {
  public:
   static constexpr size_t kRecentEvents = 1000;
 
@@ -33,8 +33,8 @@ class SnapshotKeeper {
       : options_(options), header_(header), trace_(trace) {}
 
   // Every event of the process, before and after the replay applies it.
-  void before_event(const Event& event, const Replay& replay);
-  void on_event(const Event& event, const Replay& replay);
+  void before(const Event& event, const Replay& replay) override;
+  void on_event(const Event& event, const ReplayStep& step, const Replay& replay) override;
   // A snapshot of the process as it is now (on demand, periodic).
   void take(pb::Snapshot::Reason reason, uint64_t now_ns, const Replay& replay);
   // The process ended: OOM snapshots learn whether it died of them; the peak snapshot is written.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "memtrace/format/run_folder.h"
 #include "memtrace/importers/torch_history.h"
 
 namespace memtrace {
@@ -35,6 +36,7 @@ TracedProcess::TracedProcess(int pid, int socket, ring::Mapping ring, std::uniqu
       origin_ns_(header.origin_monotonic_ns()),
       stacks_(symbolizer, *writer_, hidden_python_dir),
       snapshots_(snapshots, header, *writer_) {
+  driver_.add(summary_).add(snapshots_);
   worker_ = std::thread([this] { work_loop(); });  // last: it uses every member above
 }
 
@@ -161,7 +163,7 @@ void TracedProcess::handle(Work& work) {
       work.records.replay(*this);
       break;
     case Work::Kind::kEnded: ended_in_worker(work.thread_drops); break;
-    case Work::Kind::kSnapshot: snapshots_.take(work.reason, work.time_ns, replay_); break;
+    case Work::Kind::kSnapshot: snapshots_.take(work.reason, work.time_ns, driver_.replay()); break;
     case Work::Kind::kFlush: writer_->flush(); break;
     case Work::Kind::kFinish: finish_in_worker(work); break;
   }
@@ -180,10 +182,7 @@ void TracedProcess::record(const RingEvent& raw) {
   e.layer = api_info(e.api).layer;
   if (is_observation(e.api)) ++observations_;
   writer_->add(e);
-  snapshots_.before_event(e, replay_);
-  const ReplayStep& step = replay_.apply(e);
-  summary_.add(step);
-  snapshots_.on_event(e, replay_);
+  driver_.feed(e);
 }
 
 // Stacks are resolved as records arrive, in ring order: the modules and code objects they name
@@ -242,12 +241,12 @@ void TracedProcess::finish_in_worker(Work& work) {
   for (const std::string& notice : notices_) work.footer.add_notices(notice);
   writer_->finish(work.footer);
   // What PyTorch's own recorder kept, where memtrace could not attach to its allocator live.
-  if (std::vector<std::string> readings = torch_history_files(writer_->path(), pid_); !readings.empty()) {
+  if (std::vector<std::string> readings = run_folder::torch_history_of(writer_->path(), pid_); !readings.empty()) {
     std::string error;
     if (!merge_torch_history(writer_->path(), readings, error))
       notices_.push_back("PyTorch's own recorder's readings could not be merged into the trace: " + error);
   }
-  snapshots_.finish(work.exit_status, replay_);
+  snapshots_.finish(work.exit_status, driver_.replay());
   summary_.finish(report_);
   report_.pid = pid_;
   report_.trace_path = writer_->path();

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "event_sequencer.h"
-#include "memtrace/engine/replay.h"
+#include "memtrace/engine/pass.h"
 #include "memtrace/engine/report.h"
 #include "memtrace/format/trace_writer.h"
 #include "memtrace/ring/consumer.h"
@@ -122,9 +122,9 @@ class TracedProcess : private RecordSink {
   std::vector<std::string> notices_;  // for the footer, each once
   uint64_t last_t_ = 0;
   uint64_t observations_ = 0;  // events that are not calls (is_observation)
-  Replay replay_;
   ReportBuilder summary_;
   SnapshotKeeper snapshots_;
+  PassDriver driver_;  // the replay of the process's events, feeding the summary and the snapshots
   ProcessReport report_;
 };
 

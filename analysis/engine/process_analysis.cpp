@@ -7,31 +7,16 @@
 #include <optional>
 #include <system_error>
 
+#include "memtrace/engine/analysis_passes.h"
+#include "memtrace/engine/pass.h"
 #include "memtrace/engine/trace_set.h"
+#include "memtrace/format/run_folder.h"
 
 namespace memtrace {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-// Snapshots beside the trace: <reason>-<pid>[-<n>].memsnap.
-std::vector<std::string> snapshots_of(const std::string& trace, int32_t pid) {
-  std::vector<std::string> out;
-  std::error_code ec;
-  fs::path folder = fs::path(trace).parent_path();
-  if (folder.empty()) folder = ".";
-  const std::string tag = "-" + std::to_string(pid);
-  for (const auto& entry : fs::directory_iterator(folder, ec)) {
-    std::string name = entry.path().filename().string();
-    size_t at = name.find(tag);
-    if (entry.path().extension() != ".memsnap" || at == std::string::npos) continue;
-    char after = name[at + tag.size()];
-    if (after == '-' || after == '.') out.push_back(entry.path().string());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
 
 void resolve_devices(std::vector<DeviceReport>& devices, const TraceReader& reader, const StackView& stacks,
                      const PhaseTracker& phases, SiteGrouping labels) {
@@ -49,6 +34,111 @@ void resolve_devices(std::vector<DeviceReport>& devices, const TraceReader& read
   std::sort(devices.begin(), devices.end(),
             [](const DeviceReport& a, const DeviceReport& b) { return a.device < b.device; });
 }
+
+// What the process did as a whole: its calls, whether PyTorch described an allocated layer, when
+// memory first and last changed.
+class ProcessFacts : public Pass {
+ public:
+  ProcessFacts(ProcessAnalysis& out) : out_(out) {}
+  void on_event(const Event& event, const ReplayStep& step, const Replay&) override {
+    if (!is_observation(event.api)) ++out_.report.events;
+    if (event.layer == Layer::kAllocated && event.op() != Op::kMark) out_.has_allocated = true;
+    out_.pytorch |= from_pytorch(event.api);
+    if (!step.memory_changes.empty()) {
+      if (!changed_) out_.first_change_ns = event.t_ns;
+      changed_ = true;
+      out_.last_change_ns = event.t_ns;
+    }
+  }
+
+ private:
+  ProcessAnalysis& out_;
+  bool changed_ = false;
+};
+
+// The free space in the allocators' heaps: at each device's peak of the reserved layer, at each
+// out-of-memory, and (for the timeline) over time.
+class FragmentationPass : public Pass {
+ public:
+  FragmentationPass(const ReportBuilder& reserved, bool timeline, ProcessAnalysis& out)
+      : reserved_(reserved), timeline_(timeline), out_(out) {}
+
+  void on_event(const Event& event, const ReplayStep& step, const Replay& replay) override {
+    if (event.layer == Layer::kAllocated) {
+      heaps_.add(event, step, replay);
+      if (timeline_ && step.device >= 0)
+        free_in_heaps_.record(step.device, Layer::kAllocated, event.t_ns, heaps_.free_space(step.device).free_bytes);
+    }
+    if (!heaps_.any_heaps()) return;
+    if (reserved_.new_peak()) {
+      at_peak_[step.device] = point("peak", event.t_ns, step.device, replay);
+      peak_awaiting_heap_ = step.device;
+    } else if (event.kind == MemKind::kHeap && event.op() == Op::kAlloc && peak_awaiting_heap_ == step.device) {
+      at_peak_[step.device] = point("peak", at_peak_[step.device].t_ns, step.device, replay);
+      peak_awaiting_heap_ = kNoDevice;
+    } else if (!step.memory_changes.empty() || event.kind == MemKind::kHeap) {
+      peak_awaiting_heap_ = kNoDevice;  // memory moved on (mapping a handle moves none)
+    }
+    if (event.result == kOutOfMemoryResult && event.op() == Op::kAlloc) {
+      FragmentationPoint p = point("oom", event.t_ns, event.device, replay);
+      p.request_bytes = event.size;
+      out_.fragmentation.push_back(p);
+    }
+  }
+
+  void finish(uint64_t end_ns) override {
+    out_.has_heaps = heaps_.any_heaps();
+    for (auto& [device, p] : at_peak_) out_.fragmentation.insert(out_.fragmentation.begin(), p);
+    std::stable_sort(out_.fragmentation.begin(), out_.fragmentation.end(),
+                     [](const FragmentationPoint& a, const FragmentationPoint& b) { return a.t_ns < b.t_ns; });
+    if (timeline_) out_.free_in_heaps = free_in_heaps_.series(end_ns);
+  }
+
+ private:
+  // An allocator describes the segment it just reserved right after reserving it (cudaMalloc,
+  // then PyTorch's segment_alloc): a peak's free space counts that segment too.
+  static constexpr int32_t kNoDevice = INT32_MIN;
+
+  FragmentationPoint point(const char* when, uint64_t t, int32_t device, const Replay& replay) const {
+    FragmentationPoint p;
+    p.when = when;
+    p.t_ns = t;
+    p.device = device;
+    p.reserved_bytes = replay.live_bytes(Layer::kReserved, device);
+    p.allocated_bytes = replay.live_bytes(Layer::kAllocated, device);
+    p.space = heaps_.free_space(device);
+    return p;
+  }
+
+  const ReportBuilder& reserved_;
+  const bool timeline_;
+  ProcessAnalysis& out_;
+  FragmentationTracker heaps_;
+  Timeline free_in_heaps_;
+  std::map<int32_t, FragmentationPoint> at_peak_;
+  int32_t peak_awaiting_heap_ = kNoDevice;
+};
+
+// Memory on each device and layer over time, and the device layer's samples.
+class TimelinePass : public Pass {
+ public:
+  explicit TimelinePass(ProcessAnalysis& out) : out_(out) {}
+  void on_event(const Event& event, const ReplayStep& step, const Replay& replay) override {
+    if (event.api == Api::kDeviceUsed && event.device >= 0)
+      device_used_.record(event.device, Layer::kDevice, event.t_ns, event.size);
+    for (const MemoryChange& c : step.memory_changes)
+      timeline_.record(c.device, c.layer, event.t_ns, replay.live_bytes(c.layer, c.device));
+  }
+  void finish(uint64_t end_ns) override {
+    out_.timeline = timeline_.series(end_ns);
+    out_.device_used = device_used_.series(end_ns);
+    out_.timeline_bucket_ns = timeline_.bucket_ns();
+  }
+
+ private:
+  ProcessAnalysis& out_;
+  Timeline timeline_, device_used_;
+};
 
 }  // namespace
 
@@ -69,101 +159,67 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
   report.imported_from = h.imported_from();
   report.trace_path = path;
 
-  Replay replay;
   StackView stacks(*reader, options.keep_cuda_frames);
   auto site_key = [&](uint64_t stack_id) { return stacks.site_key(stack_id, options.grouping); };
   ReportBuilder reserved(options.top_sites, site_key, Layer::kReserved);
   ReportBuilder allocated(options.top_sites, site_key, Layer::kAllocated);
   PhaseTracker phases(*reader, options.step_pattern);
   GrowthTracker growth;
-  FragmentationTracker heaps;
   CategoryTracker categories;
   TorchCounterTracker torch_counters;
-  Timeline timeline, free_in_heaps, device_used;
   LargestAllocations largest(options.largest_allocations);
   const SiteGrouping labels = options.labels.value_or(options.grouping);
-  std::map<int32_t, FragmentationPoint> at_peak;
-  // An allocator describes the segment it just reserved right after reserving it (cudaMalloc,
-  // then PyTorch's segment_alloc): a peak's free space counts that segment too.
-  constexpr int32_t kNoDevice = INT32_MIN;
-  int32_t peak_awaiting_heap = kNoDevice;
 
-  auto fragmentation_point = [&](const char* when, uint64_t t, int32_t device) {
-    FragmentationPoint p;
-    p.when = when;
-    p.t_ns = t;
-    p.device = device;
-    p.reserved_bytes = replay.live_bytes(Layer::kReserved, device);
-    p.allocated_bytes = replay.live_bytes(Layer::kAllocated, device);
-    p.space = heaps.free_space(device);
-    return p;
-  };
-  auto boundary = [&](auto visit) {
-    reserved.for_each_live_site([&](int32_t device, const Site& key, uint64_t bytes, uint64_t stack_id) {
-      visit(device, Layer::kReserved, key, bytes, stack_id);
-    });
-    allocated.for_each_live_site([&](int32_t device, const Site& key, uint64_t bytes, uint64_t stack_id) {
-      visit(device, Layer::kAllocated, key, bytes, stack_id);
-    });
-  };
-
-  Event event;
-  uint64_t last_t = 0;
-  bool changed = false;
-  while (reader->next(event)) {
-    if (!is_observation(event.api)) ++report.events;
-    last_t = event.t_ns;
-    const ReplayStep& step = replay.apply(event);
-    reserved.add(step);
+  // The passes, in the order each event reaches them (categories read the step count before the
+  // event's own mark moves it; fragmentation reads the reserved layer's new peak).
+  ProcessFacts facts(out);
+  FunctionPass category_pass([&](const Event& event, const ReplayStep& step, const Replay& replay) {
     if (event.layer == Layer::kAllocated || event.api == Api::kShimRangePush || event.api == Api::kShimRangePop) {
       bool named = api_info(event.api).aux == AuxField::kName;
       categories.add(event, step, replay, phases.step_starts().size(),
                      named ? reader->string(event.name) : std::string_view());
     }
-    if (event.layer == Layer::kAllocated && event.op() != Op::kMark) out.has_allocated = true;
+  });
+  FunctionPass torch_counter_pass([&](const Event& event, const ReplayStep& step, const Replay&) {
     if (event.layer == Layer::kAllocated || event.api == Api::kTorchCounter)
       torch_counters.add(event, step, event.api == Api::kTorchCounter ? reader->string(event.name) : "");
-    out.pytorch |= from_pytorch(event.api);
-    if (event.layer == Layer::kAllocated) {
-      allocated.add(step);
-      heaps.add(event, step, replay);
-      if (options.timeline && step.device >= 0)
-        free_in_heaps.record(step.device, Layer::kAllocated, event.t_ns, heaps.free_space(step.device).free_bytes);
-    } else if (event.op() == Op::kMark) {
-      size_t steps = phases.step_starts().size();
-      phases.add(event);
-      if (phases.step_starts().size() != steps) growth.boundary(boundary);
-    }
-    if (heaps.any_heaps()) {
-      if (reserved.new_peak()) {
-        at_peak[step.device] = fragmentation_point("peak", event.t_ns, step.device);
-        peak_awaiting_heap = step.device;
-      } else if (event.kind == MemKind::kHeap && event.op() == Op::kAlloc && peak_awaiting_heap == step.device) {
-        at_peak[step.device] = fragmentation_point("peak", at_peak[step.device].t_ns, step.device);
-        peak_awaiting_heap = kNoDevice;
-      } else if (!step.memory_changes.empty() || event.kind == MemKind::kHeap) {
-        peak_awaiting_heap = kNoDevice;  // memory moved on (mapping a handle moves none)
-      }
-      if (event.result == kOutOfMemoryResult && event.op() == Op::kAlloc) {
-        FragmentationPoint p = fragmentation_point("oom", event.t_ns, event.device);
-        p.request_bytes = event.size;
-        out.fragmentation.push_back(p);
-      }
-    }
-    if (!step.memory_changes.empty()) {
-      if (!changed) out.first_change_ns = event.t_ns;
-      changed = true;
-      out.last_change_ns = event.t_ns;
-    }
-    if (options.largest_allocations && !step.memory_changes.empty()) largest.add(event, step);
-    if (options.timeline && event.api == Api::kDeviceUsed && event.device >= 0)
-      device_used.record(event.device, Layer::kDevice, event.t_ns, event.size);
-    if (options.timeline)
-      for (const MemoryChange& c : step.memory_changes)
-        timeline.record(c.device, c.layer, event.t_ns, replay.live_bytes(c.layer, c.device));
-  }
+  });
+  FunctionPass allocated_layer([&](const Event& event, const ReplayStep& step, const Replay&) {
+    if (event.layer == Layer::kAllocated) allocated.add(step);
+  });
+  FragmentationPass fragmentation(reserved, options.timeline, out);
+  // Steps and phases, and each step's live bytes by site for growth.
+  FunctionPass phase_pass([&](const Event& event, const ReplayStep&, const Replay&) {
+    if (event.layer == Layer::kAllocated || event.op() != Op::kMark) return;
+    size_t steps = phases.step_starts().size();
+    phases.add(event);
+    if (phases.step_starts().size() == steps) return;
+    growth.boundary([&](auto visit) {
+      reserved.for_each_live_site([&](int32_t device, const Site& key, uint64_t bytes, uint64_t stack_id) {
+        visit(device, Layer::kReserved, key, bytes, stack_id);
+      });
+      allocated.for_each_live_site([&](int32_t device, const Site& key, uint64_t bytes, uint64_t stack_id) {
+        visit(device, Layer::kAllocated, key, bytes, stack_id);
+      });
+    });
+  });
+  FunctionPass largest_pass([&](const Event& event, const ReplayStep& step, const Replay&) {
+    if (!step.memory_changes.empty()) largest.add(event, step);
+  });
+  TimelinePass timeline(out);
+
+  std::vector<std::unique_ptr<AnalysisPass>> analyses = make_analysis_passes(options);
+
+  PassDriver driver;
+  driver.add(facts).add(reserved).add(category_pass).add(torch_counter_pass).add(allocated_layer);
+  driver.add(fragmentation).add(phase_pass);
+  if (options.largest_allocations) driver.add(largest_pass);
+  if (options.timeline) driver.add(timeline);
+  for (auto& analysis : analyses) driver.add(*analysis);
+  report.end_time_ns = driver.run(*reader);
+  for (auto& analysis : analyses) analysis->report(out);
+
   reserved.finish(report);
-  report.end_time_ns = last_t;
   report.problem = reader->problem();
   report.complete = reader->footer().has_value();
   if (const auto& footer = reader->footer()) {
@@ -173,7 +229,6 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
     report.longest_wait_ns = footer->longest_wait_ns();
     report.notices.assign(footer->notices().begin(), footer->notices().end());
     report.incomplete_records = footer->incomplete_records();
-    report.end_time_ns = std::max(report.end_time_ns, footer->end_ns());
   }
   phases.finish(report.end_time_ns);
   resolve_devices(report.devices, *reader, stacks, phases, labels);
@@ -184,7 +239,7 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
     out.categories_known = categories.known();
     for (DeviceReport& d : out.allocated.devices) d.peak_categories = categories.at_peak(d.device);
   }
-  report.snapshots = snapshots_of(path, report.pid);
+  report.snapshots = run_folder::snapshots_of(path, report.pid);
   report.pytorch_counters = torch_counters.finish();
 
   out.step_starts = phases.step_starts();
@@ -200,10 +255,6 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
     for (SiteGrowth& g : *list) resolve_site(g, g.site.stack_id, stacks, labels);
     distinguish_sites(*list);
   }
-  out.has_heaps = heaps.any_heaps();
-  for (auto& [device, p] : at_peak) out.fragmentation.insert(out.fragmentation.begin(), p);
-  std::stable_sort(out.fragmentation.begin(), out.fragmentation.end(),
-                   [](const FragmentationPoint& a, const FragmentationPoint& b) { return a.t_ns < b.t_ns; });
   if (options.largest_allocations) {
     out.largest = largest.spans();
     out.allocations_seen = largest.seen();
@@ -216,12 +267,6 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
       for (const DeviceReport& d : layer->devices)
         for (const auto* sites : {&d.peak_sites, &d.exit_sites})
           for (const SiteTotal& site : *sites) show(site.site.stack_id);
-  }
-  if (options.timeline) {
-    out.timeline = timeline.series(report.end_time_ns);
-    out.free_in_heaps = free_in_heaps.series(report.end_time_ns);
-    out.device_used = device_used.series(report.end_time_ns);
-    out.timeline_bucket_ns = timeline.bucket_ns();
   }
   return true;
 }

@@ -12,6 +12,7 @@
 #include <system_error>
 
 #include "memtrace/engine/process_analysis.h"
+#include "memtrace/format/run_folder.h"
 #include "memtrace/importers/pickle.h"
 #include "memtrace/importers/torch_snapshot.h"
 
@@ -62,35 +63,14 @@ std::unique_ptr<TraceReader> open_trace(const std::string& path, std::string& er
   }
   if (pickle::looks_like_pickle(std::string_view(head, sizeof head))) return open_torch_snapshot(path, error);
   std::unique_ptr<TraceReader> reader = TraceReader::open(path, error);
-  if (!reader && std::memcmp(head, "MEMTRACE", 8) != 0) error += ", nor a PyTorch memory snapshot (a pickle)";
+  if (!reader && !run_folder::is_memtrace_header(std::string_view(head, sizeof head)))
+    error += ", nor a PyTorch memory snapshot (a pickle)";
   return reader;
-}
-
-std::vector<std::string> find_traces(const std::string& path, std::string& error) {
-  std::error_code ec;
-  fs::file_status status = fs::status(path, ec);
-  if (ec || !fs::exists(status)) {
-    error = path + " does not exist";
-    return {};
-  }
-  if (!fs::is_directory(status)) return {path};
-  // A job's folder holds each node's output folder: the traces are searched for in all of them.
-  std::vector<std::string> traces;
-  for (auto it = fs::recursive_directory_iterator(path, fs::directory_options::skip_permission_denied, ec);
-       !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
-    if (it->path().extension() == ".memtrace" && it->is_regular_file()) traces.push_back(it->path().string());
-  if (ec) {
-    error = "cannot read folder " + path + ": " + ec.message();
-    return {};
-  }
-  if (traces.empty()) error = "no .memtrace traces in " + path + " (did the program use CUDA?)";
-  std::sort(traces.begin(), traces.end());
-  return traces;
 }
 
 bool analyze_path(const std::string& path, const AnalysisOptions& options, std::vector<ProcessAnalysis>& out,
                   std::vector<std::string>& warnings, std::string& error) {
-  std::vector<std::string> traces = find_traces(path, error);
+  std::vector<std::string> traces = run_folder::find_traces(path, error);
   if (traces.empty()) return false;
   size_t first = out.size();
   for (const auto& trace : traces) {

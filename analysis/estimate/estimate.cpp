@@ -320,7 +320,7 @@ std::string assumptions_text(const EstimateOptions& o) {
 
 }  // namespace
 
-nlohmann::json estimate_json(const Estimate& e) {
+nlohmann::json to_json(const Estimate& e) {
   nlohmann::json components = nlohmann::json::object(), formulas = nlohmann::json::object();
   for (const Component& c : e.components) {
     components[c.name] = static_cast<uint64_t>(std::llround(c.bytes));
@@ -362,7 +362,7 @@ nlohmann::json estimate_json(const Estimate& e) {
   return out;
 }
 
-std::string estimate_text(const Estimate& e) {
+std::string to_text(const Estimate& e) {
   char line[512];
   std::string out = e.model.name + ": " + format_count(e.parameters) + " parameters, per GPU:\n";
   out += "  assuming " + assumptions_text(e.options) + "\n";

@@ -57,7 +57,7 @@ Explanation explain(const Estimate& estimate, const std::vector<ProcessAnalysis>
   return x;
 }
 
-nlohmann::json explanation_json(const Explanation& x) {
+nlohmann::json to_json(const Explanation& x) {
   nlohmann::json measured = nlohmann::json::array();
   for (const auto& m : x.measured) {
     nlohmann::json categories = nlohmann::json::array();
@@ -76,14 +76,14 @@ nlohmann::json explanation_json(const Explanation& x) {
                         {"difference_bytes", static_cast<int64_t>(std::llround(m.difference))},
                         {"reading", m.reading}});
   }
-  return {{"estimate", estimate_json(x.estimate)},
+  return {{"estimate", to_json(x.estimate)},
           {"expected_reserved_bytes", static_cast<uint64_t>(std::llround(x.expected_reserved))},
           {"measured", measured},
           {"categories_known", x.categories_known}};
 }
 
-std::string explanation_text(const Explanation& x) {
-  std::string out = estimate_text(x.estimate);
+std::string to_text(const Explanation& x) {
+  std::string out = to_text(x.estimate);
   out += "\nthe program itself should reserve about " + format_bytes(uint64_t(std::llround(x.expected_reserved))) +
          " per GPU (the total less the CUDA context)\n";
   for (const auto& m : x.measured) {

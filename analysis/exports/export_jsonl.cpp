@@ -6,7 +6,7 @@
 #include <unordered_map>
 
 #include "memtrace.pb.h"
-#include "memtrace/engine/replay.h"
+#include "memtrace/engine/pass.h"
 #include "memtrace/engine/stacks.h"
 #include "memtrace/engine/trace_set.h"
 #include "memtrace/format/trace_reader.h"
@@ -20,7 +20,7 @@ struct Source {
   std::unique_ptr<TraceReader> reader;
   std::unique_ptr<StackView> stacks;
   std::unordered_map<uint64_t, std::string> stack_json_cache;  // stack id -> ,"stack":[...]
-  Replay replay;
+  PassDriver replay;  // no passes: each event is written as the merge reaches it
   Event next;
   bool has_next = false;
   void advance() { has_next = reader->next(next); }
@@ -114,7 +114,7 @@ bool export_jsonl(const std::vector<std::string>& traces, std::FILE* out, bool k
     size_t i = queue.top();
     queue.pop();
     Source& s = *sources[i];
-    const ReplayStep& step = s.replay.apply(s.next);
+    const ReplayStep& step = s.replay.feed(s.next);
     append_event(buffer, s.reader->header().pid(), s.next, step, s);
     if (buffer.size() > (1 << 16)) {
       std::fwrite(buffer.data(), 1, buffer.size(), out);

@@ -9,8 +9,8 @@
 #include <unordered_set>
 
 #include "memtrace/engine/categories.h"
+#include "memtrace/engine/pass.h"
 #include "memtrace/engine/phases.h"
-#include "memtrace/engine/replay.h"
 #include "memtrace/engine/stacks.h"
 #include "memtrace/engine/trace_set.h"
 #include "memtrace/format/torch_action.h"
@@ -166,7 +166,7 @@ struct Segment {
   bool expandable = false;
 };
 
-class MemoryVizExport {
+class MemoryVizExport : public Pass {
  public:
   MemoryVizExport(TraceReader& reader, const MemoryVizOptions& options)
       : reader_(reader),
@@ -175,25 +175,30 @@ class MemoryVizExport {
         phases_(reader, kDefaultStepPattern),
         categories_(/*keep_all=*/true) {}
 
+  // Reads the trace: as PyTorch's allocator described it (ALLOCATED_LAYER), or as the reserved
+  // layer's allocations otherwise.
   void read(bool allocated_layer) {
     allocated_ = allocated_layer;
-    Event e;
-    while (reader_.next(e)) {
-      // Heaps are known before the replay forgets them; what they are after it has merged them.
-      uint64_t heap_size = 0;
-      if (e.kind == MemKind::kHeap && e.op() == Op::kFree)
-        if (auto h = replay_.heaps().find(e.addr); h != replay_.heaps().end()) heap_size = h->second.size;
-      const ReplayStep& step = replay_.apply(e);
-      phases_.add(e);
-      if (allocated_) {
-        bool named = api_info(e.api).aux == AuxField::kName;
-        categories_.add(e, step, replay_, phases_.step_starts().size(), named ? reader_.string(e.name) : "");
-        allocated_event(e, step, heap_size);
-      } else {
-        reserved_event(e, step);
-      }
-    }
+    driver_.add(*this).run(reader_);
     categories_.finish();
+  }
+
+  // Heaps are known before the replay forgets them; what they are after it has merged them.
+  void before(const Event& e, const Replay& replay) override {
+    heap_size_ = 0;
+    if (e.kind == MemKind::kHeap && e.op() == Op::kFree)
+      if (auto h = replay.heaps().find(e.addr); h != replay.heaps().end()) heap_size_ = h->second.size;
+  }
+
+  void on_event(const Event& e, const ReplayStep& step, const Replay& replay) override {
+    phases_.add(e);
+    if (allocated_) {
+      bool named = api_info(e.api).aux == AuxField::kName;
+      categories_.add(e, step, replay, phases_.step_starts().size(), named ? reader_.string(e.name) : "");
+      allocated_event(e, step, heap_size_);
+    } else {
+      reserved_event(e, step);
+    }
   }
 
   std::string write(Sink& out, std::vector<std::string>& warnings) {
@@ -259,8 +264,8 @@ class MemoryVizExport {
     }
     if (e.layer != Layer::kAllocated || !e.ok()) return;
     if (e.api == Api::kTorchFree) {  // the tensor let go: its block waits for its streams, still live
-      auto r = replay_.regions().find(e.addr);
-      if (r != replay_.regions().end() && !outside_.count(e.addr) && !pending_.count(e.addr)) {
+      auto r = driver_.replay().regions().find(e.addr);
+      if (r != driver_.replay().regions().end() && !outside_.count(e.addr) && !pending_.count(e.addr)) {
         add(r->second.device, Action::kFreeRequested, e.addr, r->second.size, e.stream, e.t_ns);
         pending_.insert(e.addr);
       }
@@ -271,8 +276,8 @@ class MemoryVizExport {
       if (e.op() == Op::kAlloc) {
         bool map = e.api == Api::kTorchSegmentMap;
         add(device, map ? Action::kSegmentMap : Action::kSegmentAlloc, e.addr, e.size, e.stream, e.t_ns, e.stack_id);
-        auto made = replay_.heaps().upper_bound(e.addr);
-        if (made != replay_.heaps().begin() && !segments_.count(std::prev(made)->first))
+        auto made = driver_.replay().heaps().upper_bound(e.addr);
+        if (made != driver_.replay().heaps().begin() && !segments_.count(std::prev(made)->first))
           segments_[std::prev(made)->first] = Segment{e.stack_id, e.stream, map};
       } else if (e.api != Api::kNvtxMemHeapReset) {
         bool unmap = e.api == Api::kTorchSegmentUnmap;
@@ -306,8 +311,8 @@ class MemoryVizExport {
   }
 
   bool inside_heap(uint64_t addr, uint64_t size) const {
-    auto h = replay_.heaps().upper_bound(addr);
-    if (h == replay_.heaps().begin()) return false;
+    auto h = driver_.replay().heaps().upper_bound(addr);
+    if (h == driver_.replay().heaps().begin()) return false;
     --h;
     return addr + size <= h->first + h->second.size;
   }
@@ -448,10 +453,10 @@ class MemoryVizExport {
 
   void write_heaps(Sink& out) {
     std::map<uint64_t, Block> live;
-    for (const auto& [addr, a] : replay_.regions())
+    for (const auto& [addr, a] : driver_.replay().regions())
       if (!outside_.count(addr))
         live[addr] = Block{addr, a.size, a.stack_id, pending_.count(addr) ? "active_pending_free" : "active_allocated"};
-    for (const auto& [base, heap] : replay_.heaps()) {
+    for (const auto& [base, heap] : driver_.replay().heaps()) {
       std::vector<Block> inside;
       for (auto it = live.lower_bound(base); it != live.end() && it->first < base + heap.size; ++it)
         inside.push_back(it->second);
@@ -462,7 +467,7 @@ class MemoryVizExport {
 
   void write_reserved(Sink& out) {
     std::map<uint64_t, std::pair<int32_t, LiveAllocation>> live;
-    replay_.for_each_live([&](uint64_t addr, const LiveAllocation& a) {
+    driver_.replay().for_each_live([&](uint64_t addr, const LiveAllocation& a) {
       if (counts_as_device_memory(a.kind) && a.device >= 0) live[addr] = {a.device, a};
     });
     for (const auto& [addr, item] : live) {
@@ -475,7 +480,8 @@ class MemoryVizExport {
   TraceReader& reader_;
   const MemoryVizOptions& options_;
   StackView stacks_;
-  Replay replay_;
+  PassDriver driver_;       // its replay: the final state, after reading
+  uint64_t heap_size_ = 0;  // of the heap the event frees, before the replay
   PhaseTracker phases_;
   CategoryTracker categories_;
   uint64_t allocations_ = 0;

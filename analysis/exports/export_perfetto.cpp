@@ -13,7 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "memtrace/engine/replay.h"
+#include "memtrace/engine/pass.h"
 #include "memtrace/engine/stacks.h"
 #include "memtrace/engine/trace_set.h"
 #include "memtrace/exports/export_profiles.h"
@@ -98,7 +98,7 @@ class Lanes {
 };
 
 // One process's trace, written as Perfetto packets on sequence SEQUENCE.
-class ProcessExport {
+class ProcessExport : public Pass {
  public:
   ProcessExport(PerfettoStream& stream, const TraceReader& reader, uint32_t sequence)
       : stream_(stream), reader_(reader), stacks_(reader, false), sequence_(sequence) {
@@ -118,12 +118,11 @@ class ProcessExport {
     stream_.write(p);
   }
 
-  void add(const Event& e) {
+  void on_event(const Event& e, const ReplayStep& step, const Replay& replay) override {
     if (e.op() == Op::kMark) return mark(e);
-    const ReplayStep& step = replay_.apply(e);
     for (const MemoryChange& c : step.memory_changes) {
       counter(e.t_ns, c.device, c.layer == Layer::kAllocated ? "allocated" : "reserved",
-              static_cast<int64_t>(replay_.live_bytes(c.layer, c.device)));
+              static_cast<int64_t>(replay.live_bytes(c.layer, c.device)));
       if (c.bytes > 0)
         begin_allocation(e, c);
       else
@@ -347,7 +346,6 @@ class ProcessExport {
   const uint32_t sequence_;
   int32_t pid_ = 0;
   uint64_t process_ = 0;
-  Replay replay_;
   std::map<std::pair<int32_t, std::string>, uint64_t> counters_;
   std::map<std::pair<int32_t, std::string>, Lanes> lanes_;
   std::map<std::tuple<bool, int32_t, uint64_t>, uint64_t> open_;  // (allocated layer, device, address): lane
@@ -368,8 +366,7 @@ bool export_perfetto(const std::vector<std::string>& traces, std::FILE* out, std
     std::unique_ptr<TraceReader> reader = open_trace(path, error);
     if (!reader) return false;
     ProcessExport process(stream, *reader, ++sequence);
-    Event e;
-    while (reader->next(e)) process.add(e);
+    PassDriver().add(process).run(*reader);
     if (!reader->footer() && !reader->problem().empty()) warnings.push_back(path + ": " + reader->problem());
   }
   return true;

@@ -3,7 +3,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "memtrace/engine/replay.h"
+#include "memtrace/engine/pass.h"
 #include "memtrace/engine/trace_set.h"
 
 namespace memtrace {
@@ -52,9 +52,7 @@ bool export_chrome(const std::vector<std::string>& traces, std::FILE* out, std::
     std::string name;
     for (const auto& arg : reader->header().command()) name += (name.empty() ? "" : " ") + arg;
     emit({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"args", {{"name", name}}}});
-    Replay replay;
-    Event e;
-    while (reader->next(e)) {
+    FunctionPass process([&](const Event& e, const ReplayStep& step, const Replay& replay) {
       const double ts = static_cast<double>(e.t_ns) / 1000.0;  // microseconds
       const std::string api(api_name(e.api));
       if (e.op() == Op::kMark) {
@@ -81,9 +79,8 @@ bool export_chrome(const std::vector<std::string>& traces, std::FILE* out, std::
             break;
           default: break;
         }
-        continue;
+        return;
       }
-      const ReplayStep& step = replay.apply(e);
       for (const MemoryChange& c : step.memory_changes) {
         emit({{"ph", "C"},
               {"name", "device " + std::to_string(c.device) + " " + std::string(layer_name(c.layer))},
@@ -115,7 +112,8 @@ bool export_chrome(const std::vector<std::string>& traces, std::FILE* out, std::
               {"tid", e.tid},
               {"ts", ts},
               {"args", {{"bytes", e.size}, {"result", e.result}}}});
-    }
+    });
+    PassDriver().add(process).run(*reader);
     if (!reader->footer() && !reader->problem().empty()) warnings.push_back(path + ": " + reader->problem());
   }
   std::fputs("\n]}\n", out);

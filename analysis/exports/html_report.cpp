@@ -183,7 +183,7 @@ json process_data(const ProcessAnalysis& p) {
     if (read_snapshot(path, AnalysisOptions(), s, error)) {
       snapshot["reason"] = s.reason;
       snapshot["diagnosis"] = s.diagnosis;
-      snapshot["text"] = snapshot_text(s);
+      snapshot["text"] = to_text(s);
     } else {
       snapshot["text"] = error;
     }

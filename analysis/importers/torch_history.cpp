@@ -18,22 +18,6 @@ namespace memtrace {
 
 namespace fs = std::filesystem;
 
-std::vector<std::string> torch_history_files(const std::string& trace_path, int32_t pid) {
-  std::vector<std::pair<long, std::string>> found;
-  std::error_code ec;
-  fs::path folder = fs::path(trace_path).parent_path();
-  const std::string prefix = std::to_string(pid) + ".torch-history-";
-  for (const auto& entry : fs::directory_iterator(folder.empty() ? "." : folder, ec)) {
-    std::string name = entry.path().filename().string();
-    if (name.rfind(prefix, 0) != 0 || entry.path().extension() != ".pickle") continue;
-    found.emplace_back(std::atol(name.c_str() + prefix.size()), entry.path().string());
-  }
-  std::sort(found.begin(), found.end());
-  std::vector<std::string> out;
-  for (auto& [n, path] : found) out.push_back(std::move(path));
-  return out;
-}
-
 namespace {
 
 // A recorded call that obtained or gave back reserved memory: what an untimed history's segments

@@ -259,6 +259,7 @@ nlohmann::json report_json(const std::vector<ProcessReport>& processes) {
     });
     process["pytorch_counters"] = nlohmann::json::array();
     for (const TorchCounters& c : p.pytorch_counters) process["pytorch_counters"].push_back(torch_counters_json(c));
+    if (!p.counts.empty()) process["counts"] = p.counts;
     out["processes"].push_back(std::move(process));
   }
   return out;

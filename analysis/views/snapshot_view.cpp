@@ -7,6 +7,7 @@
 #include "memtrace.pb.h"
 #include "memtrace/base/units.h"
 #include "memtrace/engine/trace_set.h"
+#include "memtrace/format/run_folder.h"
 #include "memtrace/views/report_render.h"
 
 namespace memtrace {
@@ -103,21 +104,6 @@ bool read_final_state(const TraceReader& reader, const StackView& stacks, const 
 
 }  // namespace
 
-std::vector<std::string> find_snapshots(const std::string& path, std::string& error) {
-  std::error_code ec;
-  if (!fs::exists(path, ec)) {
-    error = path + " does not exist";
-    return {};
-  }
-  if (!fs::is_directory(path, ec)) return {path};
-  std::vector<std::string> found;
-  for (const auto& entry : fs::directory_iterator(path, ec))
-    if (entry.path().extension() == ".memsnap" && entry.is_regular_file()) found.push_back(entry.path().string());
-  std::sort(found.begin(), found.end());
-  if (found.empty()) error = "no .memsnap snapshots in " + path;
-  return found;
-}
-
 bool read_snapshot(const std::string& path, const AnalysisOptions& options, SnapshotReport& out, std::string& error) {
   auto reader = open_trace(path, error);
   if (!reader) return false;
@@ -131,17 +117,14 @@ bool read_snapshot(const std::string& path, const AnalysisOptions& options, Snap
   auto key = [&](uint64_t stack_id) { return stacks.site_key(stack_id, options.grouping); };
   ReportBuilder sites(options.top_sites, key);
   ReportBuilder tensors(options.top_sites, key, Layer::kAllocated);
-  Replay replay;
-  Event e;
   std::optional<Event> oom;
-  uint64_t last_t = 0;
-  while (reader->next(e)) {
-    const ReplayStep& step = replay.apply(e);
-    sites.add(step);
-    tensors.add(step);
+  FunctionPass oom_pass([&](const Event& e, const ReplayStep&, const Replay&) {
     if (e.api == Api::kTorchOom) oom = e;
-    last_t = e.t_ns;
-  }
+  });
+  PassDriver driver;
+  driver.add(sites).add(tensors).add(oom_pass).run(*reader);
+  const Replay& replay = driver.replay();
+  const uint64_t last_t = driver.last_t_ns();
   const std::optional<pb::Snapshot>& info = reader->snapshot();
   if (!info && !reader->header().imported_from().empty())
     return read_final_state(*reader, stacks, options, replay, tensors, oom, last_t, out);
@@ -179,7 +162,7 @@ bool read_snapshot(const std::string& path, const AnalysisOptions& options, Snap
   return true;
 }
 
-nlohmann::json snapshot_json(const SnapshotReport& s) {
+nlohmann::json to_json(const SnapshotReport& s) {
   nlohmann::json request = nullptr;
   if (s.request)
     request = {{"api", std::string(api_name(s.request->api))},
@@ -213,7 +196,7 @@ nlohmann::json snapshot_json(const SnapshotReport& s) {
           {"path", s.path}};
 }
 
-std::string snapshot_text(const SnapshotReport& s) {
+std::string to_text(const SnapshotReport& s) {
   std::string out =
       s.path + (s.imported_from.empty() ? " (process " + std::to_string(s.pid) + ")" : "") + "\n" + s.diagnosis + "\n";
   if (!s.problem.empty()) out += "WARNING: " + s.problem + "\n";
@@ -236,6 +219,26 @@ std::string snapshot_text(const SnapshotReport& s) {
     out += stack_text(site.stack, site.named_frame + 1, 6, 5);  // from the site's frame outwards
   }
   return out;
+}
+
+bool snapshot_view(const std::vector<std::string>& files, const AnalysisOptions& options, SnapshotView& out,
+                   std::string& error) {
+  for (const std::string& file : files)
+    if (!read_snapshot(file, options, out.snapshots.emplace_back(), error)) return false;
+  return true;
+}
+
+nlohmann::json to_json(const SnapshotView& view) {
+  if (view.snapshots.size() == 1) return to_json(view.snapshots[0]);
+  nlohmann::json all = nlohmann::json::array();
+  for (const SnapshotReport& s : view.snapshots) all.push_back(to_json(s));
+  return {{"snapshots", all}};
+}
+
+std::string to_text(const SnapshotView& view) {
+  std::string text;
+  for (const SnapshotReport& s : view.snapshots) text += (text.empty() ? "" : "\n") + to_text(s);
+  return text;
 }
 
 }  // namespace memtrace

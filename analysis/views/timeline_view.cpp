@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cstdio>
+#include <tuple>
 
 #include "memtrace/base/units.h"
 #include "memtrace/views/report_render.h"
@@ -23,12 +24,10 @@ uint64_t step_time(const ProcessAnalysis& p, uint64_t step, bool end) {
 }
 
 // The buckets of S that overlap [FROM, TO), and the value the series held when FROM came.
-struct Slice {
-  std::vector<TimelinePoint> points;
-  uint64_t before = 0;
-};
-Slice slice(const TimelineSeries& s, uint64_t bucket_ns, uint64_t from, uint64_t to) {
-  Slice out;
+TimelineView::Series slice(const TimelineSeries& s, uint64_t bucket_ns, uint64_t from, uint64_t to) {
+  TimelineView::Series out;
+  out.device = s.device;
+  out.layer = s.layer;
   for (const TimelinePoint& pt : s.points) {
     if (pt.t_ns + bucket_ns <= from) {
       out.before = pt.last_bytes;
@@ -42,7 +41,8 @@ Slice slice(const TimelineSeries& s, uint64_t bucket_ns, uint64_t from, uint64_t
 
 // The highest value in each of WIDTH equal slices of [FROM, TO); a slice no bucket starts in
 // holds the value the one before it ended with.
-std::vector<uint64_t> columns(const Slice& s, uint64_t bucket_ns, uint64_t from, uint64_t to, size_t width) {
+std::vector<uint64_t> columns(const TimelineView::Series& s, uint64_t bucket_ns, uint64_t from, uint64_t to,
+                              size_t width) {
   std::vector<uint64_t> most(width, 0), last(width, 0);
   std::vector<bool> touched(width, false);
   const uint64_t span = to - from;
@@ -111,17 +111,35 @@ std::pair<uint64_t, uint64_t> window_ns(const ProcessAnalysis& p, const TimeWind
   return {from, to};
 }
 
-std::string timeline_text(const std::vector<ProcessAnalysis>& processes, size_t width, const TimeWindow& window) {
+TimelineView timeline_view(const std::vector<ProcessAnalysis>& processes, const TimeWindow& window) {
+  TimelineView view;
+  for (const ProcessAnalysis& p : processes) {
+    TimelineView::Process& out = view.processes.emplace_back();
+    out.pid = p.report.pid;
+    out.command = p.report.command;
+    out.bucket_ns = p.timeline_bucket_ns;
+    out.end_ns = p.report.end_time_ns;
+    std::tie(out.from_ns, out.to_ns) = window_ns(p, window);
+    out.step_starts = p.step_starts;
+    out.ranges = p.ranges;
+    for (const TimelineSeries& s : p.timeline) {
+      out.series.push_back(slice(s, p.timeline_bucket_ns, out.from_ns, out.to_ns));
+      out.series.back().name = series_name(p, s);
+    }
+  }
+  return view;
+}
+
+std::string to_text(const TimelineView& view, size_t width) {
   constexpr int kRows = 8;
   static const char* kBlocks[] = {" ", "▁", "▂", "▃", "▄", "▅", "▆", "▇", "█"};
   std::string out;
-  for (const ProcessAnalysis& p : processes) {
-    auto [from, to] = window_ns(p, window);
-    for (const TimelineSeries& s : p.timeline) {
-      std::vector<uint64_t> col =
-          columns(slice(s, p.timeline_bucket_ns, from, to), p.timeline_bucket_ns, from, to, width);
+  for (const TimelineView::Process& p : view.processes) {
+    const uint64_t from = p.from_ns, to = p.to_ns;
+    for (const TimelineView::Series& s : p.series) {
+      std::vector<uint64_t> col = columns(s, p.bucket_ns, from, to, width);
       uint64_t top = *std::max_element(col.begin(), col.end());
-      out += series_name(p, s) + ": peak " + format_bytes(top) + " from " + time_label(from, to - from) + " to " +
+      out += s.name + ": peak " + format_bytes(top) + " from " + time_label(from, to - from) + " to " +
              time_label(to, to - from) + "\n";
       for (int row = kRows - 1; row >= 0; --row) {
         out += row == kRows - 1 ? pad(format_bytes(top), 10, true) + " |" : std::string(10, ' ') + " |";
@@ -150,50 +168,47 @@ std::string timeline_text(const std::vector<ProcessAnalysis>& processes, size_t 
   return out;
 }
 
-nlohmann::json timeline_json(const std::vector<ProcessAnalysis>& processes, const TimeWindow& window) {
+nlohmann::json to_json(const TimelineView& view) {
   nlohmann::json out = {{"processes", nlohmann::json::array()}};
-  for (const ProcessAnalysis& p : processes) {
-    auto [from, to] = window_ns(p, window);
+  for (const TimelineView::Process& p : view.processes) {
     nlohmann::json series = nlohmann::json::array();
-    for (const TimelineSeries& s : p.timeline) {
+    for (const TimelineView::Series& s : p.series) {
       nlohmann::json points = nlohmann::json::array();
-      for (const TimelinePoint& pt : slice(s, p.timeline_bucket_ns, from, to).points)
-        points.push_back({pt.t_ns, pt.max_bytes, pt.last_bytes});
+      for (const TimelinePoint& pt : s.points) points.push_back({pt.t_ns, pt.max_bytes, pt.last_bytes});
       series.push_back({{"device", s.device},
                         {"layer", std::string(layer_name(s.layer))},
                         {"columns", {"t_ns", "max_bytes", "last_bytes"}},
                         {"points", points}});
     }
-    out["processes"].push_back({{"pid", p.report.pid},
-                                {"bucket_ns", p.timeline_bucket_ns},
-                                {"end_ns", p.report.end_time_ns},
-                                {"from_ns", from},
-                                {"to_ns", to},
+    out["processes"].push_back({{"pid", p.pid},
+                                {"bucket_ns", p.bucket_ns},
+                                {"end_ns", p.end_ns},
+                                {"from_ns", p.from_ns},
+                                {"to_ns", p.to_ns},
                                 {"series", series},
                                 {"steps_ns", p.step_starts}});
   }
   return out;
 }
 
-std::string timeline_csv(const std::vector<ProcessAnalysis>& processes, const TimeWindow& window) {
+std::string to_csv(const TimelineView& view) {
   std::string out = "pid,device,layer,t_ns,max_bytes,last_bytes\n";
-  for (const ProcessAnalysis& p : processes) {
-    auto [from, to] = window_ns(p, window);
-    for (const TimelineSeries& s : p.timeline)
-      for (const TimelinePoint& pt : slice(s, p.timeline_bucket_ns, from, to).points)
-        out += std::to_string(p.report.pid) + "," + std::to_string(s.device) + "," + std::string(layer_name(s.layer)) +
-               "," + std::to_string(pt.t_ns) + "," + std::to_string(pt.max_bytes) + "," +
-               std::to_string(pt.last_bytes) + "\n";
+  for (const TimelineView::Process& p : view.processes) {
+    for (const TimelineView::Series& s : p.series)
+      for (const TimelinePoint& pt : s.points)
+        out += std::to_string(p.pid) + "," + std::to_string(s.device) + "," + std::string(layer_name(s.layer)) + "," +
+               std::to_string(pt.t_ns) + "," + std::to_string(pt.max_bytes) + "," + std::to_string(pt.last_bytes) +
+               "\n";
   }
   return out;
 }
 
-std::string timeline_svg(const std::vector<ProcessAnalysis>& processes, const TimeWindow& window) {
+std::string to_svg(const TimelineView& view) {
   // The chart, then its legend to the right of it, off the data.
   constexpr double kW = 960, kH = 240, kLeft = 90, kTop = 34, kGap = 70, kLegend = 260;
   static const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"};
   size_t charts = 0;
-  for (const ProcessAnalysis& p : processes) charts += p.timeline.empty() ? 0 : 1;
+  for (const TimelineView::Process& p : view.processes) charts += p.series.empty() ? 0 : 1;
   double height = kTop + static_cast<double>(charts) * (kH + kGap) + 10;
   char buf[512];
   std::snprintf(buf, sizeof buf,
@@ -203,16 +218,14 @@ std::string timeline_svg(const std::vector<ProcessAnalysis>& processes, const Ti
                 kLeft + kW + kLegend, height, kLeft);
   std::string out = buf;
   double y0 = kTop + 16;
-  for (const ProcessAnalysis& p : processes) {
-    if (p.timeline.empty()) continue;
-    auto [from, to] = window_ns(p, window);
+  for (const TimelineView::Process& p : view.processes) {
+    if (p.series.empty()) continue;
+    const uint64_t from = p.from_ns, to = p.to_ns;
     const double span = static_cast<double>(to - from);
-    std::vector<Slice> slices;
     uint64_t top = 1;
-    for (const TimelineSeries& s : p.timeline) {
-      slices.push_back(slice(s, p.timeline_bucket_ns, from, to));
-      top = std::max(top, slices.back().before);
-      for (const TimelinePoint& pt : slices.back().points) top = std::max(top, pt.max_bytes);
+    for (const TimelineView::Series& s : p.series) {
+      top = std::max(top, s.before);
+      for (const TimelinePoint& pt : s.points) top = std::max(top, pt.max_bytes);
     }
     auto x = [&](uint64_t t) {
       return kLeft + std::clamp(static_cast<double>(t) - static_cast<double>(from), 0.0, span) / span * kW;
@@ -220,7 +233,7 @@ std::string timeline_svg(const std::vector<ProcessAnalysis>& processes, const Ti
     auto y = [&](uint64_t b) { return y0 + kH - static_cast<double>(b) / static_cast<double>(top) * kH; };
     out += "<text x=\"" + std::to_string(static_cast<int>(kLeft)) + "\" y=\"" +
            std::to_string(static_cast<int>(y0 - 20)) + "\" font-size=\"12\">" +
-           escape_xml("pid " + std::to_string(p.report.pid) + ": " + command_line(p.report.command)) + "</text>\n";
+           escape_xml("pid " + std::to_string(p.pid) + ": " + command_line(p.command)) + "</text>\n";
     // Phases: the outermost ranges in the window, shaded in turn.
     size_t shaded = 0;
     for (const PhaseRange& r : p.ranges) {
@@ -275,14 +288,14 @@ std::string timeline_svg(const std::vector<ProcessAnalysis>& processes, const Ti
                   kLeft + kW / 2, y0 + kH + 32, p.step_starts.empty() ? "" : " (dashed: step starts)", 14.0,
                   y0 + kH / 2);
     out += buf;
-    for (size_t i = 0; i < p.timeline.size(); ++i) {
-      const Slice& s = slices[i];
+    for (size_t i = 0; i < p.series.size(); ++i) {
+      const TimelineView::Series& s = p.series[i];
       std::string points;
       uint64_t prev = s.before;
       std::snprintf(buf, sizeof buf, "%.2f,%.2f ", x(from), y(prev));
       points += buf;
       for (const TimelinePoint& pt : s.points) {  // a step line: the value before, the highest, the last
-        const uint64_t end = pt.t_ns + p.timeline_bucket_ns;
+        const uint64_t end = pt.t_ns + p.bucket_ns;
         std::snprintf(buf, sizeof buf, "%.2f,%.2f %.2f,%.2f %.2f,%.2f %.2f,%.2f ", x(pt.t_ns), y(prev), x(pt.t_ns),
                       y(pt.max_bytes), x(end), y(pt.max_bytes), x(end), y(pt.last_bytes));
         points += buf;
@@ -298,7 +311,7 @@ std::string timeline_svg(const std::vector<ProcessAnalysis>& processes, const Ti
                     "<line x1=\"%.0f\" x2=\"%.0f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"3\"/>"
                     "<text x=\"%.0f\" y=\"%.1f\">",
                     kLeft + kW + 14, kLeft + kW + 34, ly - 4, ly - 4, c, kLeft + kW + 40, ly);
-      out += buf + escape_xml(series_name(p, p.timeline[i])) + "</text>\n";
+      out += buf + escape_xml(s.name) + "</text>\n";
     }
     y0 += kH + kGap;
   }

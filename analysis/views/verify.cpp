@@ -1,9 +1,11 @@
 #include "memtrace/views/verify.h"
 
+#include <algorithm>
 #include <map>
 #include <tuple>
 
 #include "memtrace/base/units.h"
+#include "memtrace/engine/pass.h"
 #include "memtrace/engine/stacks.h"
 #include "memtrace/engine/trace_set.h"
 
@@ -63,13 +65,12 @@ bool verify_trace(const std::string& path, size_t max_listed, VerifyResult& out,
 
   StackView stacks(*reader, false);
   std::map<Key, std::pair<Side, Side>> seen;  // recorded, CUPTI's
-  Event e;
-  while (reader->next(e)) {
-    if (!compared_kind(e.kind) || !e.ok()) continue;
+  FunctionPass compare([&](const Event& e, const ReplayStep&, const Replay&) {
+    if (!compared_kind(e.kind) || !e.ok()) return;
     const bool cupti = e.api == Api::kCuptiMemoryAlloc;
     const bool recorded = !cupti && e.op() == Op::kAlloc && e.layer == Layer::kReserved && !e.captured() &&
                           api_info(e.api).layer == Layer::kReserved && !is_observation(e.api);
-    if (!cupti && !recorded) continue;
+    if (!cupti && !recorded) return;
     auto& [mine, theirs] = seen[Key{e.addr, e.size, e.kind}];
     Side& side = cupti ? theirs : mine;
     if (side.count++ == 0) {
@@ -78,7 +79,8 @@ bool verify_trace(const std::string& path, size_t max_listed, VerifyResult& out,
         if (auto f = stacks.site_frame(e.stack_id, SiteGrouping::kUser)) side.example.location = frame_label(*f);
     }
     ++(cupti ? out.seen_by_cupti : out.recorded);
-  }
+  });
+  PassDriver().add(compare).run(*reader);
   out.has_records = out.seen_by_cupti > 0;
   for (const auto& [key, sides] : seen) {
     const auto& [mine, theirs] = sides;
@@ -93,9 +95,17 @@ bool verify_trace(const std::string& path, size_t max_listed, VerifyResult& out,
   return true;
 }
 
-std::string verify_text(const std::vector<VerifyResult>& results) {
+bool VerifyView::compared() const {
+  return std::all_of(processes.begin(), processes.end(), [](const VerifyResult& r) { return r.has_records; });
+}
+
+bool VerifyView::agree() const {
+  return std::all_of(processes.begin(), processes.end(), [](const VerifyResult& r) { return r.agree(); });
+}
+
+std::string to_text(const VerifyView& view) {
   std::string out;
-  for (const VerifyResult& r : results) {
+  for (const VerifyResult& r : view.processes) {
     out += process_heading(r.process);
     if (!r.has_records) {
       out +=
@@ -118,9 +128,9 @@ std::string verify_text(const std::vector<VerifyResult>& results) {
   return out;
 }
 
-std::string verify_json(const std::vector<VerifyResult>& results) {
+nlohmann::json to_json(const VerifyView& view) {
   nlohmann::json out = {{"processes", nlohmann::json::array()}};
-  for (const VerifyResult& r : results) {
+  for (const VerifyResult& r : view.processes) {
     nlohmann::json p = process_json(r.process);
     nlohmann::json only_recorded = nlohmann::json::array(), only_cupti = nlohmann::json::array();
     for (const auto& a : r.only_recorded) only_recorded.push_back(to_json(a));
@@ -135,7 +145,7 @@ std::string verify_json(const std::vector<VerifyResult>& results) {
               {"only_cupti", only_cupti}});
     out["processes"].push_back(std::move(p));
   }
-  return out.dump(2) + "\n";
+  return out;
 }
 
 }  // namespace memtrace

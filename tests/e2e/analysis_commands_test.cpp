@@ -295,7 +295,7 @@ TEST_F(StepsRun, HtmlPageIsSelfContained) {
   EXPECT_EQ(reserved_spans, 12u);  // every cudaMalloc that worked, one by one
 
   e2e::Result missing = e2e::run({e2e::kMemtrace, "html", *dir_ + "/nothing-here", "-o", *dir_ + "/x.html"});
-  EXPECT_EQ(missing.status, 1);
+  EXPECT_EQ(missing.status, 2);
   EXPECT_NE(missing.err.find("memtrace html:"), std::string::npos) << missing.err;
   EXPECT_FALSE(std::filesystem::exists(*dir_ + "/x.html"));
 }

@@ -142,18 +142,43 @@ TEST(Run, SignalSentToMemtraceReachesTheProgram) {
 TEST(Report, BadInputGivesOneLine) {
   std::string dir = e2e::temp_dir("badinput");
   e2e::Result missing = e2e::run({e2e::kMemtrace, "report", dir + "/nothing"});
-  EXPECT_EQ(missing.status, 1);
+  EXPECT_EQ(missing.status, 2);
   EXPECT_NE(missing.err.find("does not exist"), std::string::npos) << missing.err;
 
   std::ofstream(dir + "/junk.memtrace") << "this is not a trace at all";
   e2e::Result junk = e2e::run({e2e::kMemtrace, "report", dir + "/junk.memtrace"});
-  EXPECT_EQ(junk.status, 1);
+  EXPECT_EQ(junk.status, 2);
   EXPECT_NE(junk.err.find("not a memtrace trace"), std::string::npos) << junk.err;
 
   fs::create_directories(dir + "/empty");
   e2e::Result empty = e2e::run({e2e::kMemtrace, "report", dir + "/empty"});
-  EXPECT_EQ(empty.status, 1);
+  EXPECT_EQ(empty.status, 2);
   EXPECT_NE(empty.err.find("no .memtrace traces"), std::string::npos) << empty.err;
+
+  // Every command that reads traces or snapshots says the same: 2, in one line naming itself.
+  const std::string nothing = dir + "/nothing";
+  for (const std::vector<std::string>& command :
+       std::vector<std::vector<std::string>>{{"report", nothing},
+                                             {"peak", nothing},
+                                             {"leaks", nothing},
+                                             {"frag", nothing},
+                                             {"timeline", nothing},
+                                             {"diff", nothing, nothing},
+                                             {"check", nothing, "--max-peak", "1GiB"},
+                                             {"verify", nothing},
+                                             {"snapshot", nothing},
+                                             {"export", "--format", "jsonl", "-o", dir + "/out.jsonl", nothing},
+                                             {"export", "--format", "folded", "-o", dir + "/out.folded", nothing},
+                                             {"export", "--format", "memory-viz", "-o", dir + "/out.pickle", nothing},
+                                             {"html", nothing, "-o", dir + "/out.html"},
+                                             {"explain", nothing, "--model", "gpt2"}}) {
+    std::vector<std::string> argv = {e2e::kMemtrace};
+    argv.insert(argv.end(), command.begin(), command.end());
+    e2e::Result r = e2e::run(argv);
+    EXPECT_EQ(r.status, 2) << command[0] << ": " << r.err;
+    EXPECT_EQ(r.err.rfind("memtrace " + command[0] + ": ", 0), 0u) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << command[0] << ": " << r.err;
+  }
 }
 
 TEST(Report, CutTraceReportsWhatItHolds) {

@@ -177,10 +177,10 @@ TEST(Snapshots, CommandRefusesWhatIsNotASnapshot) {
   ASSERT_EQ(e2e::run_sample(dir, "leak", {"--iterations", "2"}).status, 0);
   fs::path trace = fs::directory_iterator(dir + "/traces")->path();
   e2e::Result r = e2e::run({e2e::kMemtrace, "snapshot", trace.string()});
-  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.err.find("not a snapshot"), std::string::npos) << r.err;
   e2e::Result none = e2e::run({e2e::kMemtrace, "snapshot", dir + "/traces"});
-  EXPECT_EQ(none.status, 1);
+  EXPECT_EQ(none.status, 2);
   EXPECT_NE(none.err.find("no .memsnap"), std::string::npos) << none.err;
 }
 

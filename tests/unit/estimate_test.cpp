@@ -155,7 +155,7 @@ TEST(Estimate, VerdictAndWhatWouldMakeItFit) {
   o.optimizer = "adam8bit";
   Estimate fits = run(o);
   EXPECT_LT(fits.total, static_cast<double>(*fits.gpu_memory));
-  EXPECT_TRUE(estimate_json(fits)["fits"].get<bool>());
+  EXPECT_TRUE(to_json(fits)["fits"].get<bool>());
 
   std::string error;
   Estimate bad;

@@ -48,9 +48,9 @@ class Process {
     e.t_ns = ++now_;
     e.kind = api_info(e.api).kind;
     e.layer = api_info(e.api).layer;
-    keeper_->before_event(e, replay_);
-    replay_.apply(e);
-    keeper_->on_event(e, replay_);
+    keeper_->before(e, replay_);
+    const ReplayStep& step = replay_.apply(e);
+    keeper_->on_event(e, step, replay_);
   }
   void alloc(Api api, uint64_t addr, uint64_t size, const std::string& function, int result = 0) {
     Event e;

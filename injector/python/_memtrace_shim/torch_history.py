@@ -3,8 +3,9 @@ tracker; 2.2 to 2.5 hide the class memtrace finds it by): torch.cuda.memory._rec
 (its ring of the allocator's events, with their Python frames), switched on when PyTorch
 initializes CUDA, and read (torch.cuda.memory._snapshot) at exit, at each out-of-memory and when
 asked. What each reading adds since the one before is written beside the trace as
-<pid>.torch-history-<n>.pickle, with the clocks then; the collector merges them into the trace on
-memtrace's clock when the process ends (analysis/torch_history.cpp).
+<pid>.torch-history-<n>.pickle (the name format/run_folder.h gives it), with the clocks then;
+the collector merges them into the trace on memtrace's clock when the process ends
+(analysis/importers/torch_history.cpp).
 """
 
 import os

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "memtrace/engine/categories.h"
+#include "memtrace/engine/pass.h"
 #include "memtrace/engine/replay.h"
 #include "memtrace/engine/stacks.h"
 #include "memtrace/engine/torch_counters.h"
@@ -135,6 +136,8 @@ struct ProcessReport {
   std::vector<DeviceReport> devices;  // by device ordinal
   std::vector<OomEvent> oom_events;
   std::vector<std::string> snapshots;  // snapshot files of this process beside its trace
+  // What each analysis pass (analysis_passes.h) counted, by its name, then by what it counted.
+  std::map<std::string, std::map<std::string, uint64_t>> counts;
   // PyTorch's own counters beside memtrace's figures (the shim recorded them: at exit, at OOMs).
   std::vector<TorchCounters> pytorch_counters;
 };
@@ -146,12 +149,13 @@ void resolve_sites(std::vector<SiteTotal>& sites, const StackView& stacks, SiteG
 // Builds a ProcessReport from the replay of one process's events. Sites are grouped by API and
 // by what SITE_KEY makes of their stack id (by default the stack itself). Peaks and sites are
 // those of LAYER: reserved (what the allocation APIs hold) or allocated (regions of heaps).
-class ReportBuilder {
+class ReportBuilder : public Pass {
  public:
   using SiteKey = std::function<uint64_t(uint64_t stack_id)>;
   explicit ReportBuilder(size_t top_sites = 10, SiteKey site_key = nullptr, Layer layer = Layer::kReserved)
       : top_sites_(top_sites), site_key_(std::move(site_key)), layer_(layer) {}
   void add(const ReplayStep& step);
+  void on_event(const Event&, const ReplayStep& step, const Replay&) override { add(step); }
   // Fills the event-derived parts of REPORT (calls, devices, peaks, sites).
   void finish(ProcessReport& report);
 

@@ -14,9 +14,6 @@ namespace memtrace {
 // snapshot pickle, read as the trace it describes. Null with ERROR set (one sentence) otherwise.
 std::unique_ptr<TraceReader> open_trace(const std::string& path, std::string& error);
 
-// The trace files PATH names, in a stable order; empty with ERROR set when there are none.
-std::vector<std::string> find_traces(const std::string& path, std::string& error);
-
 struct AnalysisOptions;
 struct ProcessAnalysis;
 // Analyzes every trace PATH names (a folder: all its processes). False with ERROR set when there

@@ -80,7 +80,7 @@ bool estimate(const ModelShape& model, const EstimateOptions& options, Estimate&
 std::optional<uint64_t> gpu_memory_of(const std::string& name);
 std::vector<std::string> gpu_names();
 
-nlohmann::json estimate_json(const Estimate& e);
-std::string estimate_text(const Estimate& e);
+nlohmann::json to_json(const Estimate& e);
+std::string to_text(const Estimate& e);
 
 }  // namespace memtrace

@@ -38,7 +38,7 @@ struct Explanation {
 };
 
 Explanation explain(const Estimate& estimate, const std::vector<ProcessAnalysis>& processes);
-nlohmann::json explanation_json(const Explanation& e);
-std::string explanation_text(const Explanation& e);
+nlohmann::json to_json(const Explanation& e);
+std::string to_text(const Explanation& e);
 
 }  // namespace memtrace

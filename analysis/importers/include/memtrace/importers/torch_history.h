@@ -1,5 +1,5 @@
 // PyTorch's own recorder, where memtrace cannot attach to its allocator live: the readings the
-// Python shim wrote beside a process's trace (<pid>.torch-history-<n>.pickle: what
+// Python shim wrote beside a process's trace (run_folder::torch_history_of: what
 // torch.cuda.memory._record_memory_history kept since the reading before) merged into the trace,
 // on its clock, when the process has ended. The collector calls it; so can a person, on a run
 // whose collector could not.
@@ -10,9 +10,6 @@
 #include <vector>
 
 namespace memtrace {
-
-// The readings of process PID beside TRACE_PATH, in the order they were written.
-std::vector<std::string> torch_history_files(const std::string& trace_path, int32_t pid);
 
 // Rewrites the trace at TRACE_PATH with the allocated layer's events of READINGS among its own, in
 // time order (a copy renamed over it: the trace is whole at every moment), and removes the

@@ -36,14 +36,21 @@ struct SnapshotReport {
   std::string problem;  // the file was read only in part
 };
 
-// The snapshot files PATH names: one .memsnap file (or a PyTorch memory snapshot), or those in a
-// folder.
-std::vector<std::string> find_snapshots(const std::string& path, std::string& error);
 // Reads the snapshot at PATH: its sites grouped as OPTIONS say (top_sites, grouping,
 // keep_cuda_frames).
 bool read_snapshot(const std::string& path, const AnalysisOptions& options, SnapshotReport& out, std::string& error);
 
-nlohmann::json snapshot_json(const SnapshotReport& snapshot);
-std::string snapshot_text(const SnapshotReport& snapshot);
+nlohmann::json to_json(const SnapshotReport& snapshot);
+std::string to_text(const SnapshotReport& snapshot);
+
+// memtrace snapshot: one snapshot or several (a folder of them).
+struct SnapshotView {
+  std::vector<SnapshotReport> snapshots;
+};
+// Reads every snapshot in FILES; false with ERROR set at the first that cannot be read.
+bool snapshot_view(const std::vector<std::string>& files, const AnalysisOptions& options, SnapshotView& out,
+                   std::string& error);
+nlohmann::json to_json(const SnapshotView& view);  // one snapshot: its own document
+std::string to_text(const SnapshotView& view);
 
 }  // namespace memtrace

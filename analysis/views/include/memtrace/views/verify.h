@@ -34,7 +34,13 @@ struct VerifyResult {
 // Compares the trace at PATH; false with ERROR set when it cannot be read.
 bool verify_trace(const std::string& path, size_t max_listed, VerifyResult& out, std::string& error);
 
-std::string verify_text(const std::vector<VerifyResult>& results);
-std::string verify_json(const std::vector<VerifyResult>& results);
+// memtrace verify: each process's comparison.
+struct VerifyView {
+  std::vector<VerifyResult> processes;
+  bool compared() const;  // every process had CUPTI's records to compare with
+  bool agree() const;
+};
+nlohmann::json to_json(const VerifyView& view);
+std::string to_text(const VerifyView& view);
 
 }  // namespace memtrace

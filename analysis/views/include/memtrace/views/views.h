@@ -1,7 +1,8 @@
-// What `memtrace peak`, `leaks`, `frag`, `diff` and `check` show: for each, one struct made
-// from the analyses of one or more processes, and both its JSON document (the contract of
-// --json: fields are added, never removed) and its text for the terminal made from that struct.
-// `timeline` draws straight from the analyses.
+// What `memtrace report`, `peak`, `leaks`, `frag`, `diff`, `check` and `timeline` show: for each,
+// one struct made from the analyses of one or more processes, and both its JSON document (the
+// contract of --json: fields are added, never removed) and its text for the terminal made from that
+// struct. `snapshot` (snapshot_view.h), `verify` (verify.h) and `explain` (estimate/explain.h) have
+// the same shape.
 #pragma once
 
 #include <array>
@@ -14,6 +15,15 @@
 #include "memtrace/views/report_render.h"
 
 namespace memtrace {
+
+// memtrace report: per process, its calls by API, per device the peak, when, what was live at
+// exit, and the largest sites at the peak.
+struct ReportView {
+  std::vector<ProcessReport> processes;
+};
+ReportView report_view(std::vector<ProcessAnalysis>&& processes);
+nlohmann::json to_json(const ReportView& view);
+std::string to_text(const ReportView& view);
 
 // memtrace peak: per process and device, the peak of one layer and what was live then.
 struct PeakOptions {
@@ -175,11 +185,31 @@ std::optional<TimeBound> parse_time_bound(const std::string& text);
 // WINDOW in a process's own times: [start, end], end > start.
 std::pair<uint64_t, uint64_t> window_ns(const ProcessAnalysis& p, const TimeWindow& window);
 
-// The timeline: a terminal chart WIDTH columns wide, a CSV, a standalone SVG with phases shaded
-// and steps drawn, each over WINDOW.
-std::string timeline_text(const std::vector<ProcessAnalysis>& processes, size_t width, const TimeWindow& window);
-nlohmann::json timeline_json(const std::vector<ProcessAnalysis>& processes, const TimeWindow& window);
-std::string timeline_csv(const std::vector<ProcessAnalysis>& processes, const TimeWindow& window);
-std::string timeline_svg(const std::vector<ProcessAnalysis>& processes, const TimeWindow& window);
+// memtrace timeline: memory over time per process, device and layer, over a window; as a terminal
+// chart WIDTH columns wide, JSON, CSV, or a standalone SVG with phases shaded and steps drawn.
+struct TimelineView {
+  struct Series {
+    int32_t device = -1;
+    Layer layer = Layer::kReserved;
+    std::string name;                   // "pid P device D layer"
+    uint64_t before = 0;                // what it held when the window opens
+    std::vector<TimelinePoint> points;  // the buckets that overlap the window
+  };
+  struct Process {
+    int32_t pid = 0;
+    std::vector<std::string> command;
+    uint64_t bucket_ns = 0, end_ns = 0;
+    uint64_t from_ns = 0, to_ns = 0;  // the window, in its own times
+    std::vector<uint64_t> step_starts;
+    std::vector<PhaseRange> ranges;
+    std::vector<Series> series;
+  };
+  std::vector<Process> processes;
+};
+TimelineView timeline_view(const std::vector<ProcessAnalysis>& processes, const TimeWindow& window);
+nlohmann::json to_json(const TimelineView& view);
+std::string to_text(const TimelineView& view, size_t width);
+std::string to_csv(const TimelineView& view);
+std::string to_svg(const TimelineView& view);
 
 }  // namespace memtrace

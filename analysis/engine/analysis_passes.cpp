@@ -1,0 +1,19 @@
+#include "memtrace/engine/analysis_passes.h"
+
+namespace memtrace {
+
+using MakePass = std::unique_ptr<AnalysisPass> (*)(const AnalysisOptions&);
+
+// Every analysis, by the function in its own file that makes it: one line each.
+constexpr MakePass kAnalyses[] = {
+    nullptr,  // keeps the list from being empty until the first analysis registers
+};
+
+std::vector<std::unique_ptr<AnalysisPass>> make_analysis_passes(const AnalysisOptions& options) {
+  std::vector<std::unique_ptr<AnalysisPass>> passes;
+  for (MakePass make : kAnalyses)
+    if (make) passes.push_back(make(options));
+  return passes;
+}
+
+}  // namespace memtrace
