@@ -4,9 +4,10 @@ namespace memtrace {
 
 using MakePass = std::unique_ptr<AnalysisPass> (*)(const AnalysisOptions&);
 
-// Every analysis, by the function in its own file that makes it: one line each.
+// Every analysis, by the function in its own file that makes it.
+std::unique_ptr<AnalysisPass> count_events_per_api(const AnalysisOptions&);
 constexpr MakePass kAnalyses[] = {
-    nullptr,  // keeps the list from being empty until the first analysis registers
+    count_events_per_api,
 };
 
 std::vector<std::unique_ptr<AnalysisPass>> make_analysis_passes(const AnalysisOptions& options) {
