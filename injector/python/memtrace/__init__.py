@@ -1,0 +1,36 @@
+"""memtrace: a GPU memory profiler for CUDA programs.
+
+From the command line (installed with this package):  memtrace run -- python train.py
+The executable and the libraries it loads into traced programs come with the package (its wheel
+holds the relocatable bundle in memtrace/_bundle); in a build tree they are the build's own.
+"""
+
+import os
+
+__all__ = ["__version__", "executable", "bundle_dir"]
+
+
+def bundle_dir():
+    """The folder holding bin/memtrace and lib/: the wheel's bundle, or the build tree this package
+    was copied into (<build>/lib/python/memtrace)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    bundled = os.path.join(here, "_bundle")
+    if os.path.isdir(bundled):
+        return bundled
+    return os.path.dirname(os.path.dirname(os.path.dirname(here)))
+
+
+def executable():
+    """The memtrace executable's path."""
+    return os.path.join(bundle_dir(), "bin", "memtrace")
+
+
+def _read_version():
+    try:
+        from ._version import version  # written into the wheel by scripts/wheel
+        return version
+    except ImportError:
+        return "unknown"
+
+
+__version__ = _read_version()
