@@ -34,6 +34,7 @@ int unknown_command(const std::string& name, const std::vector<memtrace::cli::Co
   size_t best = SIZE_MAX;
   for (const auto& c : commands) {
     const std::string& candidate = c.app->get_name();
+    if (candidate[0] == '_') continue;  // hidden
     all += (all.empty() ? "" : ", ") + candidate;
     size_t d = edit_distance(name, candidate);
     if (d < best) {
@@ -61,7 +62,7 @@ int main(int argc, char** argv) {
       add_run_command(app),    add_report_command(app), add_snapshot_command(app), add_export_command(app),
       add_peak_command(app),   add_leaks_command(app),  add_frag_command(app),     add_timeline_command(app),
       add_diff_command(app),   add_check_command(app),  add_estimate_command(app), add_explain_command(app),
-      add_verify_command(app), add_html_command(app),
+      add_verify_command(app), add_html_command(app),   add_record_command(app),
   };
   if (argc < 2) {  // nothing asked: what there is to ask
     std::fprintf(stderr, "%s", app.help().c_str());

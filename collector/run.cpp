@@ -94,6 +94,16 @@ int read_ppid(int pid) {
   return ppid;
 }
 
+// Whether PID runs (a zombie, dead and not yet waited for by its parent, does not).
+bool running(int pid) {
+  if (::kill(pid, 0) != 0) return false;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(in, line);
+  size_t close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() && line[close + 2] != 'Z' && line[close + 2] != 'X';
+}
+
 std::string host_name() {
   char name[256] = {};
   ::gethostname(name, sizeof name - 1);
@@ -155,11 +165,14 @@ bool make_output_dir(const RunOptions& options, std::string& dir, bool& created,
 
 class Collector {
  public:
+  // CHILD: the program memtrace started, or (IN_PROCESS: memtrace.record) the running process that
+  // asked to be recorded, which is no child of ours and is told apart by its commands on stdin.
   Collector(std::string dir, pid_t child, uint64_t origin_mono, uint64_t origin_unix, ControlSocket& control,
-            const RunOptions& options, std::string shim_file)
+            const RunOptions& options, std::string shim_file, bool in_process = false)
       : dir_(std::move(dir)),
         shim_file_(std::move(shim_file)),
         child_(child),
+        in_process_(in_process),
         origin_mono_(origin_mono),
         origin_unix_(origin_unix),
         control_(control),
@@ -184,10 +197,19 @@ class Collector {
   void finish(TracedProcess& p, std::optional<int> status, const std::string& reason);
   void collect(TracedProcess& p);
   std::string trace_path(int pid);
+  // memtrace.record's commands on stdin, a line each: "snapshot" (answered on stdout with
+  // "snapshot PATH", or "failed WHY"), "stop" (or the end of input).
+  void read_commands();
+  void answer_snapshots();
 
   std::string dir_;
   std::string shim_file_;  // memtrace's Python shim's folder (ending with /): its frames are no part of any stack
   pid_t child_;
+  bool in_process_;
+  bool stop_command_ = false;  // memtrace.stop said "stop"
+  bool input_closed_ = false;  // stdin ended: the process is gone, or let go of us
+  bool recorded_process_seen_ = false;
+  std::string commands_;  // stdin's bytes not yet a whole line
   uint64_t origin_mono_, origin_unix_;
   ControlSocket& control_;
   int compression_;
@@ -250,8 +272,47 @@ void Collector::welcome() {
     auto process = std::make_unique<TracedProcess>(intro->pid, intro->socket, intro->ring, std::move(writer), header,
                                                    symbolizer_, snapshot_options_, shim_file_);
     process->command.assign(header.command().begin(), header.command().end());
-    if (ControlSocket::welcome(*intro)) processes_.push_back(std::move(process));
+    if (ControlSocket::welcome(*intro)) {
+      recorded_process_seen_ |= intro->pid == child_;
+      processes_.push_back(std::move(process));
+    }
   }
+}
+
+void Collector::read_commands() {
+  char buffer[256];
+  ssize_t n = ::read(STDIN_FILENO, buffer, sizeof buffer);
+  if (n <= 0) {
+    if (n == 0 || (errno != EINTR && errno != EAGAIN)) input_closed_ = true;
+    return;
+  }
+  commands_.append(buffer, static_cast<size_t>(n));
+  for (size_t end; (end = commands_.find('\n')) != std::string::npos;) {
+    std::string command = commands_.substr(0, end);
+    commands_.erase(0, end + 1);
+    if (command == "stop") {
+      stop_command_ = true;
+    } else if (command == "snapshot") {
+      auto p = std::find_if(processes_.begin(), processes_.end(),
+                            [this](const auto& p) { return p->pid() == child_ && !p->ended(); });
+      if (p == processes_.end())
+        std::printf("failed the process is not being recorded\n");
+      else
+        (*p)->snapshot(pb::Snapshot::DEMAND, clock_ns(CLOCK_MONOTONIC));
+    } else {
+      std::printf("failed unknown command: %s\n", command.c_str());
+    }
+    std::fflush(stdout);
+  }
+}
+
+void Collector::answer_snapshots() {
+  for (auto& p : processes_)
+    for (const std::string& path : p->taken_snapshots())
+      std::printf(
+          path.empty() ? "failed the snapshot could not be written (memtrace's message says why)\n" : "snapshot %s\n",
+          path.c_str());
+  std::fflush(stdout);
 }
 
 void Collector::finish(TracedProcess& p, std::optional<int> status, const std::string& reason) {
@@ -273,10 +334,15 @@ int Collector::loop() {
   uint64_t next_periodic = last_flush + snapshot_every_ns_;
   int idle_ms = 0;
   for (;;) {
-    if (int sig = g_signal.exchange(0); sig && !child_status_) ::kill(child_, sig);
+    if (int sig = g_signal.exchange(0); sig && !child_status_ && !in_process_) ::kill(child_, sig);
+    // Recorded from inside: the process is no child of ours; it ends its recording (or dies)
+    // by closing its connection, and memtrace.stop says so on stdin.
+    if (in_process_ && !child_status_ && !recorded_process_seen_ &&
+        (stop_command_ || input_closed_ || !running(child_)))
+      child_status_ = 0;
     // Our children: CMD, and (as the subreaper) any descendant whose parent died before it, such
     // as a daemon. A daemon may use CUDA only later: it is waited for like a traced process.
-    for (;;) {
+    for (; !in_process_;) {
       int status = 0;
       pid_t pid = ::waitpid(-1, &status, WNOHANG);
       if (pid <= 0) {
@@ -296,6 +362,8 @@ int Collector::loop() {
     }
 
     std::vector<pollfd> fds{{control_.fd(), POLLIN, 0}};
+    if (in_process_) fds.push_back({input_closed_ ? -1 : STDIN_FILENO, POLLIN, 0});
+    const size_t first_process = fds.size();
     std::vector<TracedProcess*> polled;
     for (auto& p : processes_) {
       if (p->ended()) continue;
@@ -305,9 +373,10 @@ int Collector::loop() {
     // Once the program has ended, only its processes' workers are waited for: no dozing.
     ::poll(fds.data(), fds.size(), child_status_ ? (processes_.empty() ? 0 : 1) : idle_ms);
     // A traced process never writes after its introduction: readable means it closed its end.
-    for (size_t i = 1; i < fds.size(); ++i)
-      if (fds[i].revents & (POLLIN | POLLHUP | POLLRDHUP | POLLERR)) polled[i - 1]->mark_ended();
+    for (size_t i = first_process; i < fds.size(); ++i)
+      if (fds[i].revents & (POLLIN | POLLHUP | POLLRDHUP | POLLERR)) polled[i - first_process]->mark_ended();
     if (fds[0].revents & POLLIN) welcome();
+    if (in_process_ && (fds[1].revents & (POLLIN | POLLHUP | POLLERR))) read_commands();
 
     // Only copying here: each process's worker does the rest, so one busy worker never keeps
     // the others' rings from being emptied.
@@ -315,10 +384,19 @@ int Collector::loop() {
     for (auto& p : processes_) {
       if (!p->backlogged()) events += p->drain();
       bool is_child = p->pid() == child_;
-      if (p->ended() && (!is_child || child_status_))
+      // Recorded from inside: memtrace.stop lets go of the connection, then says "stop"; a process
+      // that dies closes both.
+      if (in_process_ && is_child && (stop_command_ || input_closed_ || (p->ended() && !running(child_)))) {
+        finish(*p, std::nullopt,
+               stop_command_ ? "recording stopped (memtrace.stop)"
+                             : "ended while recorded from inside it (memtrace.record: its exit status is not known)");
+        child_status_ = 0;
+      } else if (p->ended() && (!is_child || child_status_)) {
         finish(*p, is_child ? child_status_ : std::nullopt,
                is_child ? child_end_ : "closed its connection (a descendant: memtrace cannot see its exit status)");
+      }
     }
+    if (in_process_) answer_snapshots();
     idle_ms = events ? 0 : std::min(idle_ms + 1, 2);  // at most 2 ms: what a program's exit waits to be seen
 
     uint64_t now = clock_ns(CLOCK_MONOTONIC);
@@ -494,6 +572,38 @@ int run_command(const RunOptions& options, std::string* output_dir) {
     if (output_dir) *output_dir = dir;
   }
   return status;
+}
+
+int record_command(const RunOptions& options, int pid) {
+  if (pid <= 0 || ::kill(pid, 0) != 0) {
+    std::fprintf(stderr, "memtrace _record: no process %d to record\n", pid);
+    return kExitMemtraceFailed;
+  }
+  std::string dir, error;
+  bool created = false;
+  if (!make_output_dir(options, dir, created, error)) {
+    std::fprintf(stderr, "memtrace: %s\n", error.c_str());
+    return kExitMemtraceFailed;
+  }
+  std::unique_ptr<ControlSocket> control = ControlSocket::create(error);
+  if (!control) {
+    std::fprintf(stderr, "memtrace: %s\n", error.c_str());
+    if (created) ::rmdir(dir.c_str());
+    return kExitMemtraceFailed;
+  }
+  std::signal(SIGPIPE, SIG_IGN);
+  std::printf("socket %s\nfolder %s\n", control->path().c_str(), fs::absolute(dir).c_str());
+  std::fflush(stdout);
+  Collector collector(dir, pid, clock_ns(CLOCK_MONOTONIC), clock_ns(CLOCK_REALTIME), *control, options,
+                      (library_dir() / "python").string() + "/", /*in_process=*/true);
+  collector.loop();
+  if (collector.traced() == 0) {
+    std::fprintf(stderr, "memtrace: nothing recorded: the process made no CUDA call while recording\n");
+    if (created) ::rmdir(dir.c_str());
+  } else {
+    print_summary(collector.reports(), collector.snapshots(), dir);
+  }
+  return 0;
 }
 
 }  // namespace memtrace

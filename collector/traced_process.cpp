@@ -91,6 +91,11 @@ void TracedProcess::snapshot(pb::Snapshot::Reason reason, uint64_t now_ns) {
   submit(std::move(work));
 }
 
+std::vector<std::string> TracedProcess::taken_snapshots() {
+  std::lock_guard lock(taken_mutex_);
+  return std::exchange(taken_, {});
+}
+
 void TracedProcess::flush() {
   if (finish_requested_) return;
   Work work;
@@ -163,7 +168,13 @@ void TracedProcess::handle(Work& work) {
       work.records.replay(*this);
       break;
     case Work::Kind::kEnded: ended_in_worker(work.thread_drops); break;
-    case Work::Kind::kSnapshot: snapshots_.take(work.reason, work.time_ns, driver_.replay()); break;
+    case Work::Kind::kSnapshot: {
+      const size_t before = snapshots_.paths().size();
+      snapshots_.take(work.reason, work.time_ns, driver_.replay());
+      std::lock_guard lock(taken_mutex_);
+      taken_.push_back(snapshots_.paths().size() > before ? snapshots_.paths().back() : std::string());
+      break;
+    }
     case Work::Kind::kFlush: writer_->flush(); break;
     case Work::Kind::kFinish: finish_in_worker(work); break;
   }

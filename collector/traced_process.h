@@ -57,6 +57,9 @@ class TracedProcess : private RecordSink {
   void flush();
   // A snapshot of the process as it is when the worker reaches this request.
   void snapshot(pb::Snapshot::Reason reason, uint64_t now_ns);
+  // The snapshots taken by snapshot() since the last call, in order: each one's path, or empty
+  // where it could not be written (thread-safe: the worker writes them).
+  std::vector<std::string> taken_snapshots();
   // More copied records wait for the worker than the collector lets one process hold: its ring
   // is left to fill (and the program to wait) until the worker catches up.
   bool backlogged() const;
@@ -110,6 +113,8 @@ class TracedProcess : private RecordSink {
   std::deque<Work> queue_;
   size_t queued_bytes_ = 0;
   bool done_ = false;  // the worker wrote the footer and stopped
+  std::mutex taken_mutex_;
+  std::vector<std::string> taken_;  // snapshots the worker took, for taken_snapshots()
   std::thread worker_;
 
   // The worker's.

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <string>
 
 namespace memtrace::inject {
 
@@ -36,5 +37,11 @@ inline bool in_cupti_call() {
 // Subscribes to CUPTI's allocation callbacks unless --backend preload (once; called when the
 // driver initializes, through InitializeInjection, and when the session starts).
 void start_cupti();
+
+// memtrace.record (record.cpp), where CUPTI is the only way in: whether its callbacks are on, and
+// when not, why (WHY_NOT).
+bool cupti_subscribed(std::string& why_not);
+// memtrace.stop: lets go of CUPTI; its callbacks end.
+void stop_cupti();
 
 }  // namespace memtrace::inject

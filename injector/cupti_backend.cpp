@@ -22,6 +22,7 @@
 
 #include "interpose.h"
 #include "memtrace/ring/environment.h"
+#include "thread_block.h"
 
 namespace memtrace::inject {
 
@@ -285,7 +286,10 @@ struct Pending {
   alignas(Call) unsigned char storage[sizeof(Call)];
   Call* call() { return std::launder(reinterpret_cast<Call*>(storage)); }
 };
-thread_local Pending t_pending[kMaxPending];
+// This thread's pending calls (thread_block: too large for static TLS when loaded late).
+Pending* pending_calls() {
+  return static_cast<Pending*>(thread_block(ThreadBlock::kCuptiPending, sizeof(Pending) * kMaxPending));
+}
 
 void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* raw) {
   const auto* data = static_cast<const CUpti_CallbackData*>(raw);
@@ -299,8 +303,9 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
   int saved_errno = errno;
   if (data->callbackSite == CUPTI_API_ENTER) {
     int depth = t_cupti_depth++;
-    if (depth >= kMaxPending) return;
-    Pending& slot = t_pending[depth];
+    Pending* pending = pending_calls();
+    if (depth >= kMaxPending || !pending) return;
+    Pending& slot = pending[depth];
     // An interposer (or a call further out) has it: nothing more to record.
     slot.recording = depth == 0 && !t_interposer_recording;
     if (slot.recording) {
@@ -309,8 +314,9 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
     }
   } else if (t_cupti_depth > 0) {
     int depth = --t_cupti_depth;
-    if (depth >= kMaxPending) return;
-    Pending& slot = t_pending[depth];
+    Pending* pending = pending_calls();
+    if (depth >= kMaxPending || !pending) return;
+    Pending& slot = pending[depth];
     if (slot.recording) {
       slot.recording = false;
       Call* call = slot.call();
@@ -363,8 +369,11 @@ std::string result_text(CUptiResult r) {
   return text ? text : "CUPTI error " + std::to_string(static_cast<int>(r));
 }
 
+std::string* g_cupti_problem = new std::string();  // why CUPTI's callbacks are off, under g_cupti_mutex
+
 // The interposers record from now on.
 void fall_back(const std::string& why) {
+  *g_cupti_problem = why.substr(0, why.find(':'));
   g_interposers_record.store(true, std::memory_order_relaxed);
   if (session_active()) publish_notice(why);
 }
@@ -524,6 +533,21 @@ void start_cupti() {
   if (started.exchange(true)) return;
   std::lock_guard lock(g_cupti_mutex);
   subscribe();
+}
+
+bool cupti_subscribed(std::string& why_not) {
+  std::lock_guard lock(g_cupti_mutex);
+  why_not = g_subscriber ? std::string() : g_cupti_problem->empty() ? "CUPTI was not started" : *g_cupti_problem;
+  return g_subscriber != nullptr;
+}
+
+void stop_cupti() {
+  std::lock_guard lock(g_cupti_mutex);
+  if (g_cupti_pid != ::getpid() || !g_subscriber) return;
+  stop_activity();
+  g_cupti.unsubscribe(g_subscriber);
+  g_subscriber = nullptr;
+  g_cupti_generation.fetch_add(1, std::memory_order_relaxed);
 }
 
 // Another tool asks CUPTI for its subscription: memtrace lets go of its own first, so that the

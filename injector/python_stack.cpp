@@ -29,6 +29,7 @@
 #include "python_reader.h"
 #include "session.h"
 #include "stack_capture.h"
+#include "thread_block.h"
 
 namespace memtrace::inject {
 namespace {
@@ -126,7 +127,10 @@ struct CachedCode {
   uint64_t address = 0, fingerprint = 0, id = 0, generation = 0;
 };
 constexpr size_t kCacheSlots = 256;
-thread_local CachedCode t_code_cache[kCacheSlots];
+// This thread's cache (thread_block: too large for static TLS when the injector is loaded late).
+CachedCode* code_cache() {
+  return static_cast<CachedCode*>(thread_block(ThreadBlock::kPythonCodeCache, sizeof(CachedCode) * kCacheSlots));
+}
 
 __attribute__((constructor)) void hold_codes_across_fork() {
   ::pthread_atfork([] { g_codes_mutex.lock(); }, [] { g_codes_mutex.unlock(); }, [] { g_codes_mutex.unlock(); });
@@ -141,14 +145,15 @@ uint64_t fingerprint(const CodeFields& c) {
 }
 
 // The id of the code object at CODE, described to the collector the first time it is seen.
-// CACHE is this thread's t_code_cache, looked up once per stack (each lookup is a call).
+// CACHE is this thread's code_cache(), looked up once per stack (null: none could be mapped).
 uint64_t code_id(uint64_t code, CachedCode* cache) {
   const PythonLayout& l = g_layout;
   DirectMemory m;
   CodeFields fields;
   if (!read_code(l, m, code, fields)) return 0;
   const uint64_t print = fingerprint(fields), generation = g_codes_generation.load(std::memory_order_relaxed);
-  CachedCode& cached = cache[(code >> 4) & (kCacheSlots - 1)];
+  CachedCode unused;
+  CachedCode& cached = cache ? cache[(code >> 4) & (kCacheSlots - 1)] : unused;
   if (cached.address == code && cached.fingerprint == print && cached.generation == generation) return cached.id;
 
   std::lock_guard lock(g_codes_mutex);
@@ -278,10 +283,7 @@ void capture_python(int max_frames, bool allow_api, StackCapture& stack) {
     PythonFrame frames[kMaxPythonFrames];
     int n = read_frames(g_layout, DirectMemory(), reinterpret_cast<uint64_t>(py->this_thread_state()), py->code_type,
                         frames, max_frames);
-    // One lookup of this thread's cache per stack: the compiler would otherwise ask the dynamic
-    // linker for it (__tls_get_addr) once per frame.
-    CachedCode* cache = t_code_cache;
-    asm("" : "+r"(cache));
+    CachedCode* cache = code_cache();  // once per stack
     for (int i = 0; i < n; ++i) {
       uint64_t id = code_id(frames[i].code, cache);
       if (!id) continue;

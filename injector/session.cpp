@@ -171,6 +171,11 @@ bool session_active() {
   return state == kActive;
 }
 
+void end_session() {
+  int state = g_state.exchange(kDisabled, std::memory_order_acq_rel);
+  if (state == kActive && g_socket >= 0) ::shutdown(g_socket, SHUT_RDWR);
+}
+
 uint64_t stamp(Event& event) {
   event.t_ns = ring::monotonic_ns();
   event.tid = current_tid();

@@ -13,6 +13,9 @@ namespace memtrace::inject {
 
 // True when this process records events (connecting to the collector on first use).
 bool session_active();
+// Ends the session for good (memtrace.stop): nothing more is published, and the collector sees the
+// connection close. The ring stays mapped: another thread may be writing its last record.
+void end_session();
 
 // Takes EVENT's place in the causal order: its time (CLOCK_MONOTONIC) and thread; returns its
 // sequence number.

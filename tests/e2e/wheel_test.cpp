@@ -74,6 +74,15 @@ TEST_F(Wheel, InstallsIntoAFreshVenvAndRecordsFromAnotherFolder) {
   EXPECT_GT(p["devices"][0]["peak_reserved_bytes"].get<uint64_t>(), 0u);
   EXPECT_TRUE(contains(p["devices"][0]["top_sites_at_peak"].dump(), "cuda.py")) << p["devices"][0].dump(2);
 
+  // memtrace.record from the installed package, on the bundle's simulated device.
+  fs::copy_file(e2e::python_sample_path("record_block.py"), project + "/record_block.py");
+  e2e::Result recorded = in_clean_shell(
+      venv, project,
+      "LD_LIBRARY_PATH=$(python -c 'import memtrace, os; print(os.path.join(memtrace.bundle_dir(), \"lib\", "
+      "\"sim\"))') python record_block.py inside && memtrace report --json inside");
+  ASSERT_EQ(recorded.status, 0) << recorded.out << recorded.err;
+  EXPECT_TRUE(contains(recorded.out, "\"recording stopped (memtrace.stop)\"")) << recorded.out;
+
   // The package finds the executable in its own bundle, inside the venv.
   e2e::Result imported = in_clean_shell(venv, "/", "python -c 'import memtrace; print(memtrace.executable())'");
   ASSERT_EQ(imported.status, 0) << imported.err;

@@ -14,9 +14,11 @@ import sys
 from . import exports
 
 
-def start():
-    """Starts memtrace's Python side; False when this process is not traced or it already ran."""
-    injector = exports.load()
+def start(library=None):
+    """Starts memtrace's Python side; False when this process is not traced or it already ran.
+    LIBRARY: the injector as memtrace.record loaded it (a ctypes.PyDLL); by default the one
+    preloaded into the process."""
+    injector = exports.load(library)
     if injector is None or not injector.claim():
         return False
     if os.environ.get("MEMTRACE_PYTHON_STACKS") != "0":

@@ -24,9 +24,10 @@ class Injector:
         self.notice = fn("memtrace_notice", [ctypes.c_char_p], None)
 
 
-def load():
-    """The injector's functions; None in a process memtrace does not trace."""
+def load(library=None):
+    """The injector's functions (LIBRARY's, else the preloaded injector's); None in a process
+    memtrace does not trace."""
     try:
-        return Injector(ctypes.PyDLL(None))
+        return Injector(library if library is not None else ctypes.PyDLL(None))
     except (ImportError, AttributeError, OSError):
         return None

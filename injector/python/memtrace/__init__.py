@@ -1,13 +1,15 @@
 """memtrace: a GPU memory profiler for CUDA programs.
 
 From the command line (installed with this package):  memtrace run -- python train.py
+From inside Python:  with memtrace.record("out/"): ...   (also start(), stop(), snapshot())
 The executable and the libraries it loads into traced programs come with the package (its wheel
 holds the relocatable bundle in memtrace/_bundle); in a build tree they are the build's own.
 """
 
 import os
 
-__all__ = ["__version__", "executable", "bundle_dir"]
+__all__ = ["__version__", "executable", "bundle_dir", "MemtraceError", "Recording", "record", "start", "stop",
+           "snapshot"]
 
 
 def bundle_dir():
@@ -34,3 +36,5 @@ def _read_version():
 
 
 __version__ = _read_version()
+
+from .recording import MemtraceError, Recording, record, snapshot, start, stop  # noqa: E402

@@ -35,6 +35,13 @@ struct RunOptions {
 // OUTPUT_DIR, when given, is set to the folder the traces went to (empty when none was kept).
 int run_command(const RunOptions& options, std::string* output_dir = nullptr);
 
+// The collector of memtrace.record (`memtrace _record --pid PID`, started by the memtrace Python
+// package inside the program): records process PID, which connects by itself once it has loaded
+// the injector. Prints "socket PATH" and "folder DIR" on stdout, then takes commands on stdin, a
+// line each: "snapshot" (answered "snapshot PATH" or "failed WHY"), "stop" or the end of
+// input (the trace is finished and the summary printed on stderr). 0, or 125 when it cannot start.
+int record_command(const RunOptions& options, int pid);
+
 }  // namespace memtrace
 
 namespace memtrace {

@@ -25,5 +25,7 @@ inline constexpr const char* kOutputDir = "MEMTRACE_OUTPUT_DIR";
 // and where its injector, simulated device and Python shim are (default: ../lib beside it).
 inline constexpr const char* kPreloadFirst = "MEMTRACE_PRELOAD_FIRST";
 inline constexpr const char* kLibDir = "MEMTRACE_LIB_DIR";
+// "1": loaded by memtrace.record, which starts the Python shim itself
+inline constexpr const char* kInProcess = "MEMTRACE_IN_PROCESS";
 
 }  // namespace memtrace::env
