@@ -27,6 +27,7 @@ Command add_record_command(CLI::App& app) {
   cmd->add_option("--max-oom-snapshots", c->run.max_oom_snapshots, "Out-of-memory snapshots (default 8)")
       ->check(CLI::Range(0, 1000));
   cmd->add_flag("--snapshot-at-peak", c->run.snapshot_at_peak, "Keep a snapshot at the peak");
+  cmd->add_flag("--no-summary{false}", c->run.summary, "No summary on stderr at the end");
   return {cmd, [c] { return record_command(c->run, c->pid); }};
 }
 

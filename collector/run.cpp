@@ -198,9 +198,10 @@ class Collector {
   void collect(TracedProcess& p);
   std::string trace_path(int pid);
   // memtrace.record's commands on stdin, a line each: "snapshot" (answered on stdout with
-  // "snapshot PATH", or "failed WHY"), "stop" (or the end of input).
+  // "snapshot PATH", or "failed WHY"), "window begin" and "window end" (answered "window begun",
+  // "window {JSON}": window.h), "stop" (or the end of input).
   void read_commands();
-  void answer_snapshots();
+  void answer();  // what the processes' workers answered
 
   std::string dir_;
   std::string shim_file_;  // memtrace's Python shim's folder (ending with /): its frames are no part of any stack
@@ -292,13 +293,17 @@ void Collector::read_commands() {
     commands_.erase(0, end + 1);
     if (command == "stop") {
       stop_command_ = true;
-    } else if (command == "snapshot") {
+    } else if (command == "snapshot" || command == "window begin" || command == "window end") {
       auto p = std::find_if(processes_.begin(), processes_.end(),
                             [this](const auto& p) { return p->pid() == child_ && !p->ended(); });
       if (p == processes_.end())
         std::printf("failed the process is not being recorded\n");
-      else
+      else if (command == "snapshot")
         (*p)->snapshot(pb::Snapshot::DEMAND, clock_ns(CLOCK_MONOTONIC));
+      else if (command == "window begin")
+        (*p)->begin_window(clock_ns(CLOCK_MONOTONIC));
+      else
+        (*p)->end_window();
     } else {
       std::printf("failed unknown command: %s\n", command.c_str());
     }
@@ -306,13 +311,14 @@ void Collector::read_commands() {
   }
 }
 
-void Collector::answer_snapshots() {
+void Collector::answer() {
+  bool any = false;
   for (auto& p : processes_)
-    for (const std::string& path : p->taken_snapshots())
-      std::printf(
-          path.empty() ? "failed the snapshot could not be written (memtrace's message says why)\n" : "snapshot %s\n",
-          path.c_str());
-  std::fflush(stdout);
+    for (const std::string& line : p->replies()) {
+      std::printf("%s\n", line.c_str());
+      any = true;
+    }
+  if (any) std::fflush(stdout);
 }
 
 void Collector::finish(TracedProcess& p, std::optional<int> status, const std::string& reason) {
@@ -396,7 +402,7 @@ int Collector::loop() {
                is_child ? child_end_ : "closed its connection (a descendant: memtrace cannot see its exit status)");
       }
     }
-    if (in_process_) answer_snapshots();
+    if (in_process_) answer();
     idle_ms = events ? 0 : std::min(idle_ms + 1, 2);  // at most 2 ms: what a program's exit waits to be seen
 
     uint64_t now = clock_ns(CLOCK_MONOTONIC);
@@ -600,7 +606,7 @@ int record_command(const RunOptions& options, int pid) {
   if (collector.traced() == 0) {
     std::fprintf(stderr, "memtrace: nothing recorded: the process made no CUDA call while recording\n");
     if (created) ::rmdir(dir.c_str());
-  } else {
+  } else if (options.summary) {
     print_summary(collector.reports(), collector.snapshots(), dir);
   }
   return 0;

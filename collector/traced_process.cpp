@@ -35,8 +35,9 @@ TracedProcess::TracedProcess(int pid, int socket, ring::Mapping ring, std::uniqu
       writer_(std::move(writer)),
       origin_ns_(header.origin_monotonic_ns()),
       stacks_(symbolizer, *writer_, hidden_python_dir),
-      snapshots_(snapshots, header, *writer_) {
-  driver_.add(summary_).add(snapshots_);
+      snapshots_(snapshots, header, *writer_),
+      window_(*writer_, hidden_python_dir) {
+  driver_.add(summary_).add(snapshots_).add(window_);
   worker_ = std::thread([this] { work_loop(); });  // last: it uses every member above
 }
 
@@ -91,9 +92,31 @@ void TracedProcess::snapshot(pb::Snapshot::Reason reason, uint64_t now_ns) {
   submit(std::move(work));
 }
 
-std::vector<std::string> TracedProcess::taken_snapshots() {
-  std::lock_guard lock(taken_mutex_);
-  return std::exchange(taken_, {});
+void TracedProcess::begin_window(uint64_t now_ns) {
+  if (finish_requested_) return;
+  drain();
+  Work work;
+  work.kind = Work::Kind::kWindowBegin;
+  work.time_ns = now_ns > origin_ns_ ? now_ns - origin_ns_ : 0;
+  submit(std::move(work));
+}
+
+void TracedProcess::end_window() {
+  if (finish_requested_) return;
+  drain();
+  Work work;
+  work.kind = Work::Kind::kWindowEnd;
+  submit(std::move(work));
+}
+
+void TracedProcess::reply(std::string line) {
+  std::lock_guard lock(replies_mutex_);
+  replies_.push_back(std::move(line));
+}
+
+std::vector<std::string> TracedProcess::replies() {
+  std::lock_guard lock(replies_mutex_);
+  return std::exchange(replies_, {});
 }
 
 void TracedProcess::flush() {
@@ -171,10 +194,17 @@ void TracedProcess::handle(Work& work) {
     case Work::Kind::kSnapshot: {
       const size_t before = snapshots_.paths().size();
       snapshots_.take(work.reason, work.time_ns, driver_.replay());
-      std::lock_guard lock(taken_mutex_);
-      taken_.push_back(snapshots_.paths().size() > before ? snapshots_.paths().back() : std::string());
+      if (work.reason == pb::Snapshot::DEMAND)
+        reply(snapshots_.paths().size() > before
+                  ? "snapshot " + snapshots_.paths().back()
+                  : "failed the snapshot could not be written (memtrace's message says why)");
       break;
     }
+    case Work::Kind::kWindowBegin:
+      window_.begin(driver_.replay(), work.time_ns);
+      reply("window begun");  // the program waits for it: its next calls fall inside
+      break;
+    case Work::Kind::kWindowEnd: reply("window " + window_.end(driver_.replay())); break;
     case Work::Kind::kFlush: writer_->flush(); break;
     case Work::Kind::kFinish: finish_in_worker(work); break;
   }

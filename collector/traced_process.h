@@ -28,6 +28,7 @@
 #include "snapshot_keeper.h"
 #include "stack_builder.h"
 #include "symbolizer.h"
+#include "window.h"
 
 namespace memtrace {
 
@@ -57,9 +58,12 @@ class TracedProcess : private RecordSink {
   void flush();
   // A snapshot of the process as it is when the worker reaches this request.
   void snapshot(pb::Snapshot::Reason reason, uint64_t now_ns);
-  // The snapshots taken by snapshot() since the last call, in order: each one's path, or empty
-  // where it could not be written (thread-safe: the worker writes them).
-  std::vector<std::string> taken_snapshots();
+  // memtrace.record's measures of a stretch of the run (window.h), in event order.
+  void begin_window(uint64_t now_ns);
+  void end_window();
+  // What snapshot() and end_window() answered since the last call, in order, a line each:
+  // "snapshot PATH", "window {JSON}", or "failed WHY" (thread-safe: the worker answers).
+  std::vector<std::string> replies();
   // More copied records wait for the worker than the collector lets one process hold: its ring
   // is left to fill (and the program to wait) until the worker catches up.
   bool backlogged() const;
@@ -75,7 +79,7 @@ class TracedProcess : private RecordSink {
  private:
   // Work for the worker, in the order the main thread gave it.
   struct Work {
-    enum class Kind { kRecords, kEnded, kSnapshot, kFlush, kFinish } kind = Kind::kRecords;
+    enum class Kind { kRecords, kEnded, kSnapshot, kWindowBegin, kWindowEnd, kFlush, kFinish } kind = Kind::kRecords;
     RecordBatch records;
     pb::Snapshot::Reason reason = pb::Snapshot::REASON_UNKNOWN;
     uint64_t time_ns = 0;
@@ -89,6 +93,7 @@ class TracedProcess : private RecordSink {
   void handle(Work& work);
   void ended_in_worker(const std::unordered_map<uint32_t, uint64_t>& thread_drops);
   void finish_in_worker(Work& work);
+  void reply(std::string line);
 
   void record(const RingEvent& raw);
   void on_event(RingEvent& event, const uint64_t* native, size_t native_count, const uint64_t* python,
@@ -113,8 +118,8 @@ class TracedProcess : private RecordSink {
   std::deque<Work> queue_;
   size_t queued_bytes_ = 0;
   bool done_ = false;  // the worker wrote the footer and stopped
-  std::mutex taken_mutex_;
-  std::vector<std::string> taken_;  // snapshots the worker took, for taken_snapshots()
+  std::mutex replies_mutex_;
+  std::vector<std::string> replies_;  // the worker's, for replies()
   std::thread worker_;
 
   // The worker's.
@@ -129,6 +134,7 @@ class TracedProcess : private RecordSink {
   uint64_t observations_ = 0;  // events that are not calls (is_observation)
   ReportBuilder summary_;
   SnapshotKeeper snapshots_;
+  Window window_;
   PassDriver driver_;  // the replay of the process's events, feeding the summary and the snapshots
   ProcessReport report_;
 };

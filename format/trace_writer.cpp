@@ -317,26 +317,31 @@ void TraceWriter::write_snapshot(const pb::Snapshot& snapshot) {
   snapshot_size_ = bytes_written_ - snapshot_offset_;
 }
 
+std::vector<FrameInfo> TraceWriter::stack_frames(uint64_t stack_id) const {
+  std::vector<FrameInfo> frames;
+  if (stack_id == 0 || stack_id >= stack_values_.size()) return frames;
+  for (uint64_t id : stack_values_[stack_id].first) {
+    const pb::Frame& f = frame_values_[id];
+    FrameInfo& info = frames.emplace_back();
+    info.python = f.frame_kind() == 1;
+    info.address = f.address();
+    info.module = string_values_[f.module()];
+    info.offset = f.offset();
+    info.function = string_values_[f.function()];
+    info.file = string_values_[f.file()];
+    info.line = f.line();
+    info.inlined = f.inlined();
+  }
+  return frames;
+}
+
 uint64_t TraceWriter::import_stack(const TraceWriter& source, uint64_t stack_id) {
   if (stack_id == 0 || stack_id >= source.stack_values_.size()) return 0;
   auto [it, fresh] = imported_[&source].try_emplace(stack_id, 0);
   if (!fresh) return it->second;
-  const auto& [frame_ids, flags] = source.stack_values_[stack_id];
   std::vector<uint64_t> mine;
-  for (uint64_t id : frame_ids) {
-    const pb::Frame& f = source.frame_values_[id];
-    FrameInfo info;
-    info.python = f.frame_kind() == 1;
-    info.address = f.address();
-    info.module = source.string_values_[f.module()];
-    info.offset = f.offset();
-    info.function = source.string_values_[f.function()];
-    info.file = source.string_values_[f.file()];
-    info.line = f.line();
-    info.inlined = f.inlined();
-    mine.push_back(intern_frame(info));
-  }
-  it->second = intern_stack(mine, flags);
+  for (const FrameInfo& info : source.stack_frames(stack_id)) mine.push_back(intern_frame(info));
+  it->second = intern_stack(mine, source.stack_values_[stack_id].second);
   return it->second;
 }
 

@@ -13,8 +13,9 @@ struct Blocks {
 };
 thread_local Blocks t_blocks __attribute__((tls_model("initial-exec")));
 
+// Made when the library is loaded (before any fork it could be caught in the middle of).
 pthread_key_t g_exit_key;
-pthread_once_t g_exit_key_once = PTHREAD_ONCE_INIT;
+bool g_exit_key_made = false;
 
 // At the thread's exit. A block used again after it (a later destructor's CUDA call) is mapped
 // anew and registers this again, which glibc then runs again (PTHREAD_DESTRUCTOR_ITERATIONS).
@@ -25,6 +26,10 @@ void unmap_blocks(void*) {
   }
 }
 
+__attribute__((constructor)) void make_exit_key() {
+  g_exit_key_made = ::pthread_key_create(&g_exit_key, unmap_blocks) == 0;
+}
+
 }  // namespace
 
 void* thread_block(ThreadBlock which, size_t bytes) {
@@ -32,8 +37,7 @@ void* thread_block(ThreadBlock which, size_t bytes) {
   if (void* block = t_blocks.at[i]) return block;
   void* block = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (block == MAP_FAILED) return nullptr;
-  ::pthread_once(&g_exit_key_once, [] { ::pthread_key_create(&g_exit_key, unmap_blocks); });
-  ::pthread_setspecific(g_exit_key, &t_blocks);  // any non-null value: the destructor runs
+  if (g_exit_key_made) ::pthread_setspecific(g_exit_key, &t_blocks);  // any non-null value: the destructor runs
   t_blocks.at[i] = block;
   t_blocks.bytes[i] = bytes;
   return block;

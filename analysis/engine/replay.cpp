@@ -47,6 +47,7 @@ int32_t Replay::heap_device(uint64_t base) const {
 void Replay::count_allocated(const LiveAllocation& a, uint64_t addr, int64_t sign) {
   int64_t bytes = sign * static_cast<int64_t>(a.size);
   allocated_bytes_[a.device] += static_cast<uint64_t>(bytes);
+  allocated_total_ += static_cast<uint64_t>(bytes);
   step_.memory_changes.push_back(
       MemoryChange{a.device, bytes, Site{a.api, a.stack_id}, Layer::kAllocated, addr, a.heap});
 }

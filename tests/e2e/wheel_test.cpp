@@ -127,4 +127,30 @@ TEST_F(Wheel, ItsPlatformTagIsTheGlibcItsBinariesNeed) {
   EXPECT_EQ(newest, floor_);
 }
 
+// The pytest plugin comes with the wheel (its pytest11 entry point): `pytest --memtrace` in a venv
+// that sees Debian's pytest, and -p no:memtrace turns it off.
+TEST_F(Wheel, ThePytestPluginIsInstalledWithIt) {
+  const std::string venv = *dir_ + "/venv-pytest", project = *dir_ + "/pytest-project";
+  e2e::Result made = e2e::run({"/usr/bin/python3", "-m", "venv", "--system-site-packages", venv});
+  ASSERT_EQ(made.status, 0) << made.err;
+  e2e::Result installed =
+      e2e::run({venv + "/bin/python", "-m", "pip", "install", "--no-index", "--no-deps", "-q", *wheel_});
+  ASSERT_EQ(installed.status, 0) << installed.out << installed.err;
+  fs::create_directories(project);
+  fs::copy_file(MEMTRACE_E2E_SOURCE "/pytest_project/test_gpu.py", project + "/test_gpu.py");
+  fs::copy_file(e2e::python_sample_path("cuda.py"), project + "/cuda.py");
+  const std::string sim =
+      "LD_LIBRARY_PATH=$(python -c 'import memtrace, os; print(os.path.join(memtrace.bundle_dir(), \"lib\", "
+      "\"sim\"))') ";
+  e2e::Result on =
+      in_clean_shell(venv, project, sim + "python -m pytest -q -p no:cacheprovider --memtrace test_gpu.py");
+  EXPECT_EQ(on.status, 1) << on.out << on.err;
+  EXPECT_TRUE(contains(on.out, "3 failed, 1 passed")) << on.out;
+  EXPECT_TRUE(contains(on.out, "over its limit of 16.0 MiB (gpu_limit_memory)")) << on.out;
+  e2e::Result off = in_clean_shell(
+      venv, project, sim + "python -m pytest -q -p no:cacheprovider -p no:memtrace --memtrace test_gpu.py");
+  EXPECT_EQ(off.status, 4) << off.out << off.err;
+  EXPECT_TRUE(contains(off.err, "unrecognized arguments: --memtrace")) << off.err;
+}
+
 }  // namespace

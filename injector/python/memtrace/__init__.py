@@ -9,7 +9,7 @@ holds the relocatable bundle in memtrace/_bundle); in a build tree they are the 
 import os
 
 __all__ = ["__version__", "executable", "bundle_dir", "MemtraceError", "Recording", "record", "start", "stop",
-           "snapshot"]
+           "snapshot", "begin_window", "end_window"]
 
 
 def bundle_dir():
@@ -37,4 +37,5 @@ def _read_version():
 
 __version__ = _read_version()
 
-from .recording import MemtraceError, Recording, record, snapshot, start, stop  # noqa: E402
+from .recording import (MemtraceError, Recording, begin_window, end_window, record, snapshot, start,  # noqa: E402
+                        stop)

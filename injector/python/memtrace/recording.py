@@ -11,6 +11,7 @@ start is not seen: the trace says so, and the device layer at the start is sampl
 import atexit
 import ctypes
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -18,7 +19,7 @@ import threading
 
 from . import bundle_dir, executable
 
-__all__ = ["MemtraceError", "Recording", "record", "start", "stop", "snapshot"]
+__all__ = ["MemtraceError", "Recording", "record", "start", "stop", "snapshot", "begin_window", "end_window"]
 
 # What the injector reads when it connects; taken out of the environment once it has, so that
 # processes the program starts later do not take them for a `memtrace run` of their own.
@@ -72,11 +73,11 @@ def _collector_says(collector):
     return line.split(" ", 1) if " " in line else (line, "")
 
 
-def start(out=None):
+def start(out=None, summary=True):
     """Starts recording this process's CUDA allocations into the folder OUT (default: a new
-    memtrace-DATE-TIME in the current folder); returns the Recording. Raises MemtraceError when it
-    cannot: the process runs under `memtrace run` already, it was recorded once already, or CUPTI
-    is held by another tool."""
+    memtrace-DATE-TIME in the current folder); returns the Recording. SUMMARY: memtrace's summary on
+    stderr when it stops. Raises MemtraceError when it cannot: the process runs under `memtrace run`
+    already, it was recorded once already, or CUPTI is held by another tool."""
     global _current, _recorded_into
     with _state_lock:
         if _current is not None:
@@ -91,6 +92,8 @@ def start(out=None):
         command = [executable(), "_record", "--pid", str(os.getpid())]
         if out is not None:
             command += ["-o", os.fspath(out)]
+        if not summary:
+            command.append("--no-summary")
         collector = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      start_new_session=True, close_fds=True)
         said = dict(_collector_says(collector) for _ in range(2))
@@ -136,25 +139,44 @@ def stop():
         return recording.folder
 
 
-def snapshot():
-    """Writes a snapshot of what the process holds now, as memtrace's out-of-memory snapshots are
-    written (memtrace snapshot PATH reads it); returns its path."""
+def _ask(command, answer, needs):
+    """Sends COMMAND to the collector and returns its answer's text when it begins with ANSWER."""
     recording = _current
     if recording is None:
-        raise MemtraceError("memtrace is not recording this process: memtrace.snapshot() needs memtrace.record()")
+        raise MemtraceError("memtrace is not recording this process: %s needs memtrace.record()" % needs)
     with recording._lock:
-        recording._collector.stdin.write(b"snapshot\n")
+        recording._collector.stdin.write(command.encode() + b"\n")
         recording._collector.stdin.flush()
         what, rest = _collector_says(recording._collector)
-    if what != "snapshot":
-        raise MemtraceError(rest or "memtrace's collector ended before writing the snapshot")
+    if what != answer:
+        raise MemtraceError(rest or "memtrace's collector ended before it answered")
     return rest
 
 
-def record(out=None):
+def snapshot():
+    """Writes a snapshot of what the process holds now, as memtrace's out-of-memory snapshots are
+    written (memtrace snapshot PATH reads it); returns its path."""
+    return _ask("snapshot", "snapshot", "memtrace.snapshot()")
+
+
+def begin_window():
+    """Starts measuring a stretch of the recording (end_window() says what it did); returns once
+    the calls made from now on fall inside it."""
+    _ask("window begin", "window", "begin_window()")
+
+
+def end_window():
+    """What the process did since begin_window(), once every call made before this one is in:
+    {"reserved": {...}, "allocated": {...}, "allocated_layer": bool}, each layer with its
+    peak_bytes (the most it held during the stretch), at_start_bytes, kept_bytes (allocated during
+    the stretch and still held) and the largest sites_at_peak and kept_sites ({"bytes", "location"})."""
+    return json.loads(_ask("window end", "window", "end_window()"))
+
+
+def record(out=None, summary=True):
     """`with memtrace.record("out/") as r:` records the CUDA allocations made inside the block
     into the folder (r.folder); see start()."""
-    return start(out)
+    return start(out, summary)
 
 
 @atexit.register

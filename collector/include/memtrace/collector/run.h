@@ -27,6 +27,7 @@ struct RunOptions {
   bool python_stacks = true;
   std::string backend = "auto";  // auto, preload or cupti (injector/backend.h)
   bool verify = false;           // compare what was recorded with CUPTI's activity records
+  bool summary = true;           // memtrace.record: the summary at the end, on stderr
   std::vector<std::string> command;
 };
 
@@ -38,7 +39,8 @@ int run_command(const RunOptions& options, std::string* output_dir = nullptr);
 // The collector of memtrace.record (`memtrace _record --pid PID`, started by the memtrace Python
 // package inside the program): records process PID, which connects by itself once it has loaded
 // the injector. Prints "socket PATH" and "folder DIR" on stdout, then takes commands on stdin, a
-// line each: "snapshot" (answered "snapshot PATH" or "failed WHY"), "stop" or the end of
+// line each: "snapshot" (answered "snapshot PATH" or "failed WHY"), "window begin" (answered "window
+// begun") and "window end" (answered "window {JSON}": what the stretch between them did), "stop" or the end of
 // input (the trace is finished and the summary printed on stderr). 0, or 125 when it cannot start.
 int record_command(const RunOptions& options, int pid);
 

@@ -60,6 +60,8 @@ class TraceWriter {
   uint64_t snapshot_size() const { return snapshot_size_; }
   // The stack STACK_ID of SOURCE, interned here (with its frames and strings).
   uint64_t import_stack(const TraceWriter& source, uint64_t stack_id);
+  // The frames of stack STACK_ID as interned, innermost first (views of this writer's tables).
+  std::vector<FrameInfo> stack_frames(uint64_t stack_id) const;
   // Events in columns, as they are stored: at most framing::kMaxBatchEvents of them.
   static void encode_events(const std::vector<Event>& events, pb::EventBatch& batch);
   // Replaces the chunk stored at OFFSET (SIZE bytes, frame included) of the trace at PATH with

@@ -100,6 +100,8 @@ class Replay {
   }
   // The reserved layer on every device together: what a process's own peak is a peak of.
   uint64_t reserved_bytes() const { return reserved_bytes_; }
+  // The allocated layer on every device together.
+  uint64_t allocated_bytes() const { return allocated_total_; }
   uint64_t pinned_host_bytes() const { return pinned_host_bytes_; }
   size_t live_count() const { return addresses_.size() + handles_.size() + mappings_.size() + reservations_.size(); }
   uint64_t unmatched_frees() const { return unmatched_frees_; }
@@ -155,6 +157,7 @@ class Replay {
   std::map<int32_t, uint64_t> device_bytes_;
   std::map<int32_t, uint64_t> allocated_bytes_;
   uint64_t reserved_bytes_ = 0;
+  uint64_t allocated_total_ = 0;
   uint64_t pinned_host_bytes_ = 0;
   uint64_t unmatched_frees_ = 0;
 };

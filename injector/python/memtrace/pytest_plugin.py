@@ -1,0 +1,144 @@
+"""memtrace's pytest plugin (the wheel's pytest11 entry point, named memtrace; -p no:memtrace turns
+it off). `pytest --memtrace` records the GPU memory of the whole session from inside the test
+process (memtrace.record: one recording, each test measured as it ends), and two markers hold tests
+to limits, as pytest-memray's do for host memory:
+
+    @pytest.mark.gpu_limit_memory("2 GiB")                     # the most reserved memory held during the test
+    @pytest.mark.gpu_limit_memory("1 GiB", layer="allocated")  # the most PyTorch's tensors held
+    @pytest.mark.gpu_limit_leaks("16 MiB")                     # what it allocated and still holds at its end
+
+A test over a limit fails with the figures and its largest sites. The session's trace stays in
+--memtrace-dir (default: a new memtrace-DATE-TIME folder) for memtrace report, leaks and html.
+Without --memtrace the markers do nothing.
+"""
+
+import re
+
+import pytest
+
+import memtrace
+
+_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000 ** 2, "mb": 1000 ** 2, "g": 1000 ** 3, "gb": 1000 ** 3,
+          "t": 1000 ** 4, "tb": 1000 ** 4, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+_LAYERS = {"reserved": "reserved memory", "allocated": "allocated memory (PyTorch's tensors)"}
+
+
+def parse_size(limit):
+    """Bytes from 1024, "16 MiB", "2GiB", "1.5 GB" (as memtrace's own options read sizes)."""
+    if isinstance(limit, int) and limit >= 0:
+        return limit
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", str(limit))
+    if not m or m.group(2).lower() not in _UNITS:
+        raise pytest.UsageError("memtrace: %r is not a size (try 2 GiB, 512MiB, 1.5GB)" % (limit,))
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+def format_bytes(n):
+    """As memtrace prints sizes: three figures, binary units."""
+    if n < 1024:
+        return "%d B" % n
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        n /= 1024.0
+        if n < 1024 or unit == "TiB":
+            return ("%.2f %s" if n < 10 else "%.1f %s" if n < 100 else "%.0f %s") % (n, unit)
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("memtrace", "GPU memory (memtrace)")
+    group.addoption("--memtrace", action="store_true", default=False,
+                    help="Record each test's GPU memory with memtrace and hold the gpu_limit_* markers")
+    group.addoption("--memtrace-dir", default=None, metavar="DIR",
+                    help="Folder for the session's trace (default: a new memtrace-DATE-TIME)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu_limit_memory(limit, layer='reserved'): with --memtrace, fail the test "
+                                       "when the most GPU memory held during it exceeds LIMIT ('2 GiB')")
+    config.addinivalue_line("markers", "gpu_limit_leaks(limit, layer=None): with --memtrace, fail the test when "
+                                       "what it allocated and still holds at its end exceeds LIMIT ('16 MiB'); "
+                                       "in PyTorch's tensors when recorded, else in reserved memory")
+    if config.getoption("memtrace"):
+        config.pluginmanager.register(SessionRecording(config), "memtrace-session")
+
+
+class SessionRecording:
+    def __init__(self, config):
+        self.config = config
+        self.folder = None
+
+    def pytest_sessionstart(self, session):
+        try:
+            self.folder = memtrace.start(self.config.getoption("memtrace_dir"), summary=False).folder
+        except memtrace.MemtraceError as e:
+            raise pytest.UsageError("pytest --memtrace: %s" % e)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_call(self, item):
+        memtrace.begin_window()
+        outcome = yield
+        measured = memtrace.end_window()
+        item.stash[_MEASURED] = measured
+        broken = [text for text in (_check_memory(item, measured), _check_leaks(item, measured)) if text]
+        if broken and outcome.excinfo is None:  # a test that failed already keeps its own failure
+            pytest.fail("\n\n".join(broken), pytrace=False)
+
+    def pytest_sessionfinish(self, session):
+        if self.folder is not None:
+            memtrace.stop()
+
+    def pytest_terminal_summary(self, terminalreporter):
+        if self.folder is not None:
+            terminalreporter.write_line("memtrace: the session's trace is in %s (memtrace report %s)"
+                                        % (self.folder, self.folder))
+
+
+_MEASURED = pytest.StashKey()
+
+
+def _marker(item, name):
+    marker = item.get_closest_marker(name)
+    if marker is None:
+        return None
+    if not marker.args and "limit" not in marker.kwargs:
+        raise pytest.UsageError("memtrace: %s needs a limit, as in @pytest.mark.%s(\"16 MiB\")" % (name, name))
+    limit = parse_size(marker.kwargs.get("limit", marker.args[0] if marker.args else None))
+    layer = marker.kwargs.get("layer", marker.args[1] if len(marker.args) > 1 else None)
+    if layer is not None and layer not in _LAYERS:
+        raise pytest.UsageError("memtrace: %s: layer=%r: say 'reserved' or 'allocated'" % (name, layer))
+    return limit, layer
+
+
+def _sites(sites, heading):
+    lines = ["  " + heading]
+    lines += ["    %10s  %s" % (format_bytes(s["bytes"]), s["location"]) for s in sites]
+    return "\n".join(lines) if sites else "  (no sites: memtrace saw no allocation behind it)"
+
+
+def _check_memory(item, measured):
+    wanted = _marker(item, "gpu_limit_memory")
+    if wanted is None:
+        return None
+    limit, layer = wanted[0], wanted[1] or "reserved"
+    if layer == "allocated" and not measured["allocated_layer"]:
+        return ("memtrace: gpu_limit_memory(layer='allocated') cannot be measured: no allocated layer was recorded "
+                "(PyTorch's caching allocator was not seen)")
+    m = measured[layer]
+    if m["peak_bytes"] <= limit:
+        return None
+    return ("memtrace: the test held %s of %s at its peak, over its limit of %s (gpu_limit_memory); %s of it "
+            "was held when it started\n%s" % (format_bytes(m["peak_bytes"]), _LAYERS[layer], format_bytes(limit),
+                                               format_bytes(m["at_start_bytes"]),
+                                               _sites(m["sites_at_peak"], "largest sites at the peak:")))
+
+
+def _check_leaks(item, measured):
+    wanted = _marker(item, "gpu_limit_leaks")
+    if wanted is None:
+        return None
+    limit, layer = wanted[0], wanted[1] or ("allocated" if measured["allocated_layer"] else "reserved")
+    m = measured[layer]
+    if m["kept_bytes"] <= limit:
+        return None
+    return ("memtrace: the test allocated %s of %s that it still holds at its end, over its limit of %s "
+            "(gpu_limit_leaks)\n%s" % (format_bytes(m["kept_bytes"]), _LAYERS[layer], format_bytes(limit),
+                                      _sites(m["kept_sites"], "what it still holds, largest first:")))
