@@ -163,6 +163,23 @@ bool make_output_dir(const RunOptions& options, std::string& dir, bool& created,
   return false;
 }
 
+// The output folder (DIR; CREATED when made now) and the control socket the traced processes
+// connect to; null, having said why on stderr as WHO, when either cannot be had.
+std::unique_ptr<ControlSocket> open_output(const RunOptions& options, const char* who, std::string& dir,
+                                           bool& created) {
+  std::string error;
+  if (!make_output_dir(options, dir, created, error)) {
+    std::fprintf(stderr, "%s: %s\n", who, error.c_str());
+    return nullptr;
+  }
+  std::unique_ptr<ControlSocket> control = ControlSocket::create(error);
+  if (!control) {
+    std::fprintf(stderr, "%s: %s\n", who, error.c_str());
+    if (created) ::rmdir(dir.c_str());
+  }
+  return control;
+}
+
 class Collector {
  public:
   // CHILD: the program memtrace started, or (IN_PROCESS: memtrace.record) the running process that
@@ -503,16 +520,8 @@ int run_command(const RunOptions& options, std::string* output_dir) {
 
   std::string dir, error;
   bool created = false;
-  if (!make_output_dir(options, dir, created, error)) {
-    std::fprintf(stderr, "memtrace run: %s\n", error.c_str());
-    return kExitMemtraceFailed;
-  }
-  std::unique_ptr<ControlSocket> control = ControlSocket::create(error);
-  if (!control) {
-    std::fprintf(stderr, "memtrace run: %s\n", error.c_str());
-    if (created) ::rmdir(dir.c_str());
-    return kExitMemtraceFailed;
-  }
+  std::unique_ptr<ControlSocket> control = open_output(options, "memtrace run", dir, created);
+  if (!control) return kExitMemtraceFailed;
 
   std::vector<std::string> environment;
   for (char** e = environ; *e; ++e) environment.emplace_back(*e);
@@ -585,18 +594,10 @@ int record_command(const RunOptions& options, int pid) {
     std::fprintf(stderr, "memtrace _record: no process %d to record\n", pid);
     return kExitMemtraceFailed;
   }
-  std::string dir, error;
+  std::string dir;
   bool created = false;
-  if (!make_output_dir(options, dir, created, error)) {
-    std::fprintf(stderr, "memtrace: %s\n", error.c_str());
-    return kExitMemtraceFailed;
-  }
-  std::unique_ptr<ControlSocket> control = ControlSocket::create(error);
-  if (!control) {
-    std::fprintf(stderr, "memtrace: %s\n", error.c_str());
-    if (created) ::rmdir(dir.c_str());
-    return kExitMemtraceFailed;
-  }
+  std::unique_ptr<ControlSocket> control = open_output(options, "memtrace", dir, created);
+  if (!control) return kExitMemtraceFailed;
   std::signal(SIGPIPE, SIG_IGN);
   std::printf("socket %s\nfolder %s\n", control->path().c_str(), fs::absolute(dir).c_str());
   std::fflush(stdout);

@@ -138,6 +138,11 @@ TEST(RecordInProcess, PyTorchsTensorsAndStepsInsideTheBlock) {
   ASSERT_EQ(r.status, 0) << r.out << r.err;
   json p = report(out);
   EXPECT_GT(p["events"]["torch.alloc"]["calls"].get<uint64_t>(), 0u) << p["events"].dump();
+  // The model made before the block: PyTorch's own figures at the start, said.
+  EXPECT_TRUE(contains(p["notices"].dump(),
+                       "PyTorch's allocator held, when recording started, device 0: 2.00 MiB "
+                       "reserved"))
+      << p["notices"].dump();
   e2e::Result leaks = e2e::run({e2e::kMemtrace, "leaks", "--json", out});
   ASSERT_EQ(leaks.status, 0) << leaks.err;
   json l = json::parse(leaks.out)["processes"][0];

@@ -12,35 +12,22 @@ A test over a limit fails with the figures and its largest sites. The session's 
 Without --memtrace the markers do nothing.
 """
 
-import re
-
 import pytest
 
 import memtrace
+from memtrace import units
 
-_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000 ** 2, "mb": 1000 ** 2, "g": 1000 ** 3, "gb": 1000 ** 3,
-          "t": 1000 ** 4, "tb": 1000 ** 4, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
 _LAYERS = {"reserved": "reserved memory", "allocated": "allocated memory (PyTorch's tensors)"}
 
 
 def parse_size(limit):
-    """Bytes from 1024, "16 MiB", "2GiB", "1.5 GB" (as memtrace's own options read sizes)."""
-    if isinstance(limit, int) and limit >= 0:
-        return limit
-    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", str(limit))
-    if not m or m.group(2).lower() not in _UNITS:
+    size = units.parse_size(limit)
+    if size is None:
         raise pytest.UsageError("memtrace: %r is not a size (try 2 GiB, 512MiB, 1.5GB)" % (limit,))
-    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    return size
 
 
-def format_bytes(n):
-    """As memtrace prints sizes: three figures, binary units."""
-    if n < 1024:
-        return "%d B" % n
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
-        n /= 1024.0
-        if n < 1024 or unit == "TiB":
-            return ("%.2f %s" if n < 10 else "%.1f %s" if n < 100 else "%.0f %s") % (n, unit)
+format_bytes = units.format_bytes
 
 
 def pytest_addoption(parser):

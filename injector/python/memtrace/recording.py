@@ -18,6 +18,7 @@ import sys
 import threading
 
 from . import bundle_dir, executable
+from .units import format_bytes
 
 __all__ = ["MemtraceError", "Recording", "record", "start", "stop", "snapshot", "begin_window", "end_window"]
 
@@ -66,6 +67,27 @@ def _load_shim(library):
         sys.modules["_memtrace_shim"] = module
         spec.loader.exec_module(module)
     sys.modules["_memtrace_shim"].start(library)
+
+
+def _note_pytorch_at_start(injector):
+    """What PyTorch's allocator held when recording started, as a note in the trace: allocations the
+    trace cannot show, measured where they can be."""
+    torch = sys.modules.get("torch")
+    try:
+        if torch is None or not torch.cuda.is_initialized():
+            return
+        held = []
+        for device in range(torch.cuda.device_count()):
+            stats = torch.cuda.memory_stats(device)
+            if stats.get("reserved_bytes.all.current"):
+                held.append("device %d: %s reserved, %s in tensors" % (
+                    device, format_bytes(stats.get("reserved_bytes.all.current", 0)),
+                    format_bytes(stats.get("requested_bytes.all.current", 0))))
+        if held:
+            injector.memtrace_notice(("PyTorch's allocator held, when recording started, " + "; ".join(held) +
+                                      " (not in this trace: their frees count as unmatched)").encode())
+    except Exception:
+        pass  # PyTorch's own figures are a note; the recording goes on without it
 
 
 def _collector_says(collector):
@@ -120,6 +142,7 @@ def start(out=None, summary=True):
             _load_shim(injector)
         except Exception:
             pass  # Python frames and PyTorch's layer are missing; the calls are still recorded
+        _note_pytorch_at_start(injector)
         _current = Recording(said["folder"], collector, injector)
         _recorded_into = said["folder"]
         return _current
