@@ -214,9 +214,9 @@ class Collector {
   void finish(TracedProcess& p, std::optional<int> status, const std::string& reason);
   void collect(TracedProcess& p);
   std::string trace_path(int pid);
-  // memtrace.record's commands on stdin, a line each: "snapshot" (answered on stdout with
-  // "snapshot PATH", or "failed WHY"), "window begin" and "window end" (answered "window begun",
-  // "window {JSON}": window.h), "stop" (or the end of input).
+  // memtrace.record's commands on stdin, a line each, numbered: "N snapshot" (answered on stdout
+  // with "N snapshot PATH", or "N failed WHY"), "N window begin" and "N window end" (answered "N
+  // window begun", "N window {JSON}": window.h); "stop" (or the end of input).
   void read_commands();
   void answer();  // what the processes' workers answered
 
@@ -306,24 +306,29 @@ void Collector::read_commands() {
   }
   commands_.append(buffer, static_cast<size_t>(n));
   for (size_t end; (end = commands_.find('\n')) != std::string::npos;) {
-    std::string command = commands_.substr(0, end);
+    std::string line = commands_.substr(0, end);
     commands_.erase(0, end + 1);
-    if (command == "stop") {
+    if (line == "stop") {
       stop_command_ = true;
-    } else if (command == "snapshot" || command == "window begin" || command == "window end") {
-      auto p = std::find_if(processes_.begin(), processes_.end(),
-                            [this](const auto& p) { return p->pid() == child_ && !p->ended(); });
-      if (p == processes_.end())
-        std::printf("failed the process is not being recorded\n");
-      else if (command == "snapshot")
-        (*p)->snapshot(pb::Snapshot::DEMAND, clock_ns(CLOCK_MONOTONIC));
-      else if (command == "window begin")
-        (*p)->begin_window(clock_ns(CLOCK_MONOTONIC));
-      else
-        (*p)->end_window();
-    } else {
-      std::printf("failed unknown command: %s\n", command.c_str());
+      continue;
     }
+    // "N COMMAND": N comes back with the answer, so that a caller interrupted while it waited
+    // can tell a late answer from the one it waits for.
+    const size_t space = line.find(' ');
+    const std::string number = line.substr(0, space),
+                      command = space == std::string::npos ? "" : line.substr(space + 1);
+    auto p = std::find_if(processes_.begin(), processes_.end(),
+                          [this](const auto& p) { return p->pid() == child_ && !p->ended(); });
+    if (command != "snapshot" && command != "window begin" && command != "window end")
+      std::printf("%s failed unknown command: %s\n", number.c_str(), command.c_str());
+    else if (p == processes_.end())
+      std::printf("%s failed the process is not being recorded\n", number.c_str());
+    else if (command == "snapshot")
+      (*p)->snapshot(pb::Snapshot::DEMAND, clock_ns(CLOCK_MONOTONIC), number);
+    else if (command == "window begin")
+      (*p)->begin_window(clock_ns(CLOCK_MONOTONIC), number);
+    else
+      (*p)->end_window(number);
     std::fflush(stdout);
   }
 }

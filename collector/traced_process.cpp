@@ -82,36 +82,40 @@ void TracedProcess::mark_ended() {
   }
 }
 
-void TracedProcess::snapshot(pb::Snapshot::Reason reason, uint64_t now_ns) {
-  if (finish_requested_) return;
+void TracedProcess::snapshot(pb::Snapshot::Reason reason, uint64_t now_ns, std::string reply_to) {
+  if (finish_requested_) return reply(reply_to, "failed the recording is ending");
   drain();
   Work work;
   work.kind = Work::Kind::kSnapshot;
+  work.reply_to = std::move(reply_to);
   work.reason = reason;
   work.time_ns = now_ns > origin_ns_ ? now_ns - origin_ns_ : 0;
   submit(std::move(work));
 }
 
-void TracedProcess::begin_window(uint64_t now_ns) {
-  if (finish_requested_) return;
+void TracedProcess::begin_window(uint64_t now_ns, std::string reply_to) {
+  if (finish_requested_) return reply(reply_to, "failed the recording is ending");
   drain();
   Work work;
   work.kind = Work::Kind::kWindowBegin;
+  work.reply_to = std::move(reply_to);
   work.time_ns = now_ns > origin_ns_ ? now_ns - origin_ns_ : 0;
   submit(std::move(work));
 }
 
-void TracedProcess::end_window() {
-  if (finish_requested_) return;
+void TracedProcess::end_window(std::string reply_to) {
+  if (finish_requested_) return reply(reply_to, "failed the recording is ending");
   drain();
   Work work;
   work.kind = Work::Kind::kWindowEnd;
+  work.reply_to = std::move(reply_to);
   submit(std::move(work));
 }
 
-void TracedProcess::reply(std::string line) {
+void TracedProcess::reply(const std::string& to, const std::string& line) {
+  if (to.empty()) return;  // nobody waits (SIGUSR1, periodic snapshots)
   std::lock_guard lock(replies_mutex_);
-  replies_.push_back(std::move(line));
+  replies_.push_back(to + " " + line);
 }
 
 std::vector<std::string> TracedProcess::replies() {
@@ -194,17 +198,16 @@ void TracedProcess::handle(Work& work) {
     case Work::Kind::kSnapshot: {
       const size_t before = snapshots_.paths().size();
       snapshots_.take(work.reason, work.time_ns, driver_.replay());
-      if (work.reason == pb::Snapshot::DEMAND)
-        reply(snapshots_.paths().size() > before
-                  ? "snapshot " + snapshots_.paths().back()
-                  : "failed the snapshot could not be written (memtrace's message says why)");
+      reply(work.reply_to, snapshots_.paths().size() > before
+                               ? "snapshot " + snapshots_.paths().back()
+                               : "failed the snapshot could not be written (memtrace's message says why)");
       break;
     }
     case Work::Kind::kWindowBegin:
       window_.begin(driver_.replay(), work.time_ns);
-      reply("window begun");  // the program waits for it: its next calls fall inside
+      reply(work.reply_to, "window begun");  // the program waits for it: its next calls fall inside
       break;
-    case Work::Kind::kWindowEnd: reply("window " + window_.end(driver_.replay())); break;
+    case Work::Kind::kWindowEnd: reply(work.reply_to, "window " + window_.end(driver_.replay())); break;
     case Work::Kind::kFlush: writer_->flush(); break;
     case Work::Kind::kFinish: finish_in_worker(work); break;
   }

@@ -57,12 +57,14 @@ class TracedProcess : private RecordSink {
   bool finished();
   void flush();
   // A snapshot of the process as it is when the worker reaches this request.
-  void snapshot(pb::Snapshot::Reason reason, uint64_t now_ns);
+  // REPLY_TO: memtrace.record's number for the command, given back with the answer (replies()).
+  void snapshot(pb::Snapshot::Reason reason, uint64_t now_ns, std::string reply_to = {});
   // memtrace.record's measures of a stretch of the run (window.h), in event order.
-  void begin_window(uint64_t now_ns);
-  void end_window();
-  // What snapshot() and end_window() answered since the last call, in order, a line each:
-  // "snapshot PATH", "window {JSON}", or "failed WHY" (thread-safe: the worker answers).
+  void begin_window(uint64_t now_ns, std::string reply_to);
+  void end_window(std::string reply_to);
+  // What snapshot(), begin_window() and end_window() answered since the last call, in order, a
+  // line each: "N snapshot PATH", "N window begun", "N window {JSON}" or "N failed WHY", N the
+  // command's number (thread-safe: the worker answers).
   std::vector<std::string> replies();
   // More copied records wait for the worker than the collector lets one process hold: its ring
   // is left to fill (and the program to wait) until the worker catches up.
@@ -87,13 +89,14 @@ class TracedProcess : private RecordSink {
     std::string end_reason;
     pb::Footer footer;
     std::unordered_map<uint32_t, uint64_t> thread_drops;  // kEnded: RingConsumer::thread_drops()
+    std::string reply_to;  // memtrace.record's number for the command, when it waits for an answer
   };
   void submit(Work work);
   void work_loop();
   void handle(Work& work);
   void ended_in_worker(const std::unordered_map<uint32_t, uint64_t>& thread_drops);
   void finish_in_worker(Work& work);
-  void reply(std::string line);
+  void reply(const std::string& to, const std::string& line);
 
   void record(const RingEvent& raw);
   void on_event(RingEvent& event, const uint64_t* native, size_t native_count, const uint64_t* python,

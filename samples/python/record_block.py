@@ -1,7 +1,7 @@
 """memtrace.record() inside a program: allocations before the block, inside it (from a function and
 from a worker thread, the GIL released around each call as PyTorch does), and after it. Prints the
 account of the block alone (`memtrace-sample: {...}`), and what memtrace.snapshot() wrote.
-  record_block.py OUT [--twice] [--die-inside]
+  record_block.py OUT [--twice] [--die-inside] [--fork-inside]
 """
 
 import json
@@ -37,6 +37,11 @@ def main():
     cuda.peak = cuda.live = 0  # the block's own account from here
     with memtrace.record(out) as recording:
         weights = load_weights()
+        if "--fork-inside" in sys.argv:  # a child that ends normally (its atexit handlers run)
+            child = os.fork()
+            if child == 0:
+                sys.exit(0)
+            os.waitpid(child, 0)
         for _ in range(3):
             step(weights)
         kept = []

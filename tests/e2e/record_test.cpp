@@ -152,4 +152,36 @@ TEST(RecordInProcess, PyTorchsTensorsAndStepsInsideTheBlock) {
   EXPECT_TRUE(contains(l["growth"][0]["location"].get<std::string>(), "torch_record.py:25")) << l.dump(2);
 }
 
+// A child forked inside the block ends normally: its copy of the package stops nothing, and the
+// parent's recording goes on to the end of the block.
+TEST(RecordInProcess, AChildForkedInsideTheBlockLeavesTheRecordingAlone) {
+  const std::string dir = e2e::temp_dir("record-fork"), out = dir + "/out";
+  e2e::Result r = e2e::run({MEMTRACE_PYTHON, kSample, out, "--fork-inside"}, {kPackage, kSimulated});
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  auto accounts = e2e::sample_accounts(r.out);
+  ASSERT_EQ(accounts.size(), 1u) << r.out;
+  json p = report(out);
+  EXPECT_EQ(p["end_reason"], "recording stopped (memtrace.stop)");
+  EXPECT_EQ(p["events"]["cudaMalloc"]["calls"], accounts.begin()->second["calls"]["cudaMalloc"]);
+}
+
+// An answer left unread (a caller interrupted while it waited) is passed over by the next command.
+TEST(RecordInProcess, ALateAnswerIsNotTakenForTheNextOne) {
+  const std::string dir = e2e::temp_dir("record-late-answer");
+  e2e::Result r = e2e::run({MEMTRACE_PYTHON, "-c",
+                            "import cuda, memtrace, memtrace.recording as rec\n"
+                            "memtrace.start('" +
+                                dir +
+                                "/out')\n"
+                                "rec._current._collector.stdin.write(b'999 window end\\n')  # never read\n"
+                                "rec._current._collector.stdin.flush()\n"
+                                "memtrace.begin_window()\n"
+                                "kept = cuda.malloc(3 << 20)\n"
+                                "print('kept', memtrace.end_window()['reserved']['kept_bytes'])\n"
+                                "memtrace.stop()\n"},
+                           {kPackage, kSimulated});
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "kept 3145728")) << r.out;
+}
+
 }  // namespace

@@ -12,9 +12,12 @@ A test over a limit fails with the figures and its largest sites. The session's 
 Without --memtrace the markers do nothing.
 """
 
+import os
+
 import pytest
 
 import memtrace
+import memtrace.recording
 from memtrace import units
 
 _LAYERS = {"reserved": "reserved memory", "allocated": "allocated memory (PyTorch's tensors)"}
@@ -52,34 +55,62 @@ class SessionRecording:
     def __init__(self, config):
         self.config = config
         self.folder = None
+        self.broken = {}  # test id -> what its limits say
 
     def pytest_sessionstart(self, session):
+        # With pytest-xdist the workers run the tests: each records itself, the controller nothing.
+        if self.config.pluginmanager.hasplugin("dsession"):
+            return
+        folder = self.config.getoption("memtrace_dir")
+        worker = getattr(self.config, "workerinput", {}).get("workerid")
+        if folder and worker:
+            folder = os.path.join(folder, worker)
         try:
-            self.folder = memtrace.start(self.config.getoption("memtrace_dir"), summary=False).folder
+            self.folder = memtrace.start(folder, summary=False).folder
         except memtrace.MemtraceError as e:
             raise pytest.UsageError("pytest --memtrace: %s" % e)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_call(self, item):
-        memtrace.begin_window()
+        # Measured here, judged in pytest_runtest_makereport: nothing is raised into pytest's own
+        # wrappers of the call.
+        measured = None
+        if self.folder is not None:
+            try:
+                memtrace.begin_window()
+            except memtrace.MemtraceError:
+                pass
+        yield
+        if self.folder is not None:
+            try:
+                measured = memtrace.end_window()
+            except memtrace.MemtraceError as e:
+                self.broken[item.nodeid] = "memtrace: the test could not be measured: %s" % e
+        if measured is not None:
+            try:
+                broken = [text for text in (_check_memory(item, measured), _check_leaks(item, measured)) if text]
+            except pytest.UsageError as e:  # a marker written wrong
+                broken = [str(e)]
+            if broken:
+                self.broken[item.nodeid] = "\n\n".join(broken)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item, call):
         outcome = yield
-        measured = memtrace.end_window()
-        item.stash[_MEASURED] = measured
-        broken = [text for text in (_check_memory(item, measured), _check_leaks(item, measured)) if text]
-        if broken and outcome.excinfo is None:  # a test that failed already keeps its own failure
-            pytest.fail("\n\n".join(broken), pytrace=False)
+        report = outcome.get_result()
+        broken = self.broken.pop(item.nodeid, None) if call.when == "call" else None
+        if broken and report.passed:  # a test that failed already keeps its own failure
+            report.outcome = "failed"
+            report.longrepr = broken
 
     def pytest_sessionfinish(self, session):
-        if self.folder is not None:
+        if self.folder is not None and memtrace.recording._current is not None:
             memtrace.stop()
 
     def pytest_terminal_summary(self, terminalreporter):
         if self.folder is not None:
             terminalreporter.write_line("memtrace: the session's trace is in %s (memtrace report %s)"
                                         % (self.folder, self.folder))
-
-
-_MEASURED = pytest.StashKey()
 
 
 def _marker(item, name):

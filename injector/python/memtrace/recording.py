@@ -39,6 +39,8 @@ class Recording:
         self._collector = collector
         self._injector = injector
         self._lock = threading.Lock()
+        self._pid = os.getpid()  # a forked child shares the pipe, not the recording
+        self._commands = 0
 
     def __enter__(self):
         return self
@@ -55,6 +57,17 @@ class Recording:
 _current = None
 _recorded_into = None  # a process is recorded once: the injector's session cannot start again
 _state_lock = threading.Lock()
+
+
+def _forget_in_child():
+    """A forked child is not recorded (its copy of the injector's session is forgotten too), and must
+    never speak to its parent's collector."""
+    global _current, _state_lock
+    _current = None
+    _state_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def _load_shim(library):
@@ -155,24 +168,39 @@ def stop():
         recording = _current
         if recording is None:
             raise MemtraceError("memtrace is not recording this process")
-        with recording._lock:
-            recording._injector.memtrace_record_stop()
-            recording._collector.communicate(b"stop\n")
-        _current = None
+        _current = None  # whatever happens below, this recording is over
+        recording._injector.memtrace_record_stop()
+        try:
+            recording._collector.stdin.write(b"stop\n")
+            recording._collector.stdin.close()
+        except (BrokenPipeError, ValueError):
+            pass  # the collector is gone already
+        recording._collector.wait()
         return recording.folder
 
 
 def _ask(command, answer, needs):
-    """Sends COMMAND to the collector and returns its answer's text when it begins with ANSWER."""
+    """Sends COMMAND to the collector and returns its answer's text when it begins with ANSWER.
+    Commands are numbered and answers carry the number: an answer left unread by a caller that
+    was interrupted while it waited is passed over."""
     recording = _current
     if recording is None:
         raise MemtraceError("memtrace is not recording this process: %s needs memtrace.record()" % needs)
     with recording._lock:
-        recording._collector.stdin.write(command.encode() + b"\n")
+        recording._commands += 1
+        number = str(recording._commands)
+        recording._collector.stdin.write(("%s %s\n" % (number, command)).encode())
         recording._collector.stdin.flush()
-        what, rest = _collector_says(recording._collector)
+        while True:
+            line = recording._collector.stdout.readline().decode(errors="replace").rstrip("\n")
+            if not line:
+                raise MemtraceError("memtrace's collector ended before it answered")
+            said, _, text = line.partition(" ")
+            if said == number:
+                break
+    what, _, rest = text.partition(" ")
     if what != answer:
-        raise MemtraceError(rest or "memtrace's collector ended before it answered")
+        raise MemtraceError(rest if what == "failed" else text)
     return rest
 
 
@@ -204,7 +232,7 @@ def record(out=None, summary=True):
 
 @atexit.register
 def _stop_at_exit():
-    if _current is not None:
+    if _current is not None and _current._pid == os.getpid():
         try:
             stop()
         except Exception:

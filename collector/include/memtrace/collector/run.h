@@ -39,8 +39,9 @@ int run_command(const RunOptions& options, std::string* output_dir = nullptr);
 // The collector of memtrace.record (`memtrace _record --pid PID`, started by the memtrace Python
 // package inside the program): records process PID, which connects by itself once it has loaded
 // the injector. Prints "socket PATH" and "folder DIR" on stdout, then takes commands on stdin, a
-// line each: "snapshot" (answered "snapshot PATH" or "failed WHY"), "window begin" (answered "window
-// begun") and "window end" (answered "window {JSON}": what the stretch between them did), "stop" or the end of
+// line each, numbered: "N snapshot" (answered "N snapshot PATH" or "N failed WHY"), "N window begin"
+// (answered "N window begun") and "N window end" (answered "N window {JSON}": what the stretch
+// between them did); "stop" or the end of
 // input (the trace is finished and the summary printed on stderr). 0, or 125 when it cannot start.
 int record_command(const RunOptions& options, int pid);
 
