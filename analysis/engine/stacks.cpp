@@ -1,5 +1,6 @@
 #include "memtrace/engine/stacks.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <cstring>
@@ -110,6 +111,8 @@ std::optional<FrameView> StackView::site_frame(uint64_t stack_id, SiteGrouping g
     if (!stack.empty() || !is_library_frame(f)) stack.push_back(std::move(f));
   }
   drop_static_runtime(stack);
+  // Under Python the interpreter's own frames (ctypes' calls among them) name no site.
+  const bool has_python = std::any_of(stack.begin(), stack.end(), [](const FrameView& f) { return f.python; });
   std::optional<FrameView> native, library_python;
   for (FrameView& f : stack) {
     if (f.python && grouping == SiteGrouping::kPython) return f;
@@ -118,7 +121,8 @@ std::optional<FrameView> StackView::site_frame(uint64_t stack_id, SiteGrouping g
       if (!library_python) library_python = std::move(f);  // all Python frames are libraries': the innermost
       continue;
     }
-    if (!f.python && !native && !is_library_frame(f) &&
+    if (!f.python && !native && !is_library_frame(f) && !(has_python && is_interpreter_frame(f)) &&
+        !is_startup_frame(f) &&
         (grouping != SiteGrouping::kUser || (!is_framework_plumbing(f) && !is_interpreter_frame(f)))) {
       if (grouping == SiteGrouping::kNative) return f;
       native = std::move(f);
@@ -179,8 +183,13 @@ bool is_interpreter_frame(const FrameView& f) {
   if (f.python) return false;
   if (!f.module.empty()) {
     std::string name = std::filesystem::path(f.module).filename().string();
-    return name.rfind("libpython", 0) == 0 || name.rfind("python", 0) == 0;
+    // ctypes' foreign calls (its _ctypes extension, libffi) are the interpreter's too.
+    return name.rfind("libpython", 0) == 0 || name.rfind("python", 0) == 0 || name.rfind("_ctypes.", 0) == 0 ||
+           name.rfind("libffi.so", 0) == 0;
   }
+  for (const char* function :
+       {"ffi_call", "ffi_call_unix64", "ffi_call_int", "_ctypes_callproc", "_call_function_pointer"})
+    if (f.function == function) return true;
   // No module (a PyTorch snapshot's frames): CPython's sources, or its functions by their names.
   for (const char* file : {"Python/", "Objects/", "Modules/main.c", "Include/internal/", "Include/cpython/"})
     if (f.file.find(file) != std::string::npos) return true;
@@ -188,6 +197,13 @@ bool is_interpreter_frame(const FrameView& f) {
                              "call_function", "function_code_fastcall", "do_call_core", "builtin_"})
     if (f.function.rfind(prefix, 0) == 0) return true;
   return false;
+}
+
+const FrameView& first_said(const std::vector<FrameView>& stack) {
+  const bool python = std::any_of(stack.begin(), stack.end(), [](const FrameView& f) { return f.python; });
+  for (const FrameView& f : stack)
+    if (!python || !is_interpreter_frame(f)) return f;
+  return stack.front();
 }
 
 bool is_startup_frame(const FrameView& f) {
@@ -207,14 +223,21 @@ void distinguish_labels(const std::vector<SiteLabel>& sites) {
         const std::vector<FrameView>& stack = *rows[r]->stack;
         const size_t first = rows[r]->named_frame;
         if (first >= stack.size()) continue;
-        const size_t last = std::min(first + callers, stack.size() - 1);
+        // The callers that say something: not the interpreter's frames, nor the C runtime's start.
+        std::vector<size_t> shown{first};
+        for (size_t k = first + 1; k < stack.size(); ++k)
+          if (!is_interpreter_frame(stack[k]) && !is_startup_frame(stack[k])) shown.push_back(k);
+        const size_t last = shown[std::min(callers, shown.size() - 1)];
         std::string chain;
-        for (size_t k = first; k <= last; ++k) chain += (k == first ? "" : " \u2190 ") + short_function(stack[k]);
+        for (size_t k : shown) {
+          if (k > last) break;
+          chain += (k == first ? "" : " \u2190 ") + short_function(stack[k]);
+        }
         if (!stack[last].file.empty())
           chain += " at " + std::filesystem::path(stack[last].file).filename().string() + ":" +
                    std::to_string(stack[last].line);
         extended[r] = chain;
-        longer |= last + 1 < stack.size();
+        longer |= callers + 1 < shown.size();
       }
       if (std::set<std::string>(extended.begin(), extended.end()).size() == rows.size() || !longer) break;
     }

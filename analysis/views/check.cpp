@@ -71,8 +71,9 @@ CheckResult check(const std::vector<ProcessAnalysis>& processes, const CheckLimi
   if (limits.max_leaked) {
     uint64_t leaked = 0;
     std::vector<SiteTotal> sites;
+    // As memtrace leaks counts: with PyTorch's tensors recorded, what they hold (its cache is no leak).
     for (const ProcessAnalysis& p : processes)
-      for (const DeviceReport& d : p.report.devices) {
+      for (const DeviceReport& d : (p.pytorch ? p.allocated : p.report).devices) {
         leaked += d.live_at_exit_bytes;
         sites.insert(sites.end(), d.exit_sites.begin(), d.exit_sites.end());
       }

@@ -1,5 +1,6 @@
 #include "memtrace/views/report_render.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
@@ -95,12 +96,12 @@ nlohmann::json site_json(const SiteTotal& s) {
 std::string stack_text(const std::vector<FrameView>& frames, size_t first, size_t indent, size_t max_frames) {
   std::string out;
   size_t shown = 0;
-  bool python_seen = false;
-  for (size_t k = 0; k < first && k < frames.size(); ++k) python_seen |= frames[k].python;
+  // Under Python the interpreter's own frames (ctypes' foreign calls among them) say nothing the
+  // Python frames do not.
+  const bool python = std::any_of(frames.begin(), frames.end(), [](const FrameView& f) { return f.python; });
   for (size_t k = first; k < frames.size(); ++k) {
     const FrameView& f = frames[k];
-    python_seen |= f.python;
-    if (is_startup_frame(f) || (python_seen && is_interpreter_frame(f))) continue;
+    if (is_startup_frame(f) || (python && is_interpreter_frame(f))) continue;
     if (shown++ == max_frames) {
       out += std::string(indent, ' ') + "...\n";
       break;

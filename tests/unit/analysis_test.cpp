@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <map>
 
@@ -336,6 +337,66 @@ TEST(Frames, InterpreterAndPyTorchFramesWithoutAModule) {
                            "THPVariable_backward", "c10::cuda::CUDACachingAllocator::Native::malloc"})
     EXPECT_TRUE(StackView::is_framework_plumbing(native(name))) << name;
   EXPECT_FALSE(StackView::is_framework_plumbing(native("my_kernel_launcher")));
+}
+
+// A Python program calling CUDA through ctypes: between its Python frames lie libffi's, ctypes' and
+// the interpreter's C frames. None names a site, under any grouping, nor stands in a text stack.
+TEST(Stacks, CtypesAndTheInterpretersFramesNameNoSite) {
+  TraceBuilder t("ctypes");
+  auto native = [](const char* module, const char* function) {
+    FrameInfo f;
+    f.module = module;
+    f.function = function;
+    f.address = 0x7000 + std::strlen(function);
+    return f;
+  };
+  auto python = [](const char* file, const char* function, uint32_t line) {
+    FrameInfo f;
+    f.python = true;
+    f.file = file;
+    f.function = function;
+    f.line = line;
+    return f;
+  };
+  for (const char* caller : {"load_weights", "forward"})
+    t.stack(caller,
+            {native("/usr/lib/x86_64-linux-gnu/libffi.so.8", ""),
+             native("/usr/lib/x86_64-linux-gnu/libffi.so.8", "ffi_call"),
+             native("/usr/lib/python3.11/lib-dynload/_ctypes.cpython-311-x86_64-linux-gnu.so", "_ctypes_callproc"),
+             native("/usr/bin/python3.11", "_PyObject_MakeTpCall"), python("/app/cuda.py", "malloc", 35),
+             native("/usr/bin/python3.11", "_PyEval_EvalFrameDefault"),
+             python("/app/train.py", caller, std::string(caller) == "forward" ? 20 : 10),
+             native("/lib/x86_64-linux-gnu/libc.so.6", "__libc_start_call_main")});
+  t.alloc(Api::kCudaMalloc, 0x10000000, 64 * kMiB, "load_weights");
+  t.alloc(Api::kCudaMalloc, 0x20000000, 8 * kMiB, "forward");
+  const std::string path = t.finish();
+  for (SiteGrouping grouping : {SiteGrouping::kUser, SiteGrouping::kStack, SiteGrouping::kNative}) {
+    AnalysisOptions options;
+    options.grouping = grouping;
+    ProcessAnalysis a;
+    std::string error;
+    ASSERT_TRUE(analyze_process(path, options, a, error)) << error;
+    for (const SiteTotal& site : a.report.devices.at(0).peak_sites) {
+      EXPECT_EQ(site.location.find("libffi"), std::string::npos) << site.location;
+      EXPECT_EQ(site.location.find("ffi_call"), std::string::npos) << site.location;
+      EXPECT_EQ(site.location.find("_Py"), std::string::npos) << site.location;
+      EXPECT_EQ(site.location.find("__libc_start"), std::string::npos) << site.location;
+      std::string text = stack_text(site.stack, 0, 0, 10);
+      EXPECT_EQ(text, std::string("cuda.py:35 in malloc\ntrain.py:") +
+                          (site.bytes == 64 * kMiB ? "10 in load_weights\n" : "20 in forward\n"))
+          << text;
+    }
+  }
+  // By stack, the two callers of one helper are told apart by the caller, not by the interpreter.
+  AnalysisOptions by_stack;
+  by_stack.grouping = SiteGrouping::kStack;
+  ProcessAnalysis a;
+  std::string error;
+  ASSERT_TRUE(analyze_process(path, by_stack, a, error)) << error;
+  std::vector<std::string> names;
+  for (const SiteTotal& site : a.report.devices.at(0).peak_sites) names.push_back(site.location);
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"malloc ← load_weights at train.py:10", "malloc ← forward at train.py:20"}));
 }
 
 }  // namespace

@@ -41,6 +41,13 @@ class TraceBuilder {
     if (remove_) std::filesystem::remove(path_);
   }
 
+  // A stack of FRAMES, innermost first; then alloc() with the name given here allocates from it.
+  void stack(const std::string& name, const std::vector<FrameInfo>& frames) {
+    std::vector<uint64_t> ids;
+    for (const FrameInfo& f : frames) ids.push_back(writer_->intern_frame(f));
+    sites_[name] = writer_->intern_stack(ids);
+  }
+
   uint64_t site(const std::string& function) {
     auto it = sites_.find(function);
     if (it != sites_.end()) return it->second;

@@ -2,6 +2,7 @@
 
 From the command line (installed with this package):  memtrace run -- python train.py
 From inside Python:  with memtrace.record("out/"): ...   (also start(), stop(), snapshot())
+Steps, for growth per step:  memtrace.step() at the start of each (under either)
 The executable and the libraries it loads into traced programs come with the package (its wheel
 holds the relocatable bundle in memtrace/_bundle); in a build tree they are the build's own.
 """
@@ -9,7 +10,7 @@ holds the relocatable bundle in memtrace/_bundle); in a build tree they are the 
 import os
 
 __all__ = ["__version__", "executable", "bundle_dir", "MemtraceError", "Recording", "record", "start", "stop",
-           "snapshot", "begin_window", "end_window"]
+           "snapshot", "step", "begin_window", "end_window"]
 
 
 def bundle_dir():
@@ -38,4 +39,4 @@ def _read_version():
 __version__ = _read_version()
 
 from .recording import (MemtraceError, Recording, begin_window, end_window, record, snapshot, start,  # noqa: E402
-                        stop)
+                        step, stop)

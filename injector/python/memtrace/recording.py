@@ -20,7 +20,7 @@ import threading
 from . import bundle_dir, executable
 from .units import format_bytes
 
-__all__ = ["MemtraceError", "Recording", "record", "start", "stop", "snapshot", "begin_window", "end_window"]
+__all__ = ["MemtraceError", "Recording", "record", "start", "stop", "snapshot", "step", "begin_window", "end_window"]
 
 # What the injector reads when it connects; taken out of the environment once it has, so that
 # processes the program starts later do not take them for a `memtrace run` of their own.
@@ -222,6 +222,27 @@ def end_window():
     peak_bytes (the most it held during the stretch), at_start_bytes, kept_bytes (allocated during
     the stretch and still held) and the largest sites_at_peak and kept_sites ({"bytes", "location"})."""
     return json.loads(_ask("window end", "window", "end_window()"))
+
+
+def step():
+    """Marks the start of a training step (memtrace.step, which memtrace leaks and check measure
+    growth per step by), under `memtrace run` or memtrace.record; nothing when not recorded. Under
+    `memtrace run` marks count once the process has used CUDA (a process that never does leaves no
+    trace)."""
+    recording = _current
+    if recording is not None:
+        injector = recording._injector
+    elif os.environ.get("MEMTRACE_SOCKET"):  # under memtrace run: the preloaded injector's
+        try:
+            injector = ctypes.PyDLL(None)
+            injector.memtrace_mark  # noqa: B018 (absent when this process is not traced after all)
+        except (AttributeError, OSError):
+            return
+    else:
+        return
+    injector.memtrace_mark.argtypes = [ctypes.c_char_p]
+    injector.memtrace_mark.restype = None
+    injector.memtrace_mark(b"memtrace.step")
 
 
 def record(out=None, summary=True):

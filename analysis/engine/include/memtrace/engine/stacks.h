@@ -75,6 +75,9 @@ bool is_startup_frame(const FrameView& frame);
 // Python frames they say nothing the Python frames do not.
 bool is_interpreter_frame(const FrameView& frame);
 
+// The innermost frame worth a name (not the interpreter's under Python); STACK is not empty.
+const FrameView& first_said(const std::vector<FrameView>& stack);
+
 // Labels of sites that read alike, extended with their callers until they differ:
 // "device_alloc ← load_weights at train_loop.cpp:40". Each site is its label, its stack as shown
 // and the index in it of the frame the label names.
@@ -98,7 +101,7 @@ template <typename SiteLike>
 void resolve_site(SiteLike& s, uint64_t stack_id, const StackView& stacks, SiteGrouping grouping) {
   s.stack = stacks.frames(stack_id);
   std::optional<FrameView> named = stacks.site_frame(stack_id, grouping);
-  if (!named && !s.stack.empty()) named = s.stack.front();
+  if (!named && !s.stack.empty()) named = first_said(s.stack);
   s.named_frame = 0;
   for (size_t k = 0; named && k < s.stack.size(); ++k)
     if (s.stack[k].id == named->id) {
