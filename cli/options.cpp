@@ -16,7 +16,8 @@ namespace memtrace::cli {
 
 void add_by_option(CLI::App* cmd, std::string& by) {
   cmd->add_option("--by", by,
-                  "Group sites by: user (the innermost frame of your code, Python if any; default), python, "
+                  "Group sites by: user (the innermost frame of your code, Python if any, one site per function "
+                  "of yours that called it; default), python, "
                   "native, stack, api; peak also by category (PyTorch's parameters, gradients, ...)")
       ->check(CLI::IsMember({"user", "python", "native", "stack", "api", "category"}));
 }

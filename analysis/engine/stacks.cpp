@@ -137,10 +137,58 @@ uint64_t StackView::site_key(uint64_t stack_id, SiteGrouping grouping) {
   auto [it, fresh] = keys_.try_emplace(stack_id, 0);
   if (fresh) {
     std::optional<FrameView> f = site_frame(stack_id, grouping);
-    // Frame ids and stack ids are different numbers: keep them apart in one key space.
-    it->second = f ? f->id : (stack_id | (uint64_t(1) << 63));
+    // Frame ids, stack ids and caller chains are different numbers: kept apart in one key space.
+    if (!f) {
+      it->second = stack_id | (uint64_t(1) << 63);
+    } else if (grouping != SiteGrouping::kUser) {
+      it->second = f->id;
+    } else {
+      // The user's site, split by who called it: a helper every allocation goes through is as
+      // many sites as it has calling functions in the user's code (whatever their lines).
+      std::vector<uint64_t> chain{f->id};
+      const std::vector<uint64_t>* ids = reader_.stack(stack_id);
+      bool below = false;
+      for (uint64_t id : *ids) {
+        if (!below) {
+          below = id == f->id;
+          continue;
+        }
+        FrameView caller = frame(id);
+        if (!is_user_caller(caller)) continue;
+        std::string function = caller.module + '\0' + caller.file + '\0' + caller.function;
+        chain.push_back(functions_.try_emplace(function, functions_.size()).first->second);
+      }
+      auto [chain_key, made] = chains_.try_emplace(chain, chains_.size() | (uint64_t(1) << 62));
+      if (made) ++chains_per_site_[f->id];
+      it->second = chain_key->second;
+    }
   }
   return it->second;
+}
+
+bool StackView::has_several_callers(uint64_t stack_id) const {
+  std::optional<FrameView> f = site_frame(stack_id, SiteGrouping::kUser);
+  if (!f) return false;
+  auto it = chains_per_site_.find(f->id);
+  return it != chains_per_site_.end() && it->second > 1;
+}
+
+std::string with_caller(const std::vector<FrameView>& stack, size_t site) {
+  for (size_t k = site + 1; k < stack.size(); ++k) {
+    if (!StackView::is_user_caller(stack[k])) continue;
+    std::string label = short_function(stack[site]) + " \u2190 " + short_function(stack[k]);
+    if (!stack[k].file.empty())
+      label += " at " + std::filesystem::path(stack[k].file).filename().string() + ":" + std::to_string(stack[k].line);
+    return label;
+  }
+  return site < stack.size() ? frame_label(stack[site]) : "(no stack)";
+}
+
+bool StackView::is_user_caller(const FrameView& f) {
+  if (f.python) return !is_python_library(f.file);
+  return !is_library_frame(f) && !is_framework_plumbing(f) && !is_interpreter_frame(f) && !is_startup_frame(f) &&
+         !f.module.empty() && f.module.find("/lib/") != 0 && f.module.rfind("/usr/lib", 0) != 0 &&
+         f.module.rfind("/lib", 0) != 0;
 }
 
 std::string frame_label(const FrameView& f) {

@@ -159,7 +159,11 @@ TEST(Stacks, ALeakThroughAPythonHelperShowsWhoCalledIt) {
       "leak.py:" + std::to_string(e2e::marked_line(e2e::python_sample_path("leak.py"), "leak")) +
       " in accumulate_stats";
   e2e::Result leaks = e2e::run({e2e::kMemtrace, "leaks", traces});
-  EXPECT_TRUE(contains(leaks.out, "in malloc\n          " + accumulate + "\n")) << leaks.out;  // right under the site
+  // The helper named with its caller, the caller's frame right under it.
+  const std::string line = std::to_string(e2e::marked_line(e2e::python_sample_path("leak.py"), "leak"));
+  EXPECT_TRUE(
+      contains(leaks.out, "malloc \u2190 accumulate_stats at leak.py:" + line + "\n          " + accumulate + "\n"))
+      << leaks.out;
 
   const std::string more = e2e::temp_dir("python-leak-more");
   ASSERT_EQ(e2e::run_traced(more, e2e::python_sample("leak.py", {"15"})).status, 0);

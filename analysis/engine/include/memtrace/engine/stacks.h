@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -38,8 +39,15 @@ class StackView {
   uint32_t flags(uint64_t stack_id) const { return reader_.stack_flags(stack_id); }
   // The frame a site is named by under GROUPING (none for kStack, or an empty stack).
   std::optional<FrameView> site_frame(uint64_t stack_id, SiteGrouping grouping) const;
-  // What a site groups by: a frame id, or the stack id for kStack. Cached.
+  // What a site groups by: a frame id; for kUser the site's frame with the user's frames that
+  // called it (a helper is one site per caller); the stack id for kStack. Cached.
   uint64_t site_key(uint64_t stack_id, SiteGrouping grouping);
+  // A frame of the user's own code below a site: Python outside the libraries, native code outside
+  // the system's libraries, CUDA, the interpreter and the frameworks' plumbing.
+  static bool is_user_caller(const FrameView& frame);
+  // Whether the kUser site of STACK_ID is called from more than one function of the user's (after
+  // site_key has seen every stack): then its name says its caller.
+  bool has_several_callers(uint64_t stack_id) const;
 
   FrameView frame(uint64_t frame_id) const;
   static bool is_cuda_module(const std::string& module);
@@ -62,6 +70,9 @@ class StackView {
   const TraceReader& reader_;
   bool keep_cuda_;
   std::unordered_map<uint64_t, uint64_t> keys_;
+  std::map<std::vector<uint64_t>, uint64_t> chains_;        // a site's frame and its user callers -> key
+  std::unordered_map<std::string, uint64_t> functions_;     // a caller's module, file and function -> number
+  std::unordered_map<uint64_t, uint32_t> chains_per_site_;  // a site's frame id -> its caller chains
 };
 
 // "train.py:88 in forward", "forward(int) at model.cpp:42", "libfoo.so+0x1a2b".
@@ -74,6 +85,9 @@ bool is_startup_frame(const FrameView& frame);
 // The Python interpreter's own frames (its evaluation loop, calls, object machinery): between two
 // Python frames they say nothing the Python frames do not.
 bool is_interpreter_frame(const FrameView& frame);
+
+// A site's name with its first caller of the user's: "device_alloc ← load_weights at train.py:40".
+std::string with_caller(const std::vector<FrameView>& stack, size_t site);
 
 // The innermost frame worth a name (not the interpreter's under Python); STACK is not empty.
 const FrameView& first_said(const std::vector<FrameView>& stack);
@@ -111,6 +125,8 @@ void resolve_site(SiteLike& s, uint64_t stack_id, const StackView& stacks, SiteG
   s.location = grouping == SiteGrouping::kApi ? "every " + std::string(api_name(s.site.api)) + " call"
                : named                        ? frame_label(*named)
                                               : "(no stack)";
+  if (named && grouping == SiteGrouping::kUser && stacks.has_several_callers(stack_id))
+    s.location = with_caller(s.stack, s.named_frame);
 }
 
 }  // namespace memtrace
