@@ -160,7 +160,14 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
   report.trace_path = path;
 
   StackView stacks(*reader, options.keep_cuda_frames);
-  auto site_key = [&](uint64_t stack_id) { return stacks.site_key(stack_id, options.grouping); };
+  const SiteGrouping labels = options.labels.value_or(options.grouping);
+  auto site_key = [&](uint64_t stack_id) {
+    // Sites named as the default groups them (the HTML page's, grouped by stack) need every
+    // stack's callers seen: a helper's name says its caller when it has several.
+    if (labels == SiteGrouping::kUser && options.grouping != SiteGrouping::kUser)
+      stacks.site_key(stack_id, SiteGrouping::kUser);
+    return stacks.site_key(stack_id, options.grouping);
+  };
   ReportBuilder reserved(options.top_sites, site_key, Layer::kReserved);
   ReportBuilder allocated(options.top_sites, site_key, Layer::kAllocated);
   PhaseTracker phases(*reader, options.step_pattern);
@@ -168,7 +175,6 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
   CategoryTracker categories;
   TorchCounterTracker torch_counters;
   LargestAllocations largest(options.largest_allocations);
-  const SiteGrouping labels = options.labels.value_or(options.grouping);
 
   // The passes, in the order each event reaches them (categories read the step count before the
   // event's own mark moves it; fragmentation reads the reserved layer's new peak).
