@@ -1,6 +1,7 @@
 // memtrace peak PATH: when each device peaked, and what was live then, by site.
 #include <cstdio>
 #include <memory>
+#include <set>
 
 #include "command.h"
 #include "options.h"
@@ -21,7 +22,24 @@ int peak(PeakCli& c) {
   options.layer = c.layer == "allocated" ? Layer::kAllocated : c.layer == "device" ? Layer::kDevice : Layer::kReserved;
   if (*c.device_option) options.device = c.device;
   options.by_category = c.analysis.by == "category";
-  return analyze_and_show("peak", c.analysis, [&](const auto& processes) { return peak_view(processes, options); });
+  std::vector<ProcessAnalysis> processes;
+  if (!load_analyses("peak", c.analysis, processes)) return kExitUsage;
+  if (options.device) {  // a device the run never used is a mistake, not an empty answer
+    std::set<int32_t> devices;
+    for (const ProcessAnalysis& p : processes)
+      for (const auto* layer : {&p.report, &p.allocated})
+        for (const DeviceReport& d : layer->devices) devices.insert(d.device);
+    if (!devices.count(*options.device)) {
+      std::string known;
+      for (int32_t d : devices) known += (known.empty() ? "" : ", ") + std::to_string(d);
+      std::fprintf(
+          stderr, "memtrace peak: --device %d: the run used %s\n", *options.device,
+          known.empty() ? "no device" : ("device" + std::string(devices.size() > 1 ? "s " : " ") + known).c_str());
+      return kExitUsage;
+    }
+  }
+  show(c.analysis.json, peak_view(processes, options));
+  return 0;
 }
 
 }  // namespace

@@ -42,6 +42,9 @@ int run(RunCli& c) {
   if (*c.capacity_option) {
     auto bytes = parse_size(c.sim_capacity);
     if (!bytes || *bytes == 0) return fail("--sim-capacity", c.sim_capacity, "a size (try 80GiB)");
+    if (*bytes < (1u << 20))
+      std::fprintf(stderr, "memtrace run: warning: --sim-capacity %s is %llu bytes per device (a unit, as in 80GiB?)\n",
+                   c.sim_capacity.c_str(), static_cast<unsigned long long>(*bytes));
     c.run.sim_capacity = bytes;
   }
   if (*c.devices_option) c.run.sim_devices = c.sim_devices;

@@ -4,6 +4,7 @@
 #include <tuple>
 
 #include "command.h"
+#include "memtrace/base/units.h"
 #include "memtrace/views/views.h"
 #include "options.h"
 
@@ -32,6 +33,22 @@ int timeline(TimelineCli& c) {
   c.analysis.options.timeline = true;
   std::vector<ProcessAnalysis> processes;
   if (!load_analyses("timeline", c.analysis, processes)) return kExitUsage;
+  // A window outside the run is a mistake, not an empty chart: say the run's range.
+  for (auto [bound, flag, text] : {std::tuple{&window.from, "--from", &c.from}, {&window.to, "--to", &c.to}}) {
+    for (const ProcessAnalysis& p : processes) {
+      if (bound->t_ns && *bound->t_ns > p.report.end_time_ns) {
+        std::fprintf(stderr, "memtrace timeline: %s %s: the run (pid %d) lasted %s\n", flag, text->c_str(),
+                     p.report.pid, format_duration_ns(p.report.end_time_ns).c_str());
+        return kExitUsage;
+      }
+      if (bound->step && *bound->step >= p.step_starts.size()) {
+        std::fprintf(
+            stderr, "memtrace timeline: %s %s: the run (pid %d) has %s\n", flag, text->c_str(), p.report.pid,
+            p.step_starts.empty() ? "no steps" : ("steps 0 to " + std::to_string(p.step_starts.size() - 1)).c_str());
+        return kExitUsage;
+      }
+    }
+  }
   TimelineView view = timeline_view(processes, window);
   if (!c.csv.empty() && !write_report_file("timeline", c.csv, to_csv(view))) return 1;
   if (!c.svg.empty() && !write_report_file("timeline", c.svg, to_svg(view))) return 1;

@@ -479,7 +479,17 @@ std::string no_memory_why(const ProcessReport& r) {
       failed += counts.failed;
     }
   if (calls == 0) return "used CUDA, allocated no device memory";
-  if (failed == calls) return "no device memory: every allocation failed";
+  if (failed == calls) {
+    // The runtime's and the driver's answers when there is no GPU to be had: say so.
+    int32_t result = 0;
+    for (const auto& [api, counts] : r.calls)
+      if (counts.failed) result = counts.last_failure;
+    if (result == 35 || result == 100 || result == 999)
+      return "no device memory: every allocation failed with CUDA error " + std::to_string(result) +
+             (result == 35 ? " (insufficient driver: no NVIDIA driver here)" : " (no CUDA-capable device)") +
+             "; without a GPU, memtrace run --sim runs the program on a simulated one";
+    return "no device memory: every allocation failed";
+  }
   return "no device memory";
 }
 

@@ -57,9 +57,10 @@ void ReportBuilder::add(const ReplayStep& step) {
     return;
   }
   ++c.calls;
-  if (!e.ok())
+  if (!e.ok()) {
     ++c.failed;
-  else
+    c.last_failure = e.result;
+  } else
     c.bytes += step.size;
   if (!step.matched) ++unmatched_frees_;
   if (e.captured()) ++captured_events_;

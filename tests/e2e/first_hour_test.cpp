@@ -46,6 +46,44 @@ TEST_F(TrainLoop, DecimalUnitsArePowersOfTen) {
   EXPECT_EQ(e2e::report_json(dir + "/traces")["processes"][0]["devices"][0]["total_bytes"], 2000000000u);
 }
 
+// Input outside what the run has is refused with what it has (issue 31, item 6), and a capacity
+// without a unit is warned about.
+TEST(OutOfRange, RefusedWithTheRangeThereIs) {
+  const std::string dir = e2e::temp_dir("out-of-range");
+  e2e::Result warned = e2e::run({e2e::kMemtrace, "run", "--sim", "--sim-capacity", "24GiB", "-o", dir + "/traces", "--",
+                                 e2e::sample_path("train_loop"), "--steps", "4"});
+  ASSERT_EQ(warned.status, 0) << warned.err;
+  EXPECT_FALSE(contains(warned.err, "warning")) << warned.err;
+  e2e::Result tiny = e2e::run({e2e::kMemtrace, "run", "--sim", "--sim-capacity", "24", "-o", dir + "/tiny", "--",
+                               e2e::sample_path("train_loop"), "--steps", "1"});
+  EXPECT_TRUE(contains(tiny.err, "memtrace run: warning: --sim-capacity 24 is 24 bytes per device")) << tiny.err;
+
+  const std::string traces = dir + "/traces";
+  e2e::Result late = e2e::run({e2e::kMemtrace, "timeline", "--from", "500s", traces});
+  EXPECT_EQ(late.status, 2);
+  EXPECT_TRUE(contains(late.err, "memtrace timeline: --from 500s: the run (pid ")) << late.err;
+  EXPECT_TRUE(contains(late.err, ") lasted ")) << late.err;
+  e2e::Result step = e2e::run({e2e::kMemtrace, "timeline", "--to", "step:50", traces});
+  EXPECT_EQ(step.status, 2);
+  EXPECT_TRUE(contains(step.err, "memtrace timeline: --to step:50: the run (pid ")) << step.err;
+  e2e::Result device = e2e::run({e2e::kMemtrace, "peak", "--device", "3", traces});
+  EXPECT_EQ(device.status, 2);
+  EXPECT_TRUE(contains(device.err, "memtrace peak: --device 3: the run used device 0")) << device.err;
+  EXPECT_EQ(e2e::run({e2e::kMemtrace, "peak", "--device", "0", traces}).status, 0);
+}
+
+// Without a GPU and without --sim, the summary names the error and the way out (item 8).
+TEST(NoGpu, TheSummaryNamesTheErrorAndSuggestsSim) {
+  if (std::filesystem::exists("/dev/nvidiactl")) GTEST_SKIP() << "this machine has an NVIDIA driver";
+  const std::string dir = e2e::temp_dir("no-gpu");
+  e2e::Result r = e2e::run({"/usr/bin/env", "-u", "LD_LIBRARY_PATH", e2e::kMemtrace, "run", "-o", dir + "/traces", "--",
+                            e2e::sample_path("train_loop"), "--steps", "1"});
+  EXPECT_TRUE(
+      contains(r.err, "every allocation failed with CUDA error 35 (insufficient driver: no NVIDIA driver here)"))
+      << r.err;
+  EXPECT_TRUE(contains(r.err, "memtrace run --sim runs the program on a simulated one")) << r.err;
+}
+
 }  // namespace
 
 // 2. A limit the run gives nothing to measure does not pass: growth per step without steps.

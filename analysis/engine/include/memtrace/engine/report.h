@@ -26,6 +26,7 @@ struct ApiCounts {
   uint64_t failed = 0;
   uint64_t bytes = 0;        // allocated by the successful calls, or freed (what they freed)
   uint64_t interrupted = 0;  // calls the process died inside (not in `calls`)
+  int32_t last_failure = 0;  // the result of the last call that failed
 };
 
 struct SiteTotal {
