@@ -92,7 +92,7 @@ std::string Window::site_name(uint64_t stack_id) const {
   return frame_label(frames.front());
 }
 
-std::string Window::sites_json(const std::unordered_map<uint64_t, uint64_t>& bytes_by_stack) const {
+nlohmann::json Window::sites_json(const std::unordered_map<uint64_t, uint64_t>& bytes_by_stack) const {
   std::unordered_map<std::string, uint64_t> by_site;
   for (const auto& [stack_id, bytes] : bytes_by_stack) by_site[site_name(stack_id)] += bytes;
   std::vector<std::pair<std::string, uint64_t>> sites(by_site.begin(), by_site.end());
@@ -102,7 +102,7 @@ std::string Window::sites_json(const std::unordered_map<uint64_t, uint64_t>& byt
   nlohmann::json out = nlohmann::json::array();
   for (size_t i = 0; i < sites.size() && i < kSitesShown; ++i)
     out.push_back({{"bytes", sites[i].second}, {"location", sites[i].first}});
-  return out.dump();
+  return out;
 }
 
 std::string Window::end(const Replay& replay) {
@@ -119,17 +119,15 @@ std::string Window::end(const Replay& replay) {
       kept[allocated][a.stack_id] += a.size;
       kept_bytes[allocated] += a.size;
     });
-  std::string out = "{";
+  nlohmann::json out = {{"allocated_layer", allocated_layer_}};
   for (auto [name, layer, allocated] :
-       {std::tuple{"reserved", &reserved_, false}, std::tuple{"allocated", &allocated_, true}}) {
-    if (allocated) out += ",";
-    out += "\"" + std::string(name) + "\":{\"peak_bytes\":" + std::to_string(layer->peak) +
-           ",\"at_start_bytes\":" + std::to_string(layer->at_start) +
-           ",\"kept_bytes\":" + std::to_string(kept_bytes[allocated]) +
-           ",\"sites_at_peak\":" + sites_json(layer->at_peak) + ",\"kept_sites\":" + sites_json(kept[allocated]) + "}";
-  }
-  out += ",\"allocated_layer\":" + std::string(allocated_layer_ ? "true" : "false");
-  return out + "}";
+       {std::tuple{"reserved", &reserved_, false}, std::tuple{"allocated", &allocated_, true}})
+    out[name] = {{"peak_bytes", layer->peak},
+                 {"at_start_bytes", layer->at_start},
+                 {"kept_bytes", kept_bytes[allocated]},
+                 {"sites_at_peak", sites_json(layer->at_peak)},
+                 {"kept_sites", sites_json(kept[allocated])}};
+  return out.dump();
 }
 
 }  // namespace memtrace

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -36,7 +37,7 @@ class Window : public Pass {
   };
   void save_peak(Measure& layer, bool allocated, const Replay& replay);
   std::string site_name(uint64_t stack_id) const;
-  std::string sites_json(const std::unordered_map<uint64_t, uint64_t>& bytes_by_stack) const;
+  nlohmann::json sites_json(const std::unordered_map<uint64_t, uint64_t>& bytes_by_stack) const;
 
   const TraceWriter& stacks_;
   std::string hidden_python_dir_;

@@ -73,24 +73,7 @@ std::string time_label(uint64_t t, uint64_t span) {
   return text;
 }
 
-}  // namespace
-
-std::optional<TimeBound> parse_time_bound(const std::string& text) {
-  TimeBound bound;
-  if (text.rfind("step:", 0) == 0) {
-    char* end = nullptr;
-    const char* digits = text.c_str() + 5;
-    unsigned long long step = std::strtoull(digits, &end, 10);
-    if (end == digits || *end || *digits == '-') return std::nullopt;
-    bound.step = step;
-    return bound;
-  }
-  auto ns = parse_duration_ns(text);
-  if (!ns) return std::nullopt;
-  bound.t_ns = *ns;
-  return bound;
-}
-
+// WINDOW in a process's own times: [start, end], end > start.
 std::pair<uint64_t, uint64_t> window_ns(const ProcessAnalysis& p, const TimeWindow& w) {
   const bool any_change = p.last_change_ns > 0 || p.first_change_ns > 0;
   uint64_t from = w.from.t_ns   ? *w.from.t_ns
@@ -109,6 +92,24 @@ std::pair<uint64_t, uint64_t> window_ns(const ProcessAnalysis& p, const TimeWind
   }
   if (to <= from) to = from + std::max<uint64_t>(p.timeline_bucket_ns, 1);
   return {from, to};
+}
+
+}  // namespace
+
+std::optional<TimeBound> parse_time_bound(const std::string& text) {
+  TimeBound bound;
+  if (text.rfind("step:", 0) == 0) {
+    char* end = nullptr;
+    const char* digits = text.c_str() + 5;
+    unsigned long long step = std::strtoull(digits, &end, 10);
+    if (end == digits || *end || *digits == '-') return std::nullopt;
+    bound.step = step;
+    return bound;
+  }
+  auto ns = parse_duration_ns(text);
+  if (!ns) return std::nullopt;
+  bound.t_ns = *ns;
+  return bound;
 }
 
 TimelineView timeline_view(const std::vector<ProcessAnalysis>& processes, const TimeWindow& window) {

@@ -182,8 +182,6 @@ struct TimeWindow {
 };
 // "120ms", "1.5s", "step:3"; nullopt for anything else.
 std::optional<TimeBound> parse_time_bound(const std::string& text);
-// WINDOW in a process's own times: [start, end], end > start.
-std::pair<uint64_t, uint64_t> window_ns(const ProcessAnalysis& p, const TimeWindow& window);
 
 // memtrace timeline: memory over time per process, device and layer, over a window; as a terminal
 // chart WIDTH columns wide, JSON, CSV, or a standalone SVG with phases shaded and steps drawn.
