@@ -26,7 +26,7 @@ int diff(DiffCli& c) {
 Command add_diff_command(CLI::App& app) {
   auto c = std::make_shared<DiffCli>();
   CLI::App* cmd = app.add_subcommand("diff", "Compare two runs: peaks, leaks and sites, what grew");
-  cmd->add_option("base", c->base.path, "The baseline: an output folder or a .memtrace file")->required();
+  cmd->add_option("base", c->base.path, std::string("The baseline. ") + kRunPathHelp)->required();
   cmd->add_option("new", c->next.path, "The run to compare with it")->required();
   cmd->add_flag("--json", c->next.json, "Print JSON instead of text");
   add_by_option(cmd, c->next.by);

@@ -33,7 +33,7 @@ int explain_run(ExplainCli& c) {
 Command add_explain_command(CLI::App& app) {
   auto c = std::make_shared<ExplainCli>();
   CLI::App* cmd = app.add_subcommand("explain", "Hold what a trace measured against the estimate");
-  cmd->add_option("path", c->path, "An output folder or one .memtrace file")->required();
+  cmd->add_option("path", c->path, kRunPathHelp)->required();
   add_estimate_options(cmd, c->estimate);
   return {cmd, [c] { return explain_run(*c); }};
 }

@@ -107,7 +107,7 @@ int export_events(const ExportCli& c) {
 Command add_export_command(CLI::App& app) {
   auto c = std::make_shared<ExportCli>();
   CLI::App* cmd = app.add_subcommand("export", "Write every event in a format other tools read");
-  cmd->add_option("path", c->path, "An output folder or one .memtrace file")->required();
+  cmd->add_option("path", c->path, kRunPathHelp)->required();
   cmd->add_option("--format", c->format,
                   "jsonl: one JSON object per event; folded: stacks for flame graphs (flamegraph.pl, "
                   "speedscope); chrome: a Chrome trace (JSON); perfetto: a Perfetto trace (protobuf, for "

@@ -41,8 +41,7 @@ int write_html(HtmlCli& c) {
 Command add_html_command(CLI::App& app) {
   auto c = std::make_shared<HtmlCli>();
   CLI::App* cmd = app.add_subcommand("html", "Write one HTML page to explore the run in a browser (fetches nothing)");
-  cmd->add_option("path", c->analysis.path, "An output folder, one .memtrace file, or a PyTorch memory snapshot pickle")
-      ->required();
+  cmd->add_option("path", c->analysis.path, kRunPathHelp)->required();
   cmd->add_option("-o,--output", c->output, "The page to write (default: memtrace-report.html; - for standard output)");
   cmd->add_option("--largest", c->largest,
                   "How many of the largest allocations the page draws one by one (default 20000; the rest are in "

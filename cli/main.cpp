@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "command.h"
@@ -28,24 +29,51 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   return row[b.size()];
 }
 
-// "'reprot' is not a memtrace command; did you mean report?" and the commands there are.
-int unknown_command(const std::string& name, const std::vector<memtrace::cli::Command>& commands) {
-  std::string nearest, all;
+// The one of CANDIDATES nearest to NAME, when it is near enough to be what was meant.
+std::string did_you_mean(const std::string& name, const std::vector<std::string>& candidates) {
+  std::string nearest;
   size_t best = SIZE_MAX;
-  for (const auto& c : commands) {
-    const std::string& candidate = c.app->get_name();
-    if (candidate[0] == '_') continue;  // hidden
-    all += (all.empty() ? "" : ", ") + candidate;
+  for (const std::string& candidate : candidates) {
     size_t d = edit_distance(name, candidate);
     if (d < best) {
       best = d;
       nearest = candidate;
     }
   }
+  return best <= std::max<size_t>(2, name.size() / 3) ? nearest : std::string();
+}
+
+// "'reprot' is not a memtrace command; did you mean report?" and the commands there are.
+int unknown_command(const std::string& name, const std::vector<memtrace::cli::Command>& commands) {
+  std::vector<std::string> names;
+  std::string all;
+  for (const auto& c : commands) {
+    const std::string& candidate = c.app->get_name();
+    if (candidate[0] == '_') continue;  // hidden
+    all += (all.empty() ? "" : ", ") + candidate;
+    names.push_back(candidate);
+  }
   std::fprintf(stderr, "memtrace: '%s' is not a memtrace command", name.c_str());
-  if (best <= std::max<size_t>(2, name.size() / 3)) std::fprintf(stderr, "; did you mean '%s'?", nearest.c_str());
+  std::string nearest = did_you_mean(name, names);
+  if (!nearest.empty()) std::fprintf(stderr, "; did you mean '%s'?", nearest.c_str());
   std::fprintf(stderr, "\nthe commands: %s (memtrace --help says more)\n", all.c_str());
   return memtrace::cli::kExitUsage;
+}
+
+// The first --option in ARGS (up to a lone --, after which the arguments are the program's) that
+// COMMAND does not know, with the option of COMMAND nearest to it: {"--max-peek", "--max-peak"}.
+std::pair<std::string, std::string> unknown_option(CLI::App& command, int argc, char** argv) {
+  std::vector<std::string> known;
+  for (const CLI::Option* option : command.get_options())
+    for (const std::string& name : option->get_lnames()) known.push_back("--" + name);
+  for (int i = 2; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--") break;
+    if (arg.rfind("--", 0) != 0) continue;
+    arg = arg.substr(0, arg.find('='));
+    if (std::find(known.begin(), known.end(), arg) == known.end()) return {arg, did_you_mean(arg, known)};
+  }
+  return {};
 }
 
 }  // namespace
@@ -80,8 +108,13 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
     // One line for what was wrong, and the usage line of the command it was for.
-    std::fprintf(stderr, "memtrace%s%s: %s\n", chosen ? " " : "", chosen ? chosen->app->get_name().c_str() : "",
-                 e.what());
+    auto [unknown, nearest] = chosen ? unknown_option(*chosen->app, argc, argv) : std::pair<std::string, std::string>();
+    if (!unknown.empty() && !nearest.empty())
+      std::fprintf(stderr, "memtrace %s: %s is not an option of memtrace %s; did you mean %s?\n",
+                   chosen->app->get_name().c_str(), unknown.c_str(), chosen->app->get_name().c_str(), nearest.c_str());
+    else
+      std::fprintf(stderr, "memtrace%s%s: %s\n", chosen ? " " : "", chosen ? chosen->app->get_name().c_str() : "",
+                   e.what());
     if (chosen) {
       std::string help = chosen->app->help(), usage = "Usage: ";
       size_t at = help.find(usage);

@@ -23,7 +23,7 @@ void add_by_option(CLI::App* cmd, std::string& by) {
 }
 
 void add_analysis_options(CLI::App* cmd, AnalysisCli& a, bool sites) {
-  cmd->add_option("path", a.path, "An output folder (all its processes) or one .memtrace file")->required();
+  cmd->add_option("path", a.path, kRunPathHelp)->required();
   cmd->add_flag("--json", a.json, "Print JSON instead of text");
   cmd->add_option("--step", a.step,
                   "Regular expression naming the NVTX range or mark that starts a training step "
@@ -42,9 +42,10 @@ SiteGrouping grouping_named(const std::string& name) {
                             : SiteGrouping::kUser;
 }
 
-bool load_analyses(const char* command, AnalysisCli& a, std::vector<ProcessAnalysis>& out) {
+bool load_analyses(const char* command, AnalysisCli& a, std::vector<ProcessAnalysis>& out, std::string* why) {
   if (a.by == "category" && std::string(command) != "peak") {
     std::fprintf(stderr, "memtrace %s: --by category: only memtrace peak groups by category\n", command);
+    if (why) *why = "--by category: only memtrace peak groups by category";
     return false;
   }
   a.options.grouping = grouping_named(a.by);
@@ -54,6 +55,7 @@ bool load_analyses(const char* command, AnalysisCli& a, std::vector<ProcessAnaly
     } catch (const std::regex_error& e) {
       std::fprintf(stderr, "memtrace %s: --step: '%s' is not a regular expression: %s\n", command, a.step.c_str(),
                    e.what());
+      if (why) *why = "--step: '" + a.step + "' is not a regular expression";
       return false;
     }
     a.options.step_pattern = a.step;
@@ -63,6 +65,7 @@ bool load_analyses(const char* command, AnalysisCli& a, std::vector<ProcessAnaly
   bool ok = analyze_path(a.path, a.options, out, warnings, error);
   for (const auto& w : warnings) std::fprintf(stderr, "memtrace %s: %s\n", command, w.c_str());
   if (!ok) std::fprintf(stderr, "memtrace %s: %s\n", command, error.c_str());
+  if (!ok && why) *why = error;
   return ok;
 }
 

@@ -18,6 +18,11 @@ namespace memtrace::cli {
 // is missing or cannot be read.
 inline constexpr int kExitUsage = 2;
 
+// What every command that reads a run takes as its path.
+inline constexpr const char* kRunPathHelp =
+    "An output folder (all its processes), one .memtrace file, or a PyTorch memory snapshot (the .pickle "
+    "torch.cuda.memory._dump_snapshot writes)";
+
 struct AnalysisCli {
   std::string path, by = "user", step;
   bool json = false;
@@ -31,8 +36,8 @@ void add_analysis_options(CLI::App* cmd, AnalysisCli& a, bool sites = true);
 SiteGrouping grouping_named(const std::string& name);
 
 // Analyzes what A names (its --by and --step applied to its options); prints why and returns
-// false when it cannot.
-bool load_analyses(const char* command, AnalysisCli& a, std::vector<ProcessAnalysis>& out);
+// false when it cannot (and puts why in WHY, when given).
+bool load_analyses(const char* command, AnalysisCli& a, std::vector<ProcessAnalysis>& out, std::string* why = nullptr);
 
 // Prints DOC (--json) or TEXT.
 void print(bool json, const nlohmann::json& doc, const std::string& text);

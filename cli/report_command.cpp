@@ -11,7 +11,7 @@ namespace memtrace::cli {
 Command add_report_command(CLI::App& app) {
   auto a = std::make_shared<AnalysisCli>();
   CLI::App* cmd = app.add_subcommand("report", "Summarize traces: events, peaks, largest sites");
-  cmd->add_option("path", a->path, "An output folder or one .memtrace file")->required();
+  cmd->add_option("path", a->path, kRunPathHelp)->required();
   cmd->add_flag("--json", a->json, "Print JSON instead of text");
   add_by_option(cmd, a->by);
   cmd->add_flag("--keep-cuda-frames", a->options.keep_cuda_frames,

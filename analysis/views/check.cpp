@@ -40,6 +40,11 @@ std::string limit_line(const CheckResult::Limit& l) {
          (l.detail.empty() ? "" : "  (" + l.detail + ")");
 }
 
+// A site's bytes as its limit counts them: grown by, against a baseline.
+std::string site_bytes(const CheckResult::Limit& l, const CheckResult::Site& s) {
+  return (l.in_percent() ? "+" : "") + format_bytes(s.bytes);
+}
+
 CheckResult::Limit bytes_limit(const char* name, uint64_t limit, uint64_t actual,
                                std::vector<CheckResult::Site> sites) {
   CheckResult::Limit l;
@@ -99,8 +104,7 @@ CheckResult check(const std::vector<ProcessAnalysis>& processes, const CheckLimi
     add(std::move(l));
   }
   if (limits.max_regression_percent && baseline) {
-    const DeviceReport* at = nullptr;
-    uint64_t peak = largest_peak(processes, &at), base = largest_peak(*baseline);
+    uint64_t peak = largest_peak(processes), base = largest_peak(*baseline);
     CheckResult::Limit l;
     l.name = "max-regression";
     l.limit_percent = *limits.max_regression_percent;
@@ -109,7 +113,10 @@ CheckResult check(const std::vector<ProcessAnalysis>& processes, const CheckLimi
                            : (peak ? 100.0 : 0.0);
     l.passed = l.actual_percent <= l.limit_percent;
     l.detail = "peak " + format_bytes(peak) + " against the baseline's " + format_bytes(base);
-    if (at) l.sites = top_sites(at->peak_sites);
+    // What grew, as memtrace diff sees it: the sites at the peak that hold more than at the baseline's.
+    for (const DiffView::SiteChange& s : diff_view(*baseline, processes, limits.grouping).sites)
+      if (s.bytes.change() > 0 && l.sites.size() < 5)
+        l.sites.push_back({static_cast<uint64_t>(s.bytes.change()), s.api, s.location});
     add(std::move(l));
   }
   return r;
@@ -137,7 +144,7 @@ std::string to_text(const CheckResult& result) {
     out += limit_line(l) + "\n";
     if (l.passed || !l.unmeasured.empty()) continue;
     for (const CheckResult::Site& s : l.sites)
-      out += "          " + pad(format_bytes(s.bytes), 11, true) + "  " + s.api + "  " + s.location + "\n";
+      out += "          " + pad(site_bytes(l, s), 11, true) + "  " + s.api + "  " + s.location + "\n";
   }
   out += result.passed     ? "memtrace check: every limit holds\n"
          : result.measured ? "memtrace check: a limit is broken\n"
@@ -166,8 +173,7 @@ std::string check_junit(const CheckResult& result) {
       continue;
     }
     std::string detail;
-    for (const CheckResult::Site& s : l.sites)
-      detail += format_bytes(s.bytes) + "  " + s.api + "  " + s.location + "\n";
+    for (const CheckResult::Site& s : l.sites) detail += site_bytes(l, s) + "  " + s.api + "  " + s.location + "\n";
     out += ">\n      <failure message=\"" + escape_xml(limit_line(l)) + "\">" + escape_xml(detail) +
            "</failure>\n    </testcase>\n";
   }

@@ -84,6 +84,44 @@ TEST(NoGpu, TheSummaryNamesTheErrorAndSuggestsSim) {
   EXPECT_TRUE(contains(r.err, "memtrace run --sim runs the program on a simulated one")) << r.err;
 }
 
+// The CI gate's edges (issue 31, item 7): a percent with its sign, an option misspelt, a run that
+// cannot be read (CI must still get a JUnit file), and a regression named by what grew.
+TEST(CheckGate, TheEdgesCIMeets) {
+  const std::string dir = e2e::temp_dir("check-gate"), base = dir + "/base/traces", next = dir + "/next/traces";
+  ASSERT_EQ(e2e::run_sample(dir + "/base", "train_loop", {"--steps", "4"}).status, 0);
+  ASSERT_EQ(e2e::run_sample(dir + "/next", "train_loop", {"--steps", "4", "--layer-mib", "20"}).status, 0);
+  // The peak grew by a quarter; the model's weights (built in build_model) grew the most.
+  e2e::Result grew = e2e::run({e2e::kMemtrace, "check", next, "--baseline", base, "--max-regression", "5%"});
+  EXPECT_EQ(grew.status, 1) << grew.err;
+  EXPECT_TRUE(contains(grew.out, "FAILED  max-regression: 25.0% exceeds 5.0%")) << grew.out;
+  EXPECT_TRUE(contains(grew.out, "+128 MiB  cudaMalloc  device_alloc ← build_model")) << grew.out;
+  EXPECT_EQ(e2e::run({e2e::kMemtrace, "check", next, "--baseline", base, "--max-regression", "30"}).status, 0);
+  e2e::Result odd = e2e::run({e2e::kMemtrace, "check", next, "--baseline", base, "--max-regression", "5x"});
+  EXPECT_EQ(odd.status, 2);
+  EXPECT_TRUE(contains(odd.err, "'5x' is not a percent")) << odd.err;
+
+  e2e::Result typo = e2e::run({e2e::kMemtrace, "check", next, "--max-peek", "1GiB"});
+  EXPECT_EQ(typo.status, 2);
+  EXPECT_TRUE(contains(typo.err, "--max-peek is not an option of memtrace check; did you mean --max-peak?"))
+      << typo.err;
+  e2e::Result far = e2e::run({e2e::kMemtrace, "report", next, "--colour"});
+  EXPECT_EQ(far.status, 2);
+  EXPECT_FALSE(contains(far.err, "did you mean")) << far.err;  // nothing near: CLI11's own line
+
+  const std::string junit = dir + "/check.xml";
+  e2e::Result missing =
+      e2e::run({e2e::kMemtrace, "check", dir + "/no-such-run", "--max-peak", "1GiB", "--junit", junit});
+  EXPECT_EQ(missing.status, 2);
+  std::ifstream in(junit);
+  std::stringstream xml;
+  xml << in.rdbuf();
+  EXPECT_TRUE(contains(xml.str(), "tests=\"1\" failures=\"0\" errors=\"1\"")) << xml.str();
+  EXPECT_TRUE(contains(xml.str(), "<error message=\"UNMEASURED  read " + dir + "/no-such-run: ")) << xml.str();
+
+  for (const char* command : {"report", "peak", "leaks", "frag", "timeline", "check", "html", "export"})
+    EXPECT_TRUE(contains(e2e::run({e2e::kMemtrace, command, "--help"}).out, "PyTorch memory snapshot")) << command;
+}
+
 }  // namespace
 
 // 2. A limit the run gives nothing to measure does not pass: growth per step without steps.

@@ -144,6 +144,7 @@ std::string to_text(const DiffView& view);
 struct CheckLimits {
   std::optional<uint64_t> max_peak, max_leaked, max_growth_per_step;
   std::optional<double> max_regression_percent;  // with a baseline
+  SiteGrouping grouping = SiteGrouping::kUser;   // how sites are matched against the baseline
 };
 struct CheckResult {
   struct Site {
@@ -157,9 +158,11 @@ struct CheckResult {
     double limit_percent = 0, actual_percent = 0;
     bool in_percent() const { return name == "max-regression"; }
     bool passed = true;
-    std::string unmeasured;   // why the run gives nothing to hold against the limit: it does not pass
-    std::string detail;       // what the figures compare, when there is more to say
-    std::vector<Site> sites;  // the largest, to look at when it is broken
+    std::string unmeasured;  // why the run gives nothing to hold against the limit: it does not pass
+    std::string detail;      // what the figures compare, when there is more to say
+    // The largest, to look at when it is broken; max-regression's are what grew against the
+    // baseline, by how much.
+    std::vector<Site> sites;
   };
   std::vector<Limit> limits;
   bool passed = true;    // every limit measured and held
