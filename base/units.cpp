@@ -22,6 +22,12 @@ std::string format_bytes(uint64_t bytes) {
   return text;
 }
 
+std::string counted(uint64_t n, std::string_view noun, std::string_view plural) {
+  std::string out = std::to_string(n) + " ";
+  if (n == 1) return out.append(noun);
+  return plural.empty() ? out.append(noun).append("s") : out.append(plural);
+}
+
 std::string format_count(double count) {
   static const char* const kUnits[] = {"", " K", " M", " B", " T"};
   int unit = 0;

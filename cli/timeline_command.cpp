@@ -5,6 +5,7 @@
 
 #include "command.h"
 #include "memtrace/base/units.h"
+#include "memtrace/views/report_render.h"
 #include "memtrace/views/views.h"
 #include "options.h"
 
@@ -37,13 +38,14 @@ int timeline(TimelineCli& c) {
   for (auto [bound, flag, text] : {std::tuple{&window.from, "--from", &c.from}, {&window.to, "--to", &c.to}}) {
     for (const ProcessAnalysis& p : processes) {
       if (bound->t_ns && *bound->t_ns > p.report.end_time_ns) {
-        std::fprintf(stderr, "memtrace timeline: %s %s: the run (pid %d) lasted %s\n", flag, text->c_str(),
-                     p.report.pid, format_duration_ns(p.report.end_time_ns).c_str());
+        std::fprintf(stderr, "memtrace timeline: %s %s: the run (%s) lasted %s\n", flag, text->c_str(),
+                     process_label(process_id(p.report)).c_str(), format_duration_ns(p.report.end_time_ns).c_str());
         return kExitUsage;
       }
       if (bound->step && *bound->step >= p.step_starts.size()) {
         std::fprintf(
-            stderr, "memtrace timeline: %s %s: the run (pid %d) has %s\n", flag, text->c_str(), p.report.pid,
+            stderr, "memtrace timeline: %s %s: the run (%s) has %s\n", flag, text->c_str(),
+            process_label(process_id(p.report)).c_str(),
             p.step_starts.empty() ? "no steps" : ("steps 0 to " + std::to_string(p.step_starts.size() - 1)).c_str());
         return kExitUsage;
       }

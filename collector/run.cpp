@@ -498,7 +498,7 @@ void print_summary(const std::vector<ProcessReport>& reports, const std::vector<
   std::fprintf(stderr, "memtrace: %zu traced process%s, traces in %s/\n", reports.size(),
                reports.size() == 1 ? "" : "es", dir.c_str());
   for (const ProcessReport& r : reports) {
-    std::string line = "  pid " + std::to_string(r.pid) + " (" + std::to_string(r.events) + " events";
+    std::string line = "  pid " + std::to_string(r.pid) + " (" + counted(r.events, "event");
     if (r.end_reason.rfind("killed", 0) == 0) line += ", " + r.end_reason;
     if (r.exit_status && *r.exit_status != 0 && r.end_reason.rfind("killed", 0) != 0)
       line += ", exit status " + std::to_string(*r.exit_status);
@@ -507,7 +507,7 @@ void print_summary(const std::vector<ProcessReport>& reports, const std::vector<
     for (const DeviceReport& d : r.devices)
       line += "; device " + std::to_string(d.device) + ": peak reserved " + format_bytes(d.peak_bytes) + " at " +
               format_duration_ns(d.peak_time_ns);
-    if (r.dropped_events) line += "; LOST " + std::to_string(r.dropped_events) + " events";
+    if (r.dropped_events) line += "; LOST " + counted(r.dropped_events, "event");
     std::fprintf(stderr, "%s\n", line.c_str());
   }
   for (const auto& path : snapshots) std::fprintf(stderr, "memtrace: snapshot %s\n", path.c_str());

@@ -101,8 +101,8 @@ std::string to_text(const LeaksView& view) {
       out += "  (without steps, growth cannot be told from memory allocated once: sites are marked live)\n";
     for (const LeaksView::Device& d : p.devices) {
       out += "  device " + std::to_string(d.device) + ": " + format_bytes(d.live_bytes) + " live at exit in " +
-             std::to_string(d.live_count) +
-             (p.layer == Layer::kAllocated ? " tensors (the allocated layer)\n" : " allocations\n");
+             (p.layer == Layer::kAllocated ? counted(d.live_count, "tensor") + " (the allocated layer)\n"
+                                           : counted(d.live_count, "allocation") + "\n");
       for (const LeaksView::Site& s : d.sites) {
         out += "    " + pad(format_bytes(s.site.bytes), 11, true) + pad(std::to_string(s.site.count), 8, true) + "  " +
                pad(s.kind == LeaksView::Kind::kGrowing ? "GROWING" : kind_name(s.kind), 9) +

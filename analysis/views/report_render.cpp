@@ -56,6 +56,14 @@ std::string process_heading(const ProcessId& p) {
   return "process " + std::to_string(p.pid) + ": " + command_line(p.command) + "\n";
 }
 
+std::string process_label(const ProcessId& p) {
+  if (!p.imported_from.empty()) {
+    std::string file = p.command.empty() ? "" : p.command.front();
+    return "snapshot " + file.substr(file.rfind('/') + 1);
+  }
+  return p.rank ? "rank " + std::to_string(*p.rank) : "pid " + std::to_string(p.pid);
+}
+
 std::string device_layer_line(const DeviceReport& d) {
   if (!d.device_samples) return "device used: not sampled (an import, or a trace from an older memtrace)";
   const OutsideParts& p = d.outside_parts_at_peak;
@@ -302,9 +310,11 @@ std::string report_text(const std::vector<ProcessReport>& processes) {
     else
       out += "\n  " + pad("API", kApiColumn) + pad("calls", 10, true) + pad("failed", 10, true) +
              pad("bytes", 12, true) + "\n";
-    for (const auto& [api, c] : p.calls)
+    for (const auto& [api, c] : p.calls) {
+      const bool mark = api_info(api).op == Op::kMark;  // a step, a range, a mark: no bytes to count
       out += "  " + pad(std::string(api_name(api)), kApiColumn) + pad(std::to_string(c.calls), 10, true) +
-             pad(std::to_string(c.failed), 10, true) + pad(format_bytes(c.bytes), 12, true) + "\n";
+             pad(std::to_string(c.failed), 10, true) + pad(mark ? "-" : format_bytes(c.bytes), 12, true) + "\n";
+    }
     if (p.pinned_host_peak_bytes)
       out += "\n  pinned host memory: peak " + format_bytes(p.pinned_host_peak_bytes) + "\n";
 
@@ -314,7 +324,7 @@ std::string report_text(const std::vector<ProcessReport>& processes) {
                                                (d.uuid.empty() ? "" : ", " + d.uuid) + ")";
       out += "\n  device " + std::to_string(d.device) + about + ": peak reserved " + format_bytes(d.peak_bytes) +
              " at " + format_duration_ns(d.peak_time_ns) + "; live at exit " + format_bytes(d.live_at_exit_bytes) +
-             " in " + std::to_string(d.live_at_exit_count) + " allocations\n";
+             " in " + counted(d.live_at_exit_count, "allocation") + "\n";
       out += "    " + device_layer_line(d) + "\n";
       for (const TorchCounters& c : p.pytorch_counters)
         if (c.device == d.device && c.when == "exit") out += torch_counters_text(c, 4);

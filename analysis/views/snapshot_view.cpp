@@ -37,10 +37,10 @@ std::string diagnose(const SnapshotReport& s) {
   std::string top;
   uint64_t shown = s.allocated_known ? s.allocated_bytes : s.live_bytes;
   if (!s.sites.empty()) top = "; " + percent(s.sites[0].bytes, shown) + " from " + s.sites[0].location;
-  std::string live = format_bytes(s.live_bytes) + " live in " + std::to_string(s.live_count) + " allocations";
+  std::string live = format_bytes(s.live_bytes) + " live in " + counted(s.live_count, "allocation");
   if (s.allocated_known)
     live = format_bytes(s.live_bytes) + " reserved, " + format_bytes(s.allocated_bytes) + " of it allocated to " +
-           std::to_string(s.allocated_count) + " tensors";
+           counted(s.allocated_count, "tensor");
   if (!s.imported_from.empty() && s.reason != "oom")
     return s.imported_from + " at " + format_duration_ns(s.time_ns) + " into its trace: " + live + top + ".";
   if (s.reason != "oom") {

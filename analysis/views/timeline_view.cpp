@@ -11,7 +11,7 @@ namespace memtrace {
 namespace {
 
 std::string series_name(const ProcessAnalysis& p, const TimelineSeries& s) {
-  return "pid " + std::to_string(p.report.pid) + " device " + std::to_string(s.device) + " " +
+  return process_label(process_id(p.report)) + " device " + std::to_string(s.device) + " " +
          std::string(layer_name(s.layer));
 }
 
@@ -116,8 +116,7 @@ TimelineView timeline_view(const std::vector<ProcessAnalysis>& processes, const 
   TimelineView view;
   for (const ProcessAnalysis& p : processes) {
     TimelineView::Process& out = view.processes.emplace_back();
-    out.pid = p.report.pid;
-    out.command = p.report.command;
+    out.id = process_id(p.report);
     out.bucket_ns = p.timeline_bucket_ns;
     out.end_ns = p.report.end_time_ns;
     std::tie(out.from_ns, out.to_ns) = window_ns(p, window);
@@ -140,8 +139,9 @@ std::string to_text(const TimelineView& view, size_t width) {
     for (const TimelineView::Series& s : p.series) {
       std::vector<uint64_t> col = columns(s, p.bucket_ns, from, to, width);
       uint64_t top = *std::max_element(col.begin(), col.end());
-      out += s.name + ": peak " + format_bytes(top) + " from " + time_label(from, to - from) + " to " +
-             time_label(to, to - from) + "\n";
+      // The window shown, then the most it held in it (a peak is a moment, not the window).
+      out += s.name + ", " + time_label(from, to - from) + " to " + time_label(to, to - from) + ": at most " +
+             format_bytes(top) + "\n";
       for (int row = kRows - 1; row >= 0; --row) {
         out += row == kRows - 1 ? pad(format_bytes(top), 10, true) + " |" : std::string(10, ' ') + " |";
         for (uint64_t v : col) {
@@ -181,7 +181,8 @@ nlohmann::json to_json(const TimelineView& view) {
                         {"columns", {"t_ns", "max_bytes", "last_bytes"}},
                         {"points", points}});
     }
-    out["processes"].push_back({{"pid", p.pid},
+    out["processes"].push_back({{"pid", p.id.pid},
+                                {"imported_from", p.id.imported_from},
                                 {"bucket_ns", p.bucket_ns},
                                 {"end_ns", p.end_ns},
                                 {"from_ns", p.from_ns},
@@ -197,9 +198,9 @@ std::string to_csv(const TimelineView& view) {
   for (const TimelineView::Process& p : view.processes) {
     for (const TimelineView::Series& s : p.series)
       for (const TimelinePoint& pt : s.points)
-        out += std::to_string(p.pid) + "," + std::to_string(s.device) + "," + std::string(layer_name(s.layer)) + "," +
-               std::to_string(pt.t_ns) + "," + std::to_string(pt.max_bytes) + "," + std::to_string(pt.last_bytes) +
-               "\n";
+        out += std::to_string(p.id.pid) + "," + std::to_string(s.device) + "," + std::string(layer_name(s.layer)) +
+               "," + std::to_string(pt.t_ns) + "," + std::to_string(pt.max_bytes) + "," +
+               std::to_string(pt.last_bytes) + "\n";
   }
   return out;
 }
@@ -234,7 +235,7 @@ std::string to_svg(const TimelineView& view) {
     auto y = [&](uint64_t b) { return y0 + kH - static_cast<double>(b) / static_cast<double>(top) * kH; };
     out += "<text x=\"" + std::to_string(static_cast<int>(kLeft)) + "\" y=\"" +
            std::to_string(static_cast<int>(y0 - 20)) + "\" font-size=\"12\">" +
-           escape_xml("pid " + std::to_string(p.pid) + ": " + command_line(p.command)) + "</text>\n";
+           escape_xml(process_label(p.id) + ": " + command_line(p.id.command)) + "</text>\n";
     // Phases: the outermost ranges in the window, shaded in turn.
     size_t shaded = 0;
     for (const PhaseRange& r : p.ranges) {

@@ -113,7 +113,7 @@ std::string to_text(const VerifyView& view) {
           "say why there are none)\n";
       continue;
     }
-    out += "  " + std::to_string(r.recorded) + " allocations recorded, " + std::to_string(r.seen_by_cupti) +
+    out += "  " + counted(r.recorded, "allocation") + " recorded, " + std::to_string(r.seen_by_cupti) +
            " in CUPTI's memory records";
     out += r.agree() ? ": they agree\n" : "\n";
     auto list = [&](const char* what, uint64_t count, const std::vector<UnmatchedAllocation>& listed) {

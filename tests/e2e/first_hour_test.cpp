@@ -122,6 +122,40 @@ TEST(CheckGate, TheEdgesCIMeets) {
     EXPECT_TRUE(contains(e2e::run({e2e::kMemtrace, command, "--help"}).out, "PyTorch memory snapshot")) << command;
 }
 
+// Small things that read wrong (item 11): "1 allocations", "0 B" for a mark, a snapshot's timeline
+// naming "pid 0", and a timeline heading that read as if its peak lasted the whole window.
+TEST(Wording, CountsMarksSnapshotsAndTimelines) {
+  const std::string dir = e2e::temp_dir("wording");
+  ASSERT_EQ(e2e::run_sample(dir, "leak", {"--iterations", "1"}).status, 0);  // one buffer kept
+  e2e::Result one = e2e::run({e2e::kMemtrace, "report", dir + "/traces"});
+  EXPECT_TRUE(contains(one.out, " in 1 allocation\n")) << one.out;
+  e2e::Result leaks = e2e::run({e2e::kMemtrace, "leaks", dir + "/traces"});
+  EXPECT_TRUE(contains(leaks.out, " live at exit in 1 allocation\n")) << leaks.out;
+
+  const std::string steps = e2e::temp_dir("wording-steps");
+  ASSERT_EQ(e2e::run_sample(steps, "steps").status, 0);
+  e2e::Result marks = e2e::run({e2e::kMemtrace, "report", steps + "/traces"});
+  std::istringstream lines(marks.out);
+  std::string line;
+  bool seen = false;
+  while (std::getline(lines, line))
+    if (contains(line, "nvtxMark ")) {
+      seen = true;
+      EXPECT_EQ(line.substr(line.find_last_not_of(' ')), "-") << line;  // no bytes for a mark
+    }
+  EXPECT_TRUE(seen) << marks.out;
+  e2e::Result timeline = e2e::run({e2e::kMemtrace, "timeline", steps + "/traces"});
+  EXPECT_TRUE(contains(timeline.out, "device 0 reserved, ")) << timeline.out;
+  EXPECT_TRUE(contains(timeline.out, ": at most 58.0 MiB\n")) << timeline.out;
+  EXPECT_FALSE(contains(timeline.out, ": peak ")) << timeline.out;
+
+  e2e::Result snapshot =
+      e2e::run({e2e::kMemtrace, "timeline", std::string(MEMTRACE_TEST_DATA) + "/torch/2.1-finetune.pickle"});
+  EXPECT_EQ(snapshot.status, 0) << snapshot.err;
+  EXPECT_TRUE(contains(snapshot.out, "snapshot 2.1-finetune.pickle device 0 reserved, ")) << snapshot.out;
+  EXPECT_FALSE(contains(snapshot.out, "pid 0")) << snapshot.out;
+}
+
 }  // namespace
 
 // 2. A limit the run gives nothing to measure does not pass: growth per step without steps.

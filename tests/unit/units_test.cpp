@@ -15,6 +15,13 @@ TEST(Units, FormatsBinaryUnits) {
   EXPECT_EQ(format_bytes(624ull << 20), "624 MiB");
 }
 
+TEST(Units, CountsReadAsWords) {
+  EXPECT_EQ(memtrace::counted(1, "allocation"), "1 allocation");
+  EXPECT_EQ(memtrace::counted(0, "allocation"), "0 allocations");
+  EXPECT_EQ(memtrace::counted(12, "tensor"), "12 tensors");
+  EXPECT_EQ(memtrace::counted(2, "process", "processes"), "2 processes");
+}
+
 TEST(Units, FormatsCountsAsPeopleWriteThem) {
   EXPECT_EQ(memtrace::format_count(124439808), "124 M");
   EXPECT_EQ(memtrace::format_count(8.0302e9), "8.03 B");

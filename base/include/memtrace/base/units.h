@@ -12,6 +12,8 @@ namespace memtrace {
 std::string format_bytes(uint64_t bytes);
 // Counts as people write them: "124 M", "8.03 B", "950", three significant digits.
 std::string format_count(double count);
+// "1 allocation", "3 allocations": N and the noun, singular for one (PLURAL, when given, for others).
+std::string counted(uint64_t n, std::string_view noun, std::string_view plural = {});
 // "0.532 s", "12.3 ms", "850 us".
 std::string format_duration_ns(uint64_t ns);
 // "80GiB", "80 GiB", "512MiB", "4G", "1.5T", "1000000", "2e9", "2GB": sizes as people write them,

@@ -52,6 +52,8 @@ struct ProcessId {
 };
 ProcessId process_id(const ProcessReport& report);
 std::string process_heading(const ProcessId& process);
+// The same, short, to name a chart's series: "pid PID", "rank R", "snapshot FILE".
+std::string process_label(const ProcessId& process);
 // The parts of a JSON document that say which process, and which device, it is about:
 // {"pid","command","trace","host","rank","local_rank","world_size","imported_from"} and
 // {"device","name","uuid","total_bytes"}.

@@ -192,13 +192,12 @@ struct TimelineView {
   struct Series {
     int32_t device = -1;
     Layer layer = Layer::kReserved;
-    std::string name;                   // "pid P device D layer"
+    std::string name;                   // "pid P device D layer" ("snapshot FILE ...", "rank R ...")
     uint64_t before = 0;                // what it held when the window opens
     std::vector<TimelinePoint> points;  // the buckets that overlap the window
   };
   struct Process {
-    int32_t pid = 0;
-    std::vector<std::string> command;
+    ProcessId id;
     uint64_t bucket_ns = 0, end_ns = 0;
     uint64_t from_ns = 0, to_ns = 0;  // the window, in its own times
     std::vector<uint64_t> step_starts;
