@@ -1,8 +1,11 @@
 // A training loop: parameters, gradients and optimizer state live for the whole run;
-// activations live for one step; a workspace is taken and given back inside each step.
-//   train_loop [--steps N] [--layers L] [--layer-mib M] [--kill-at-step K]
-// With --kill-at-step the program kills itself with SIGKILL in step K, after its forward pass.
+// activations live for one step; a workspace is taken and given back inside each step. Each step
+// starts with an NVTX mark named memtrace.step, as a C++ trainer instrumented with NVTX marks them.
+//   train_loop [--steps N] [--layers L] [--layer-mib M] [--leak-kib K] [--kill-at-step K]
+// With --leak-kib, log_metrics keeps K KiB every step and never frees them (a leak). With
+// --kill-at-step the program kills itself with SIGKILL in step K, after its forward pass.
 #include <cuda_runtime_api.h>
+#include <nvtx3/nvToolsExt.h>
 
 #include <csignal>
 #include <vector>
@@ -57,6 +60,11 @@ void backward(std::vector<void*>& activations, size_t activation_bytes, size_t w
   activations.clear();
 }
 
+// The leak: a step's metrics, kept for a history nobody reads.
+void log_metrics(std::vector<void*>& history, size_t bytes) {
+  if (bytes) history.push_back(device_alloc(bytes));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -66,6 +74,8 @@ int main(int argc, char** argv) {
   const size_t activation_bytes = layer_bytes / 2 + 4096;  // not a round number, on purpose
   const size_t workspace_bytes = 3 * layer_bytes;
   const long kill_at = sample::arg_value(argc, argv, "--kill-at-step", -1);
+  const size_t leak_bytes = static_cast<size_t>(sample::arg_value(argc, argv, "--leak-kib", 0)) << 10;
+  std::vector<void*> metrics_history;
 
   void* host_batch = nullptr;
   cudaError_t e = cudaMallocHost(&host_batch, 1 << 20);
@@ -74,12 +84,15 @@ int main(int argc, char** argv) {
 
   Model model = build_model(layers, layer_bytes);
   for (long step = 0; step < steps; ++step) {
+    nvtxMarkA("memtrace.step");
+    account.call("nvtxMark", true);
     std::vector<void*> activations = forward(layers, activation_bytes);
     if (step == kill_at) {
       account.print();
       std::raise(SIGKILL);
     }
     backward(activations, activation_bytes, workspace_bytes);
+    log_metrics(metrics_history, leak_bytes);
   }
   for (auto* group : {&model.weights, &model.grads, &model.adam_m, &model.adam_v})
     for (void* p : *group) device_free(p, layer_bytes);

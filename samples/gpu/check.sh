@@ -14,7 +14,9 @@
 #
 #   samples/gpu/check.sh          on the GPU, with the PyTorch of `python3` (or $PYTHON)
 #   samples/gpu/check.sh --sim    the same plumbing on memtrace's simulated device, with the
-#                                 training sample samples/python/torch_train.py (for its test)
+#                                 training sample samples/python/torch_train.py on the stand-in
+#                                 PyTorch (for its test)
+# The traces stay in $MEMTRACE_CHECK_DIR (default: a new /tmp/memtrace-check.XXXXXX), named by run.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -27,13 +29,23 @@ if [ -z "$memtrace" ]; then
   exit 2
 fi
 python=${PYTHON:-python3}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+# The traces are kept, to read with memtrace's commands afterwards.
+work=${MEMTRACE_CHECK_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/memtrace-check.XXXXXX")}
+mkdir -p "$work"
 
 sim=() bare_env=()
 if [ "${1:-}" = --sim ]; then
   sim=(--sim --sim-capacity 4GiB)
   bare_env=("LD_LIBRARY_PATH=$(dirname "$memtrace")/../lib/sim${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
+  # The stand-in PyTorch (sim/torch), which drives the simulated device as PyTorch drives a GPU: in
+  # the bundle's lib/sim/torch, or a build tree's. Ahead of any PyTorch installed (a CPU-only one
+  # has no CUDA to record).
+  stand_in="$(dirname "$memtrace")/../lib/sim/torch/site-packages"
+  if [ ! -d "$stand_in" ]; then
+    echo "check.sh: --sim needs the stand-in PyTorch at $stand_in (scripts/bundle puts it there)" >&2
+    exit 2
+  fi
+  export PYTHONPATH="$(cd "$stand_in" && pwd)${PYTHONPATH:+:$PYTHONPATH}"
   model="$root/samples/python/torch_train.py"
   steps=(--steps 6)
 else
@@ -307,5 +319,6 @@ print(f"{'check':{width}}  {'memtrace':>24}  {'PyTorch / expected':>24}  verdict
 for check, got, want, verdict in rows:
     print(f"{check:{width}}  {got:>24}  {want:>24}  {verdict}")
 print(f"\n{len(rows) - len(failed)} of {len(rows)} checks hold" + (": " + ", ".join(failed) if failed else ""))
+print(f"the traces are in {work}/ (one folder a run: memtrace report {work}/default, memtrace leaks {work}/leak)")
 sys.exit(1 if failed else 0)
 PY

@@ -3,6 +3,7 @@
 // added at exit, timelines, reruns in CI, help, estimate's assumptions and wording.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -156,6 +157,27 @@ TEST(Wording, CountsMarksSnapshotsAndTimelines) {
   EXPECT_FALSE(contains(snapshot.out, "pid 0")) << snapshot.out;
 }
 
+// The demo, as the README gives it (item 9): a few lines of its own, no build output, no sample's
+// account, a run with steps and a leak named by its caller, and what to try next.
+TEST(Demo, ShowsStepsALeakAndWhatToTryNext) {
+  const std::string out = e2e::temp_dir("demo") + "/traces";
+  e2e::Result demo = e2e::run({MEMTRACE_SOURCE_DIR "/scripts/demo"},
+                              {"MEMTRACE_BUILD_DIR=" MEMTRACE_BUILD_DIR, "MEMTRACE_DEMO_OUT=" + out});
+  ASSERT_EQ(demo.status, 0) << demo.out << demo.err;
+  EXPECT_FALSE(contains(demo.out, "memtrace-sample:")) << demo.out;
+  EXPECT_FALSE(contains(demo.out, "Built target")) << demo.out;
+  EXPECT_LT(std::count(demo.out.begin(), demo.out.end(), '\n'), 60) << demo.out;
+  EXPECT_TRUE(contains(demo.out, "device_alloc \u2190 build_model at train_loop.cpp:")) << demo.out;
+  EXPECT_TRUE(contains(demo.out, "2.00 MiB/step")) << demo.out;
+  EXPECT_TRUE(contains(demo.out, "device_alloc \u2190 log_metrics at train_loop.cpp:")) << demo.out;
+  EXPECT_TRUE(contains(demo.out, "growing step by step (over 10 steps)")) << demo.out;
+  EXPECT_TRUE(contains(demo.out, "Next, on this run:")) << demo.out;
+  EXPECT_TRUE(contains(demo.out, "html " + out + " -o demo.html")) << demo.out;
+  // The gate it suggests says what it promises.
+  EXPECT_EQ(e2e::run({e2e::kMemtrace, "check", out, "--max-growth-per-step", "1MiB"}).status, 1);
+  EXPECT_EQ(e2e::run({e2e::kMemtrace, "check", out, "--max-growth-per-step", "3MiB"}).status, 0);
+}
+
 }  // namespace
 
 // 2. A limit the run gives nothing to measure does not pass: growth per step without steps.
@@ -237,7 +259,7 @@ TEST(NoDeviceMemory, TheTraceIsKeptAndSaysWhatHappened) {
   const std::string failed = e2e::temp_dir("every-allocation-failed");
   e2e::Result full = e2e::run_sample(failed, "hold", {"--hold-ms", "0"}, {"--sim-capacity", "1MiB"});
   EXPECT_EQ(full.status, 2);
-  EXPECT_TRUE(contains(full.err, "(1 events, exit status 2): no device memory: every allocation failed")) << full.err;
+  EXPECT_TRUE(contains(full.err, "(1 event, exit status 2): no device memory: every allocation failed")) << full.err;
   EXPECT_EQ(e2e::report_json(failed + "/traces")["processes"][0]["events"]["cudaMalloc"]["failed"], 1u);
 }
 

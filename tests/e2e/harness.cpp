@@ -10,6 +10,8 @@
 #include <regex>
 #include <sstream>
 
+#include "memtrace/format/api.h"
+
 extern char** environ;
 
 namespace e2e {
@@ -229,8 +231,15 @@ void expect_report_matches_ledger(const std::string& dir, const Result& r, bool 
       e.failed += counts.failed;
       e.bytes += counts.bytes;
     }
+    // The device's ledger holds its own calls: a program's marks and ranges (NVTX) are not, and are
+    // held against the program's account below.
     const json& events = (*p)["events"];
-    EXPECT_EQ(events.size(), expected.size()) << events.dump();
+    size_t device_calls = 0;
+    for (const auto& [api, counts] : events.items()) {
+      auto known = memtrace::api_from_name(api);
+      device_calls += known && memtrace::api_info(*known).op == memtrace::Op::kMark ? 0 : 1;
+    }
+    EXPECT_EQ(device_calls, expected.size()) << events.dump();
     for (const auto& [api, counts] : expected) {
       ASSERT_TRUE(events.contains(api)) << api << " missing from " << events.dump();
       EXPECT_EQ(events[api]["calls"].get<uint64_t>(), counts.calls) << api;
