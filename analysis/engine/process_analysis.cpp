@@ -44,6 +44,9 @@ class ProcessFacts : public Pass {
     if (!is_observation(event.api)) ++out_.report.events;
     if (event.layer == Layer::kAllocated && event.op() != Op::kMark) out_.has_allocated = true;
     out_.pytorch |= from_pytorch(event.api);
+    out_.expandable_segments |= event.api == Api::kTorchSegmentMap;
+    if (event.op() == Op::kAlloc && event.ok() && !is_observation(event.api) && !step.memory_changes.empty())
+      out_.last_alloc_ns = event.t_ns;
     if (!step.memory_changes.empty()) {
       if (!changed_) out_.first_change_ns = event.t_ns;
       changed_ = true;
@@ -76,8 +79,15 @@ class FragmentationPass : public Pass {
     } else if (event.kind == MemKind::kHeap && event.op() == Op::kAlloc && peak_awaiting_heap_ == step.device) {
       at_peak_[step.device] = point("peak", at_peak_[step.device].t_ns, step.device, replay);
       peak_awaiting_heap_ = kNoDevice;
-    } else if (!step.memory_changes.empty() || event.kind == MemKind::kHeap) {
-      peak_awaiting_heap_ = kNoDevice;  // memory moved on (mapping a handle moves none)
+    } else {
+      if (!step.memory_changes.empty() || event.kind == MemKind::kHeap)
+        peak_awaiting_heap_ = kNoDevice;  // memory moved on (mapping a handle moves none)
+      // The peak is a moment: everything at its time counts, in whatever order it was written
+      // (a snapshot's import puts what was live before its history, segments then blocks, at 0).
+      auto at = at_peak_.find(step.device);
+      if (at != at_peak_.end() && event.t_ns == at->second.t_ns &&
+          replay.live_bytes(Layer::kReserved, step.device) == at->second.reserved_bytes)
+        at->second = point("peak", event.t_ns, step.device, replay);
     }
     if (event.result == kOutOfMemoryResult && event.op() == Op::kAlloc) {
       FragmentationPoint p = point("oom", event.t_ns, event.device, replay);
@@ -124,8 +134,10 @@ class TimelinePass : public Pass {
  public:
   explicit TimelinePass(ProcessAnalysis& out) : out_(out) {}
   void on_event(const Event& event, const ReplayStep& step, const Replay& replay) override {
-    if (event.api == Api::kDeviceUsed && event.device >= 0)
+    if (event.api == Api::kDeviceUsed && event.device >= 0) {
       device_used_.record(event.device, Layer::kDevice, event.t_ns, event.size);
+      out_.last_device_sample_ns = event.t_ns;
+    }
     for (const MemoryChange& c : step.memory_changes)
       timeline_.record(c.device, c.layer, event.t_ns, replay.live_bytes(c.layer, c.device));
   }

@@ -1,12 +1,16 @@
 #include "memtrace/exports/html_report.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 
 #include "html_assets.h"
+#include "memtrace/base/units.h"
+#include "memtrace/engine/growth.h"
 #include "memtrace/views/report_render.h"
 #include "memtrace/views/snapshot_view.h"
+#include "memtrace/views/views.h"
 
 namespace memtrace {
 
@@ -20,6 +24,13 @@ bool in_system_or_packages(const std::string& module) {
   // Python's packages (site-packages, dist-packages) and its own extension modules, wherever it is
   // installed (pyenv, conda).
   return module.find("-packages/") != std::string::npos || module.find("/lib-dynload/") != std::string::npos;
+}
+
+// What a site is grouped by, as the text views group it: a helper's site is one per function of
+// the user's that calls it ("device_alloc ← build_model"), not one per line of it.
+std::string site_group(const std::string& location) {
+  if (location.find("\u2190") == std::string::npos) return location;
+  return location.substr(0, location.rfind(" at "));
 }
 
 // Frames and stacks of one process, each written once and named by index.
@@ -38,7 +49,7 @@ class FrameTable {
       for (const FrameView& f : shown->second.stack)
         if (!is_interpreter_frame(f) && !is_startup_frame(f)) frames.push_back(frame(f));
     }
-    stacks_.push_back({{"site", site}, {"frames", frames}});
+    stacks_.push_back({{"site", site}, {"group", site_group(site)}, {"frames", frames}});
     return it->second;
   }
   json frames() const { return frames_; }
@@ -73,6 +84,60 @@ json sites_json(const std::vector<SiteTotal>& sites, const ProcessAnalysis& p, F
   return out;
 }
 
+// The first things the page says, in words: the peak and who holds most of it, the leak, and
+// fragmentation (would expandable_segments help?), as the text commands answer them.
+json findings(const ProcessAnalysis& p) {
+  json out = json::array();
+  for (const DeviceReport& d : p.report.devices) {
+    // The page's sites are stacks: grouped as the text views group them, named by the largest.
+    std::map<std::string, std::pair<uint64_t, const SiteTotal*>> by_site;
+    for (const SiteTotal& s : d.peak_sites) {
+      auto& [bytes, largest] = by_site[site_group(s.location)];
+      bytes += s.bytes;
+      if (!largest || s.bytes > largest->bytes) largest = &s;
+    }
+    auto top = std::max_element(by_site.begin(), by_site.end(),
+                                [](const auto& a, const auto& b) { return a.second.first < b.second.first; });
+    std::string text = format_bytes(d.peak_bytes) + " reserved on device " + std::to_string(d.device) + " at " +
+                       format_duration_ns(d.peak_time_ns) +
+                       (d.peak_step ? ", step " + std::to_string(d.peak_step) : "");
+    if (top != by_site.end())
+      text += "; the most of it from " + top->second.second->location + ": " + format_bytes(top->second.first) + " (" +
+              percent(top->second.first, d.peak_bytes) + ")";
+    for (const DeviceReport& a : p.allocated.devices)
+      if (p.pytorch && a.device == d.device) text += "; PyTorch's tensors peaked at " + format_bytes(a.peak_bytes);
+    out.push_back({{"kind", "peak"}, {"title", "Peak"}, {"text", text + "."}});
+  }
+  // Leaks as memtrace leaks counts them: in PyTorch's tensors when recorded (its cache is no leak).
+  std::string leak;
+  const std::string unmeasured = growth_unmeasured(p.step_starts.size(), p.step_pattern);
+  if (!p.growth.empty()) {
+    const SiteGrowth& g = p.growth.front();
+    leak = g.location + " grows " + format_bytes(g.bytes_per_step) + " a step from step " +
+           std::to_string(g.first_step) + " (rising in " + std::to_string(g.steps_rising) + " of " +
+           std::to_string(g.intervals) + ")" +
+           (p.growth.size() > 1 ? "; " + counted(p.growth.size() - 1, "other site") + " grow too" : "") + ".";
+  } else if (unmeasured.empty()) {
+    leak = "Nothing grows step by step over the " + counted(p.step_starts.size(), "step") + ".";
+  } else {
+    leak = "Growth per step not measured: " + unmeasured + ".";
+  }
+  uint64_t live = 0;
+  for (const DeviceReport& d : (p.pytorch ? p.allocated : p.report).devices) live += d.live_at_exit_bytes;
+  leak += " " + format_bytes(live) + (p.pytorch ? " in tensors" : "") + " still live at the end.";
+  out.push_back({{"kind", "leak"}, {"title", "Leaks"}, {"text", leak}});
+  std::string fragmentation = expandable_segments_answer(p);
+  if (fragmentation.empty())
+    for (const FragmentationPoint& f : p.fragmentation)
+      if (f.when == "peak")
+        fragmentation = "At the peak on device " + std::to_string(f.device) + ", " + format_bytes(f.space.free_bytes) +
+                        " was free inside the allocator's heaps, in holes of at most " +
+                        format_bytes(f.space.largest_free) + ".";
+  if (!fragmentation.empty())
+    out.push_back({{"kind", "fragmentation"}, {"title", "Fragmentation"}, {"text", fragmentation}});
+  return out;
+}
+
 json process_data(const ProcessAnalysis& p) {
   const ProcessReport& r = p.report;
   FrameTable table;
@@ -81,6 +146,9 @@ json process_data(const ProcessAnalysis& p) {
   out["events"] = r.events;
   out["end_ns"] = r.end_time_ns;
   out["first_change_ns"] = p.first_change_ns;
+  out["last_change_ns"] = p.last_change_ns;
+  out["device_sampled_until_ns"] = p.last_device_sample_ns;
+  out["findings"] = findings(p);
   out["complete"] = r.complete;
   out["problem"] = r.problem;
   out["end_reason"] = r.end_reason;

@@ -423,18 +423,28 @@ class Importer {
     w_.write_header(header);
 
     size_t early_blocks = 0, early_segments = 0;
-    for (auto& [device, d] : devices_) {
+    for (auto& entry : devices_) {
+      const int32_t device = entry.first;
+      Device& d = entry.second;
       d.live = {};
+      // Each segment, then the blocks in it: at no moment is a segment shown empty that was not
+      // (all at the start: what was live before the history began).
+      auto block = d.start_blocks.begin();
+      auto blocks_below = [&](uint64_t end) {
+        for (; block != d.start_blocks.end() && block->first < end; ++block) {
+          emit_block(device, block->first, block->second);
+          if (block->second.pending) emit(Api::kTorchFree, device, block->first, block->second.size);
+          ++early_blocks;
+        }
+      };
       for (const auto& [addr, r] : d.start_reserved) {
+        blocks_below(addr);  // outside every segment (a damaged snapshot): before the next
         d.live[addr] = r;
         reserve(device, addr, r, true);
         ++early_segments;
+        blocks_below(addr + r.size);
       }
-      for (const auto& [addr, b] : d.start_blocks) {
-        emit_block(device, addr, b);
-        if (b.pending) emit(Api::kTorchFree, device, addr, b.size);
-        ++early_blocks;
-      }
+      blocks_below(UINT64_MAX);
     }
     uint64_t n = 0;
     for (const Item& item : order) {

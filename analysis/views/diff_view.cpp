@@ -1,4 +1,7 @@
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 
 #include "memtrace/base/units.h"
@@ -16,6 +19,10 @@ struct Totals {
   std::string growth_unmeasured;  // when no process has the steps to measure it: the first's reason
   std::map<std::pair<std::string, std::string>, const SiteTotal*> sites;  // at peak, (api, location)
   std::map<std::pair<std::string, std::string>, uint64_t> site_bytes;
+  // For the words: the tensors' peak (PyTorch's allocated layer), the free space inside its
+  // segments at the peaks, and whether it grew segments by mapping (expandable_segments).
+  uint64_t allocated_peak = 0, free_at_peak = 0;
+  bool pytorch = false, expandable = false;
 };
 
 std::string site_name(const SiteTotal& s, SiteGrouping grouping) {
@@ -42,9 +49,58 @@ Totals totals(const std::vector<ProcessAnalysis>& processes, SiteGrouping groupi
       }
     }
     for (const SiteGrowth& g : p.growth) t.growth_per_step += g.bytes_per_step;
+    t.pytorch |= p.pytorch;
+    t.expandable |= p.expandable_segments;
+    if (p.has_allocated)
+      for (const DeviceReport& d : p.allocated.devices) t.allocated_peak += d.peak_bytes;
+    for (const FragmentationPoint& f : p.fragmentation)
+      if (f.when == "peak") t.free_at_peak += f.space.free_bytes;
   }
   if (measured) t.growth_unmeasured.clear();
   return t;
+}
+
+std::string signed_bytes(int64_t v);
+
+// "780 MiB, 25.0% more than the baseline's 624 MiB"
+std::string compared(const DiffView::Change& c) {
+  char pct[32];
+  std::snprintf(pct, sizeof pct, "%.1f%%", std::abs(c.percent()));
+  if (c.change() == 0) return format_bytes(c.next) + ", as in the baseline";
+  return format_bytes(c.next) + ", " + pct + (c.change() > 0 ? " more" : " less") + " than the baseline's " +
+         format_bytes(c.base);
+}
+
+// What changed, in a few sentences, most important first.
+std::vector<std::string> in_words(const Totals& b, const Totals& n, const DiffView& view) {
+  std::vector<std::string> out;
+  DiffView::Change peak;
+  for (const DiffView::DevicePeak& d : view.peaks) {
+    peak.base += d.peak.base;
+    peak.next += d.peak.next;
+  }
+  out.push_back("The new run's peak of reserved memory is " + compared(peak) + ".");
+  if (b.pytorch && n.pytorch && b.expandable != n.expandable) {
+    const char* which = n.expandable ? "The new run uses expandable segments (PYTORCH_CUDA_ALLOC_CONF="
+                                       "expandable_segments:True) and the baseline does not"
+                                     : "The baseline uses expandable segments (PYTORCH_CUDA_ALLOC_CONF="
+                                       "expandable_segments:True) and the new run does not";
+    DiffView::Change tensors{b.allocated_peak, n.allocated_peak};
+    std::string sentence = std::string(which) + ": free inside PyTorch's segments at the peak went from " +
+                           format_bytes(b.free_at_peak) + " to " + format_bytes(n.free_at_peak) +
+                           ", and the tensors' own peak is " + compared(tensors) + ".";
+    const uint64_t slack = std::max<uint64_t>(tensors.base, tensors.next) / 100;  // within 1%: the same tensors
+    if (static_cast<uint64_t>(std::abs(tensors.change())) <= slack && peak.change() != 0)
+      sentence += " The reserved peak moved with the allocator's free space, not with the program's tensors.";
+    sentence += " (Segments are made with cuMemCreate in one and cudaMalloc in the other, so their sites differ.)";
+    out.push_back(sentence);
+  }
+  const bool same_allocator = b.expandable == n.expandable;  // else sites differ by API, not by growth
+  if (same_allocator && !view.sites.empty() && view.sites.front().bytes.change() > 0)
+    out.push_back("What grew most at the peak: " + view.sites.front().location + ", " +
+                  signed_bytes(view.sites.front().bytes.change()) + ".");
+  if (view.live_at_exit.change() != 0) out.push_back("Live at exit: " + compared(view.live_at_exit) + ".");
+  return out;
 }
 
 nlohmann::json change_json(const DiffView::Change& c) {
@@ -90,6 +146,7 @@ DiffView diff_view(const std::vector<ProcessAnalysis>& base, const std::vector<P
   std::stable_sort(
       view.sites.begin(), view.sites.end(),
       [](const DiffView::SiteChange& x, const DiffView::SiteChange& y) { return x.bytes.change() > y.bytes.change(); });
+  view.summary = in_words(b, n, view);
   return view;
 }
 
@@ -108,7 +165,10 @@ nlohmann::json to_json(const DiffView& view) {
     c["stack"] = stack_json(s.stack);
     sites.push_back(std::move(c));
   }
-  nlohmann::json out = {{"peak", devices}, {"live_at_exit", change_json(view.live_at_exit)}, {"sites_at_peak", sites}};
+  nlohmann::json out = {{"summary", view.summary},
+                        {"peak", devices},
+                        {"live_at_exit", change_json(view.live_at_exit)},
+                        {"sites_at_peak", sites}};
   out["growth_per_step"] = view.growth_unmeasured.empty() ? change_json(view.growth_per_step) : nlohmann::json();
   if (!view.growth_unmeasured.empty()) out["growth_per_step_unmeasured"] = view.growth_unmeasured;
   return out;
@@ -121,7 +181,9 @@ std::string to_text(const DiffView& view) {
     return "  " + pad(what, 28) + pad(format_bytes(c.base), 11, true) + " -> " + pad(format_bytes(c.next), 11, true) +
            "  " + pad(signed_bytes(c.change()), 12, true) + "  " + pct + "\n";
   };
-  std::string out = "memory, base -> new:\n";
+  std::string out;
+  for (const std::string& sentence : view.summary) out += sentence + "\n";
+  out += "\nmemory, base -> new:\n";
   for (const DiffView::DevicePeak& d : view.peaks)
     out += line("peak reserved, device " + std::to_string(d.device), d.peak);
   out += line("live at exit", view.live_at_exit);

@@ -8,6 +8,13 @@ namespace memtrace {
 
 namespace {
 
+// Whether the free space at P is fragmentation worth acting on: a tenth of what is reserved or more,
+// in holes of at most half of it.
+bool fragmented(const FragmentationPoint& p) {
+  const FreeSpace& f = p.space;
+  return f.free_bytes * 10 >= p.reserved_bytes && f.free_bytes > 0 && f.index() >= 0.5;
+}
+
 // What would help, when fragmentation is the problem; empty when it is not.
 std::string advice(const FragmentationPoint& p) {
   const FreeSpace& f = p.space;
@@ -18,7 +25,7 @@ std::string advice(const FragmentationPoint& p) {
            " asked for. With PyTorch, PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets segments grow "
            "instead of leaving holes; freeing large temporaries earlier, or allocating long-lived tensors first, "
            "also helps.";
-  if (f.free_bytes * 10 >= p.reserved_bytes && f.free_bytes > 0 && f.index() >= 0.5)
+  if (fragmented(p))
     return "memory is fragmented: " + format_bytes(f.free_bytes) + " free inside the segments, in holes of at most " +
            format_bytes(f.largest_free) +
            ". With PyTorch, PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True avoids most of it.";
@@ -27,12 +34,42 @@ std::string advice(const FragmentationPoint& p) {
 
 }  // namespace
 
+std::string expandable_segments_answer(const ProcessAnalysis& p) {
+  if (!p.pytorch || !p.has_heaps) return {};
+  const std::string question = "Would expandable_segments help? ";
+  if (p.expandable_segments)
+    return question +
+           "It is on in this run: PyTorch grows its segments in place, so what is free inside them is "
+           "its cache, not holes between segments.";
+  const FragmentationPoint* peak = nullptr;
+  for (const FragmentationPoint& f : p.fragmentation) {
+    if (f.when == "oom" && f.request_bytes > f.space.largest_free && f.request_bytes <= f.space.free_bytes)
+      return question + "Yes: the out-of-memory at " + format_duration_ns(f.t_ns) + " asked for " +
+             format_bytes(f.request_bytes) + " while " + format_bytes(f.space.free_bytes) +
+             " was free inside PyTorch's segments, in holes of at most " + format_bytes(f.space.largest_free) +
+             "; with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True segments grow instead of leaving holes.";
+    if (f.when == "peak" && (!peak || f.reserved_bytes > peak->reserved_bytes)) peak = &f;
+  }
+  if (!peak) return {};
+  const std::string free = format_bytes(peak->space.free_bytes) + " of the " + format_bytes(peak->reserved_bytes) +
+                           " reserved (" + percent(peak->space.free_bytes, peak->reserved_bytes) + ")";
+  if (fragmented(*peak))
+    return question + "Likely: at the peak " + free + " was free inside PyTorch's segments, in holes of at most " +
+           format_bytes(peak->space.largest_free) +
+           "; with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True the peak could be up to that much lower.";
+  return question + "Little: at the peak only " + free +
+         " was free inside PyTorch's segments; the peak is the tensors' own (" + format_bytes(peak->allocated_bytes) +
+         " allocated).";
+}
+
 FragView frag_view(const std::vector<ProcessAnalysis>& processes) {
   FragView view;
   for (const ProcessAnalysis& p : processes) {
     FragView::Process process;
     process.id = process_id(p.report);
     process.layers_known = p.has_heaps;
+    process.last_alloc_ns = p.last_alloc_ns;
+    process.expandable_segments = expandable_segments_answer(p);
     for (const FragmentationPoint& f : p.fragmentation) process.points.push_back({f, advice(f)});
     for (const TimelineSeries& series : p.free_in_heaps) {
       FragView::FreeInHeaps free{series.device, {}};
@@ -66,7 +103,11 @@ nlohmann::json to_json(const FragView& view) {
     for (const FragView::FreeInHeaps& f : p.free_in_heaps)
       free.push_back({{"device", f.device}, {"columns", {"t_ns", "free_bytes"}}, {"points", f.points}});
     nlohmann::json process = process_json(p.id);
-    process.update({{"layers_known", p.layers_known}, {"points", points}, {"free_in_heaps", free}});
+    process.update({{"layers_known", p.layers_known},
+                    {"points", points},
+                    {"free_in_heaps", free},
+                    {"last_alloc_ns", p.last_alloc_ns},
+                    {"expandable_segments", p.expandable_segments}});
     out["processes"].push_back(std::move(process));
   }
   return out;
@@ -97,16 +138,20 @@ std::string to_text(const FragView& view) {
       if (!point.advice.empty()) out += "    " + point.advice + "\n";
     }
     for (const FragView::FreeInHeaps& f : p.free_in_heaps) {  // the allocator's cache over time
+      // While the program allocates: once it only frees (at its end, Python shutting down), free
+      // space asks nothing of anyone.
       uint64_t most = 0, at = 0;
       for (const auto& point : f.points)
-        if (point[1] > most) {
+        if (point[1] > most && point[0] <= p.last_alloc_ns) {
           most = point[1];
           at = point[0];
         }
       out += "  device " + std::to_string(f.device) + ": free inside the allocator's heaps peaked at " +
-             format_bytes(most) + " around " + format_duration_ns(at) +
+             format_bytes(most) + " around " + format_duration_ns(at) + ", up to its last allocation at " +
+             format_duration_ns(p.last_alloc_ns) +
              " (only what it described as its segments counts; memory reserved outside them does not)\n";
     }
+    if (!p.expandable_segments.empty()) out += "  " + p.expandable_segments + "\n";
   }
   return out;
 }

@@ -67,6 +67,16 @@ async function samplePage(b, memtrace, name, command, out, options = []) {
   console.log(`${name}: ${statSync(pageFile).size} bytes`);
   check(errors.length === 0, `${name}: no console errors ${errors.join(' | ')}`);
 
+  // Live at the end: one row a site (the page's stacks split a site by line).
+  const exitRows = await page.$$eval('#exit-sites tr', (rows) => rows.slice(1).map((r) => [...r.children].map((c) => c.textContent)));
+  const exitSites = exitRows.filter((r) => r.length > 1).map((r) => r[0] + '/' + r[1] + '/' + r[2]);
+  check(new Set(exitSites).size === exitSites.length, `${name}: live at the end, a row a site: ${exitSites.join(' | ')}`);
+  if (name === 'train_loop') {
+    check(exitSites.some((s) => s.includes('log_metrics')), `${name}: the leak is live at the end: ${exitSites.join(' | ')}`);
+    const leak = await page.$eval('#findings .finding.leak', (e) => e.textContent);
+    check(leak.includes('log_metrics') && leak.includes('2.00 MiB a step'), `${name}: the leak finding: ${leak}`);
+  }
+
   // The peak shown is peak --json's.
   const device = peak.processes[0].devices[0];
   const shown = await page.$eval(`.peak[data-device="${device.device}"][data-layer="reserved"]`,
@@ -81,10 +91,12 @@ async function samplePage(b, memtrace, name, command, out, options = []) {
   check(flameAttr === device.peak_bytes, `${name}: the flame graph says so on the page`);
 
   // Hovering an allocation shows its stack.
+  // Below the findings and the leak table: scrolled to, clear of the sticky header.
+  await page.$eval('#allocations', (e) => e.scrollIntoView({ block: 'center' }));
   const inView = await page.evaluate(() => window.memtrace.inView());
   check(inView.length > 0, `${name}: ${inView.length} allocations drawn`);
   if (inView.length) {
-    const target = inView[inView.length - 1];
+    const target = inView.reduce((a, b) => (b.span[2] > a.span[2] ? b : a));  // the largest: surely under the mouse
     await page.mouse.move(target.x, target.y);
     const tip = await page.$eval('#tooltip', (e) => ({ hidden: e.hidden, text: e.innerText }));
     const stackData = await page.evaluate((s) => window.memtrace.data.processes[window.memtrace.state.process].stacks[s], target.span[5]);
@@ -102,6 +114,7 @@ async function samplePage(b, memtrace, name, command, out, options = []) {
       e.t_ns >= t0 && e.t_ns < t1).length;
     check(made === expected && expected > 0, `${name}: zoomed into step ${k + 1}, ${made} allocations made there in view, the trace has ${expected}`);
     // The wheel zooms in around the cursor, and with shift pans.
+    await page.$eval('#timeline', (e) => e.scrollIntoView({ block: 'center' }));
     const box = await page.$eval('#timeline .u-over', (e) => { const r = e.getBoundingClientRect(); return { x: r.left + r.width / 2, y: r.top + r.height / 2 }; });
     const before = await page.evaluate(() => (window.memtrace.state.window || [0, window.memtrace.data.processes[0].end_ns]).slice());
     await page.mouse.move(box.x, box.y);
@@ -142,6 +155,28 @@ async function torchPage(b, memtrace, python, out) {
   check(total === device.peak_bytes, `torch_train: the flame graph at the allocated peak sums to ${total}, peak --json --layer allocated's ${device.peak_bytes}`);
   const pythonFrames = await page.evaluate(() => window.memtrace.data.processes[0].frames.some((f) => f.python && f.label.includes('torch_train.py')));
   check(pythonFrames, 'torch_train: its stacks have the Python frames of torch_train.py');
+  // The first screen (issue 31, item 5): the findings first, the leak among them with its line; the
+  // timeline opened on where memory changed; one row a site live at the end, in the tensors' layer.
+  const first = await page.evaluate(() => {
+    const findings = [...document.querySelectorAll('#findings .finding')].map((f) => ({ kind: f.dataset.kind, text: f.textContent }));
+    const top = (id) => document.getElementById(id).getBoundingClientRect().top;
+    const rows = [...document.querySelectorAll('#exit-sites tr')].slice(1).map((r) => [...r.children].map((c) => c.textContent));
+    const p = window.memtrace.data.processes[0];
+    return { findings, findingsTop: top('findings'), timelineTop: top('timeline'), growthTop: top('growth'),
+      allocationsTop: top('allocations'), rows, window: window.memtrace.state.window, first: p.first_change_ns,
+      last: p.last_change_ns, end: p.end_ns };
+  });
+  check(first.findings.length >= 2 && first.findings[0].kind === 'peak' && first.findings[1].kind === 'leak',
+    `torch_train: the findings come first: ${first.findings.map((f) => f.kind).join(', ')}`);
+  check(first.findings[1] && /torch_train\.py:\d+/.test(first.findings[1].text) && first.findings[1].text.includes('a step'),
+    `torch_train: the leak finding names its line and its bytes a step: ${first.findings[1] && first.findings[1].text}`);
+  check(first.findingsTop < first.timelineTop && first.growthTop < first.allocationsTop,
+    'torch_train: findings above the timeline, the leak table above the allocations');
+  check(first.window && first.window[0] <= first.first && first.window[1] >= first.last && first.window[1] - first.window[0] < first.end,
+    `torch_train: the timeline opens on where memory changed (${first.first} to ${first.last} ns of ${first.end}): ${first.window}`);
+  // Python frees the leaked tensors at exit: nothing of the cache is listed as live in their place.
+  check(first.rows.every((r) => r.length === 1 || r[2] === 'allocated'),
+    `torch_train: live at the end, in the allocated layer only: ${first.rows.map((r) => r.join('/')).join(' | ')}`);
   await page.screenshot({ path: path.join(out, 'torch_train.png'), fullPage: true });
   await page.close();
 }
@@ -185,7 +220,7 @@ try {
     mkdirSync(out, { recursive: true });
     await samplePage(b, memtrace, 'steps', ['/usr/bin/env', 'MEMTRACE_SIM_CONTEXT_BYTES=0', path.join(samples, 'steps'), '--fragment'], out,
       ['--sim-capacity', '64MiB']);
-    await samplePage(b, memtrace, 'train_loop', [path.join(samples, 'train_loop'), '--steps', '20'], out);
+    await samplePage(b, memtrace, 'train_loop', [path.join(samples, 'train_loop'), '--steps', '20', '--leak-kib', '2048'], out);
     await torchPage(b, memtrace, python, out);
     await processesPage(b, memtrace, python, out);
     console.log(failures ? `${failures} check(s) failed` : 'every check holds');

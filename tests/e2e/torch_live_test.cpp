@@ -9,10 +9,12 @@
 // CPU-only PyTorch runs unharmed with nothing recorded.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
 #include "harness.h"
+#include "memtrace/base/units.h"
 
 namespace {
 
@@ -296,3 +298,58 @@ TEST(TorchLeaks, TheCacheIsNoLeakForCheckAndTheHtml) {
 }
 
 }  // namespace
+
+// frag answers "would expandable_segments help?" in one sentence, measures free space only while
+// the program still allocates (not while Python frees everything at exit), and diff of a run with
+// and without expandable segments says in words what changed (issue 31, item 4).
+TEST(TorchFragmentation, ExpandableSegmentsInWords) {
+  const std::string dir = e2e::temp_dir("torch-frag");
+  ASSERT_EQ(train(dir + "/off", {"--steps", "4"}).status, 0);
+  ASSERT_EQ(train(dir + "/on", {"--steps", "4"}, {"PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"}).status, 0);
+  const std::string off = dir + "/off/traces", on = dir + "/on/traces";
+
+  e2e::Result frag_off = e2e::run({e2e::kMemtrace, "frag", off});
+  EXPECT_TRUE(contains(frag_off.out, "\n  Would expandable_segments help? Little: at the peak only ")) << frag_off.out;
+  e2e::Result frag_on = e2e::run({e2e::kMemtrace, "frag", on});
+  EXPECT_TRUE(contains(frag_on.out, "Would expandable_segments help? It is on in this run")) << frag_on.out;
+
+  // After the last allocation the program only frees: the free space then is not what it met.
+  nlohmann::json j = e2e::command_json({e2e::kMemtrace, "frag", "--json", off})["processes"][0];
+  const uint64_t last_alloc = j["last_alloc_ns"];
+  uint64_t most = 0, most_at = 0, most_before = 0;
+  for (const auto& point : j["free_in_heaps"][0]["points"]) {
+    if (point[1] > most) most = point[1], most_at = point[0];
+    if (point[0] <= last_alloc) most_before = std::max<uint64_t>(most_before, point[1]);
+  }
+  EXPECT_GT(last_alloc, 0u);
+  EXPECT_GT(most_at, last_alloc) << "the freeing at exit leaves the most free, after the last allocation";
+  EXPECT_TRUE(contains(frag_off.out, "peaked at " + memtrace::format_bytes(most_before) + " around ")) << frag_off.out;
+  EXPECT_TRUE(contains(frag_off.out, ", up to its last allocation at ")) << frag_off.out;
+
+  e2e::Result diff = e2e::run({e2e::kMemtrace, "diff", off, on});
+  EXPECT_TRUE(contains(diff.out, "The new run's peak of reserved memory is ")) << diff.out;
+  EXPECT_TRUE(contains(diff.out,
+                       "The new run uses expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) "
+                       "and the baseline does not: free inside PyTorch's segments at the peak went from "))
+      << diff.out;
+  EXPECT_FALSE(contains(diff.out, "What grew most")) << diff.out;  // its sites differ by API, not by growth
+  nlohmann::json words = e2e::command_json({e2e::kMemtrace, "diff", "--json", on, off})["summary"];
+  ASSERT_GE(words.size(), 2u) << words.dump(2);
+  EXPECT_TRUE(contains(words[1], "The baseline uses expandable segments")) << words.dump(2);
+}
+
+// A snapshot's blocks that predate its history are in their segments from the start: the peak's
+// free space is what the segments did not hold, not the whole of them (a 2.1 fine-tune read
+// "index 0.96, 0 B allocated" when every block was placed after every segment).
+TEST(TorchFragmentation, ASnapshotsEarlyBlocksAreInTheirSegmentsFromTheStart) {
+  const std::string pickle = std::string(MEMTRACE_TEST_DATA) + "/torch/2.1-finetune.pickle";
+  nlohmann::json j = e2e::command_json({e2e::kMemtrace, "frag", "--json", pickle})["processes"][0];
+  ASSERT_FALSE(j["points"].empty()) << j.dump(2);
+  const auto& peak = j["points"][0];
+  EXPECT_EQ(peak["when"], "peak");
+  EXPECT_GT(peak["allocated_bytes"].get<uint64_t>(), 0u) << peak.dump(2);
+  EXPECT_EQ(peak["free_bytes"].get<uint64_t>() + peak["allocated_bytes"].get<uint64_t>(),
+            peak["reserved_bytes"].get<uint64_t>())
+      << peak.dump(2);
+  EXPECT_TRUE(contains(j["expandable_segments"], "Would expandable_segments help? ")) << j.dump(2);
+}

@@ -79,6 +79,20 @@
   }
   const hideTip = () => { tip.hidden = true; };
 
+  // ---- Findings: the answers first --------------------------------------------------------------
+  function findings(p) {
+    const el = $('findings');
+    el.replaceChildren();
+    for (const f of p.findings || []) {
+      const d = document.createElement('div');
+      d.className = 'finding ' + f.kind;
+      d.dataset.kind = f.kind;
+      d.appendChild(text('b', f.title));
+      d.appendChild(document.createTextNode(f.text));
+      el.appendChild(d);
+    }
+  }
+
   // ---- Summary -------------------------------------------------------------------------------
   function summary(p) {
     const el = $('summary');
@@ -87,14 +101,14 @@
       const c = document.createElement('div');
       c.className = 'card';
       c.appendChild(text('div', title, 'small'));
-      const b = text('div', big, 'big');
-      for (const [k, v] of Object.entries(attrs || {})) b.setAttribute(k, v);
-      c.appendChild(b);
+      if (big) {
+        const b = text('div', big, 'big');
+        for (const [k, v] of Object.entries(attrs || {})) b.setAttribute(k, v);
+        c.appendChild(b);
+      }
       if (small) c.appendChild(text('div', small, 'small'));
       el.appendChild(c);
     };
-    card(p.heading, p.events.toLocaleString() + ' events',
-      (p.end_reason || '') + (p.exit_status !== undefined ? ' (exit status ' + p.exit_status + ')' : ''));
     for (const d of p.devices) {
       const where = 'at ' + duration(d.peak_ns) + (d.peak_step ? ', step ' + d.peak_step : '') +
         (d.peak_phase ? ', ' + d.peak_phase : '');
@@ -109,6 +123,9 @@
         card('device ' + d.device + ' in use at the peak (nvidia-smi)', bytes(d.device_at_peak_bytes),
           bytes(d.device_at_peak_bytes - d.peak_bytes) + ' outside the reserved layer');
     }
+    // The process last: how it ended, and how much was recorded (no headline of its own).
+    card(p.heading, '', p.events.toLocaleString() + ' events over ' + duration(p.end_ns) + '; ' +
+      (p.end_reason || '') + (p.exit_status !== undefined ? ' (exit status ' + p.exit_status + ')' : ''));
     if (!p.complete || p.problem) el.appendChild(text('div', 'Incomplete trace: ' + p.problem, 'card warning'));
     for (const n of p.notices || []) el.appendChild(text('div', n, 'card warning'));
   }
@@ -122,15 +139,20 @@
     if (!base) { el.appendChild(text('p', 'No device memory changed.', 'hint')); return; }
     const xs = base.t.map((t) => t / 1e9);
     // Every series on the first one's buckets (the heaps' free space has buckets of its own).
+    // A sampled series ends at its last sample (the device layer is sampled after allocations:
+    // past its last sample it knows nothing).
     const at = (s, t) => {
       let lo = 0, hi = s.t.length - 1;
       if (hi < 0 || t < s.t[0]) return null;
+      if (s.layer === 'device in use (sampled)' && t > p.device_sampled_until_ns) return null;
       while (lo < hi) { const mid = (lo + hi + 1) >> 1; if (s.t[mid] <= t) lo = mid; else hi = mid - 1; }
       return s.max[lo];
     };
     const series = [{}], values = [xs];
     for (const s of p.series) {
-      values.push(s === base || s.t.length === base.t.length ? s.max.slice() : base.t.map((t) => at(s, t)));
+      const same = s === base || (s.layer !== 'device in use (sampled)' && s.t.length === base.t.length &&
+        s.t[0] === base.t[0]);
+      values.push(same ? s.max.slice() : base.t.map((t) => at(s, t)));
       series.push({
         label: 'device ' + s.device + ' ' + s.layer,
         stroke: s.layer === 'reserved' ? '#2f6fd6' : s.layer === 'allocated' ? '#d6642f'
@@ -420,23 +442,37 @@
   // ---- Tables --------------------------------------------------------------------------------
   function tables(p) {
     const d = deviceReport(p, state.device, state.layer);
+    // Sites as the text views group them (a helper's: one per calling function), named by their
+    // largest stack's label.
     const bySite = new Map();
     for (const s of d ? d.peak_sites : []) {
-      const site = stackOf(p, s.stack).site;
-      const row = bySite.get(site) || { bytes: 0, count: 0, apis: new Set() };
+      const stack = stackOf(p, s.stack), key = stack.group || stack.site;
+      const row = bySite.get(key) || { bytes: 0, count: 0, apis: new Set(), label: stack.site, largest: 0 };
       row.bytes += s.bytes; row.count += s.count; row.apis.add(s.api);
-      bySite.set(site, row);
+      if (s.bytes > row.largest) { row.largest = s.bytes; row.label = stack.site; }
+      bySite.set(key, row);
     }
-    const sites = [...bySite.entries()].sort((a, b) => b[1].bytes - a[1].bytes).slice(0, 50);
+    const sites = [...bySite.values()].sort((a, b) => b.bytes - a.bytes).slice(0, 50);
     table($('sites'), ['site', 'live at the peak', 'allocations', 'API'],
-      sites.map(([site, r]) => [site, bytes(r.bytes), r.count.toLocaleString(), [...r.apis].join(', ')]), [0, 1, 1, 0]);
+      sites.map((r) => [r.label, bytes(r.bytes), r.count.toLocaleString(), [...r.apis].join(', ')]), [0, 1, 1, 0]);
     table($('growth'), ['site', 'device', 'layer', 'growth per step', 'from step', 'steps rising'],
       p.growth.map((g) => [g.site, g.device, g.layer, bytes(g.bytes_per_step), g.first_step,
         g.steps_rising + ' of ' + g.intervals]), [0, 1, 0, 1, 1, 1]);
-    const exit = [];
-    for (const dev of p.devices)
-      for (const s of dev.exit_sites) exit.push([stackOf(p, s.stack).site, dev.device, dev.layer, bytes(s.bytes), s.count]);
-    table($('exit-sites'), ['site', 'device', 'layer', 'live at the end', 'allocations'], exit.slice(0, 50), [0, 1, 0, 1, 1]);
+    // One row per site (the page's stacks split a site by line), in the layer leaks are counted in:
+    // PyTorch's tensors when recorded, its cache being no leak.
+    const exitLayer = p.pytorch ? 'allocated' : 'reserved', exitRows = new Map();
+    for (const dev of p.devices) {
+      if (dev.layer !== exitLayer) continue;
+      for (const s of dev.exit_sites) {
+        const stack = stackOf(p, s.stack), key = (stack.group || stack.site) + '\u0000' + dev.device;
+        const row = exitRows.get(key) || { site: stack.site, device: dev.device, bytes: 0, count: 0 };
+        row.bytes += s.bytes; row.count += s.count;
+        exitRows.set(key, row);
+      }
+    }
+    const exit = [...exitRows.values()].sort((a, b) => b.bytes - a.bytes).slice(0, 50)
+      .map((r) => [r.site, r.device, exitLayer, bytes(r.bytes), r.count]);
+    table($('exit-sites'), ['site', 'device', 'layer', 'live at the end', 'allocations'], exit, [0, 1, 0, 1, 1]);
     table($('fragmentation'), ['when', 'time', 'device', 'reserved', 'allocated', 'free in heaps', 'largest free block',
       'fragmentation', 'request'],
     p.fragmentation.map((f) => [f.when, duration(f.t), f.device, bytes(f.reserved), bytes(f.allocated), bytes(f.free),
@@ -479,9 +515,12 @@
     const first = p.devices.find((d) => d.layer === 'allocated') || p.devices[0];
     state.device = first ? first.device : null;
     state.layer = first ? first.layer : 'reserved';
-    // First in view: from a little before memory first changed (start-up before it is empty).
-    const span = Math.max(1, p.end_ns - p.first_change_ns);
-    state.window = p.first_change_ns > span / 10 ? [Math.max(0, p.first_change_ns - span / 20), p.end_ns] : null;
+    // First in view: where memory changed, with a little either side (start-up before it and
+    // shutdown after it are empty of changes).
+    const changed = p.first_change_ns, settled = Math.max(p.last_change_ns || p.end_ns, changed);
+    const margin = Math.max(1, (settled - changed) / 20);
+    const lo = Math.max(0, changed - margin), hi = Math.min(p.end_ns, settled + margin);
+    state.window = hi > lo && hi - lo < 0.9 * p.end_ns ? [lo, hi] : null;
     state.at = null;
     packedKey = '';
     for (const b of $('tabs').children) b.setAttribute('aria-selected', String(Number(b.dataset.index) === processIndex));
@@ -489,6 +528,7 @@
   }
   function render() {
     const p = proc();
+    findings(p);
     summary(p);
     timeline(p);
     allocations(p);

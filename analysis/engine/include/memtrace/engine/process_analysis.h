@@ -59,6 +59,8 @@ struct ProcessAnalysis {
   bool categories_known = false;  // the allocated layer's devices carry peak_categories
   std::vector<uint64_t> step_starts;
   uint64_t first_change_ns = 0, last_change_ns = 0;  // when memory first and last changed (no change: 0, 0)
+  uint64_t last_alloc_ns = 0;        // the last allocation that succeeded: after it, the program only frees
+  bool expandable_segments = false;  // PyTorch grew segments by mapping (expandable_segments:True)
   std::string step_pattern;
   std::vector<PhaseRange> ranges;
   uint64_t ranges_dropped = 0;
@@ -75,6 +77,7 @@ struct ProcessAnalysis {
   std::vector<TimelineSeries> free_in_heaps;
   // Per device, what the device had in use by the device layer's samples (cudaMemGetInfo).
   std::vector<TimelineSeries> device_used;
+  uint64_t last_device_sample_ns = 0;  // the device layer is known up to its last sample, not after
   uint64_t timeline_bucket_ns = 0;
   // With options.largest_allocations: those allocations, of both layers, how many there were in
   // all, and the stacks they name, by stack id.

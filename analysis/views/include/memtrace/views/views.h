@@ -105,9 +105,15 @@ struct FragView {
     bool layers_known = false;
     std::vector<Point> points;
     std::vector<FreeInHeaps> free_in_heaps;
+    uint64_t last_alloc_ns = 0;  // after it the program only freed: free space then asks nothing
+    // For PyTorch's allocator, one sentence: would PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+    // help? Empty for other allocators.
+    std::string expandable_segments;
   };
   std::vector<Process> processes;
 };
+// The answer FragView::Process::expandable_segments gives for P.
+std::string expandable_segments_answer(const ProcessAnalysis& p);
 FragView frag_view(const std::vector<ProcessAnalysis>& processes);
 nlohmann::json to_json(const FragView& view);
 std::string to_text(const FragView& view);
@@ -132,8 +138,9 @@ struct DiffView {
   };
   std::vector<DevicePeak> peaks;
   Change live_at_exit, growth_per_step;
-  std::string growth_unmeasured;  // why growth per step is not compared (a side without steps); empty when it is
-  std::vector<SiteChange> sites;  // at the peak, largest growth first
+  std::string growth_unmeasured;     // why growth per step is not compared (a side without steps); empty when it is
+  std::vector<SiteChange> sites;     // at the peak, largest growth first
+  std::vector<std::string> summary;  // what changed, in words, most important first
 };
 DiffView diff_view(const std::vector<ProcessAnalysis>& base, const std::vector<ProcessAnalysis>& next,
                    SiteGrouping grouping);
