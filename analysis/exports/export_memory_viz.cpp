@@ -192,6 +192,7 @@ class MemoryVizExport : public Pass {
 
   void on_event(const Event& e, const ReplayStep& step, const Replay& replay) override {
     phases_.add(e);
+    last_t_ns_ = std::max(last_t_ns_, e.t_ns);
     if (allocated_) {
       bool named = api_info(e.api).aux == AuxField::kName;
       categories_.add(e, step, replay, phases_.step_starts().size(), named ? reader_.string(e.name) : "");
@@ -237,6 +238,7 @@ class MemoryVizExport : public Pass {
       out.end_list();
     }
     out.end_list();
+    write_steps(out, last_device);
     out.end_dict();
     if (outside_count_)
       warnings.push_back(std::to_string(outside_count_) +
@@ -246,6 +248,35 @@ class MemoryVizExport : public Pass {
   }
 
  private:
+  // The steps, as PyTorch writes its external annotations (2.3 and later; profiler ranges, which
+  // the viewer draws over its timeline): {"stage": "START" or "END", "name", "device",
+  // "time_us"}, a pair a step on every device, named memtrace.step: memtrace reads such a snapshot
+  // back with its steps.
+  void write_steps(Sink& out, int32_t last_device) {
+    out.key("external_annotations");
+    out.begin_list();
+    const std::vector<uint64_t>& starts = phases_.step_starts();
+    for (int32_t device = 0; device <= last_device; ++device) {
+      if (!traces_.count(device)) continue;
+      for (size_t k = 0; k < starts.size(); ++k) {
+        const uint64_t end = k + 1 < starts.size() ? starts[k + 1] : std::max(last_t_ns_, starts[k]);
+        for (auto [stage, t] : {std::pair{"START", starts[k]}, std::pair{"END", end}}) {
+          out.begin_dict();
+          out.key("stage");
+          out.str(stage);
+          out.key("name");
+          out.str("memtrace.step");
+          out.key("device");
+          out.integer(device);
+          out.key("time_us");
+          out.integer(static_cast<int64_t>((origin_ns() + t) / 1000));
+          out.end_dict();
+        }
+      }
+    }
+    out.end_list();
+  }
+
   void add(int32_t device, Action action, uint64_t addr, uint64_t size, uint64_t stream, uint64_t t,
            uint64_t stack_id = 0, uint64_t allocation = kNoAllocation) {
     if (device < 0) return;
@@ -483,6 +514,7 @@ class MemoryVizExport : public Pass {
   PassDriver driver_;       // its replay: the final state, after reading
   uint64_t heap_size_ = 0;  // of the heap the event frees, before the replay
   PhaseTracker phases_;
+  uint64_t last_t_ns_ = 0;
   CategoryTracker categories_;
   uint64_t allocations_ = 0;
   bool allocated_ = false;

@@ -178,6 +178,26 @@ TEST(Demo, ShowsStepsALeakAndWhatToTryNext) {
   EXPECT_EQ(e2e::run({e2e::kMemtrace, "check", out, "--max-growth-per-step", "3MiB"}).status, 0);
 }
 
+// The memory-viz export keeps the steps (item 10): as PyTorch's external annotations, a START and
+// an END a step, which memtrace reads back as steps.
+TEST(MemoryViz, TheStepsAreItsAnnotations) {
+  const std::string dir = e2e::temp_dir("viz-steps"), json = dir + "/viz.json", pickle = dir + "/viz.pickle";
+  ASSERT_EQ(e2e::run_sample(dir, "train_loop", {"--steps", "4"}).status, 0);
+  ASSERT_EQ(e2e::run({e2e::kMemtrace, "export", "--format", "memory-viz", "-o", json, dir + "/traces"}).status, 0);
+  std::ifstream in(json);
+  nlohmann::json viz = nlohmann::json::parse(in);
+  const auto& annotations = viz["external_annotations"];
+  ASSERT_EQ(annotations.size(), 8u) << annotations.dump(1);
+  for (size_t i = 0; i < annotations.size(); ++i) {
+    EXPECT_EQ(annotations[i]["stage"], i % 2 ? "END" : "START");
+    EXPECT_EQ(annotations[i]["name"], "memtrace.step");
+    EXPECT_EQ(annotations[i]["device"], 0);
+    if (i) EXPECT_GE(annotations[i]["time_us"].get<int64_t>(), annotations[i - 1]["time_us"].get<int64_t>());
+  }
+  ASSERT_EQ(e2e::run({e2e::kMemtrace, "export", "--format", "memory-viz", "-o", pickle, dir + "/traces"}).status, 0);
+  EXPECT_TRUE(contains(e2e::run({e2e::kMemtrace, "leaks", pickle}).out, "over 4 steps"));
+}
+
 }  // namespace
 
 // 2. A limit the run gives nothing to measure does not pass: growth per step without steps.
