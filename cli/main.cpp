@@ -60,18 +60,27 @@ int unknown_command(const std::string& name, const std::vector<memtrace::cli::Co
   return memtrace::cli::kExitUsage;
 }
 
-// The first --option in ARGS (up to a lone --, after which the arguments are the program's) that
-// COMMAND does not know, with the option of COMMAND nearest to it: {"--max-peek", "--max-peak"}.
+// The first --option in ARGS that COMMAND does not know, with the option of COMMAND nearest to it:
+// {"--max-peek", "--max-peak"}. Not past a lone --, nor, for memtrace run, past the program's name:
+// what follows is the program's.
 std::pair<std::string, std::string> unknown_option(CLI::App& command, int argc, char** argv) {
   std::vector<std::string> known;
   for (const CLI::Option* option : command.get_options())
     for (const std::string& name : option->get_lnames()) known.push_back("--" + name);
+  const bool program_follows = command.get_name() == "run";
   for (int i = 2; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--") break;
+    if (arg[0] != '-') {
+      if (program_follows) break;
+      continue;
+    }
     if (arg.rfind("--", 0) != 0) continue;
+    const bool inline_value = arg.find('=') != std::string::npos;
     arg = arg.substr(0, arg.find('='));
     if (std::find(known.begin(), known.end(), arg) == known.end()) return {arg, did_you_mean(arg, known)};
+    const CLI::Option* option = command.get_option_no_throw(arg);
+    if (option && option->get_items_expected_min() > 0 && !inline_value) ++i;  // its value
   }
   return {};
 }

@@ -17,6 +17,7 @@ void GrowthTracker::observe(Series& s, uint64_t bytes) {
   }
   s.last = bytes;
   s.seen = boundaries_;
+  if (boundaries_ == 1) s.at_first_boundary = bytes;
 }
 
 std::string growth_unmeasured(uint64_t steps, const std::string& pattern) {
@@ -36,8 +37,12 @@ std::vector<SiteGrowth> GrowthTracker::growing() const {
     g.layer = std::get<1>(key);
     g.site = Site{std::get<2>(key), s.stack_id};
     g.group = std::get<3>(key);
-    // The rate since it began to grow: a leak that starts in step 3 leaks per step from there.
-    g.bytes_per_step = (s.last - std::min(s.last, s.before_rise)) / (intervals - s.first_rise_step);
+    // The rate since it began to grow: a leak that starts in step 3 leaks per step from there. One
+    // that grew from the trace's start is measured from the first boundary: before it, the
+    // program also set up (weights allocated once through the same helper are no growth).
+    g.bytes_per_step = s.first_rise_step == 0 && intervals > 1
+                           ? (s.last - std::min(s.last, s.at_first_boundary)) / (intervals - 1)
+                           : (s.last - std::min(s.last, s.before_rise)) / (intervals - s.first_rise_step);
     g.first_step = s.first_rise_step;
     g.steps_rising = s.rises;
     g.intervals = intervals;

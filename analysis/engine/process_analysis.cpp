@@ -67,10 +67,13 @@ class FragmentationPass : public Pass {
       : reserved_(reserved), timeline_(timeline), out_(out) {}
 
   void on_event(const Event& event, const ReplayStep& step, const Replay& replay) override {
+    if (timeline_ && event.t_ns != instant_ns_) {
+      flush_instant();
+      instant_ns_ = event.t_ns;
+    }
     if (event.layer == Layer::kAllocated) {
       heaps_.add(event, step, replay);
-      if (timeline_ && step.device >= 0)
-        free_in_heaps_.record(step.device, Layer::kAllocated, event.t_ns, heaps_.free_space(step.device).free_bytes);
+      if (timeline_ && step.device >= 0) instant_free_[step.device] = heaps_.free_space(step.device).free_bytes;
     }
     if (!heaps_.any_heaps()) return;
     if (reserved_.new_peak()) {
@@ -97,6 +100,7 @@ class FragmentationPass : public Pass {
   }
 
   void finish(uint64_t end_ns) override {
+    flush_instant();
     out_.has_heaps = heaps_.any_heaps();
     for (auto& [device, p] : at_peak_) out_.fragmentation.insert(out_.fragmentation.begin(), p);
     std::stable_sort(out_.fragmentation.begin(), out_.fragmentation.end(),
@@ -120,11 +124,21 @@ class FragmentationPass : public Pass {
     return p;
   }
 
+  // The free space over time is what each moment ends with: events at one time stamp are one
+  // moment (a snapshot's import places a segment, then its blocks, both at its start).
+  void flush_instant() {
+    for (const auto& [device, free] : instant_free_)
+      free_in_heaps_.record(device, Layer::kAllocated, instant_ns_, free);
+    instant_free_.clear();
+  }
+
   const ReportBuilder& reserved_;
   const bool timeline_;
   ProcessAnalysis& out_;
   FragmentationTracker heaps_;
   Timeline free_in_heaps_;
+  uint64_t instant_ns_ = 0;
+  std::map<int32_t, uint64_t> instant_free_;
   std::map<int32_t, FragmentationPoint> at_peak_;
   int32_t peak_awaiting_heap_ = kNoDevice;
 };

@@ -30,7 +30,8 @@ bool in_system_or_packages(const std::string& module) {
 // the user's that calls it ("device_alloc ← build_model"), not one per line of it.
 std::string site_group(const std::string& location) {
   if (location.find("\u2190") == std::string::npos) return location;
-  return location.substr(0, location.rfind(" at "));
+  const size_t line = location.rfind(':');  // "device_alloc ← build_model at train_loop.cpp:42"
+  return line == std::string::npos || line < location.rfind(" at ") ? location : location.substr(0, line);
 }
 
 // Frames and stacks of one process, each written once and named by index.

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <set>
+#include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -239,12 +242,17 @@ class Importer {
     return true;
   }
 
+  // An annotation is recorded once for each device (its "device" field): the program's range is
+  // one, whatever the devices.
   void read_annotations(Ref annotations) {
+    std::set<std::tuple<bool, std::string, int64_t>> seen;
     for (Ref a : doc_.items(annotations)) {
       if (!doc_.is(a, Kind::kDict) || !has_int(a, "time_us")) continue;
       std::string_view stage = text(a, "stage");
       if (stage != "START" && stage != "END") continue;
-      annotations_.push_back({stage == "START", std::string(text(a, "name")), integer(a, "time_us")});
+      Annotation annotation{stage == "START", std::string(text(a, "name")), integer(a, "time_us")};
+      if (seen.emplace(annotation.start, annotation.name, annotation.time_us).second)
+        annotations_.push_back(std::move(annotation));
     }
   }
 

@@ -67,6 +67,7 @@ std::string compared(const DiffView::Change& c) {
   char pct[32];
   std::snprintf(pct, sizeof pct, "%.1f%%", std::abs(c.percent()));
   if (c.change() == 0) return format_bytes(c.next) + ", as in the baseline";
+  if (c.base == 0) return format_bytes(c.next) + ", where the baseline had none";
   return format_bytes(c.next) + ", " + pct + (c.change() > 0 ? " more" : " less") + " than the baseline's " +
          format_bytes(c.base);
 }
@@ -74,12 +75,13 @@ std::string compared(const DiffView::Change& c) {
 // What changed, in a few sentences, most important first.
 std::vector<std::string> in_words(const Totals& b, const Totals& n, const DiffView& view) {
   std::vector<std::string> out;
-  DiffView::Change peak;
-  for (const DiffView::DevicePeak& d : view.peaks) {
-    peak.base += d.peak.base;
-    peak.next += d.peak.next;
-  }
-  out.push_back("The new run's peak of reserved memory is " + compared(peak) + ".");
+  // The largest device's, as check --max-regression compares them (devices peak at different times).
+  const DiffView::DevicePeak* largest = nullptr;
+  for (const DiffView::DevicePeak& d : view.peaks)
+    if (!largest || std::max(d.peak.base, d.peak.next) > std::max(largest->peak.base, largest->peak.next)) largest = &d;
+  const DiffView::Change peak = largest ? largest->peak : DiffView::Change{};
+  out.push_back("The new run's peak of reserved memory is " + compared(peak) +
+                (view.peaks.size() > 1 ? " (device " + std::to_string(largest->device) + ", the largest)" : "") + ".");
   if (b.pytorch && n.pytorch && b.expandable != n.expandable) {
     const char* which = n.expandable ? "The new run uses expandable segments (PYTORCH_CUDA_ALLOC_CONF="
                                        "expandable_segments:True) and the baseline does not"

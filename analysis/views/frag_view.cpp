@@ -57,6 +57,11 @@ std::string expandable_segments_answer(const ProcessAnalysis& p) {
     return question + "Likely: at the peak " + free + " was free inside PyTorch's segments, in holes of at most " +
            format_bytes(peak->space.largest_free) +
            "; with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True the peak could be up to that much lower.";
+  if (peak->space.free_bytes * 10 >= peak->reserved_bytes)  // much free, but in large holes
+    return question + "Little: at the peak " + free +
+           " was free inside PyTorch's segments, in holes its cache "
+           "reuses whole (the largest " +
+           format_bytes(peak->space.largest_free) + "): fragmentation is not what raised the peak.";
   return question + "Little: at the peak only " + free +
          " was free inside PyTorch's segments; the peak is the tensors' own (" + format_bytes(peak->allocated_bytes) +
          " allocated).";

@@ -32,6 +32,10 @@ python=${PYTHON:-python3}
 # The traces are kept, to read with memtrace's commands afterwards.
 work=${MEMTRACE_CHECK_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/memtrace-check.XXXXXX")}
 mkdir -p "$work"
+if [ -n "$(ls -A "$work")" ]; then  # memtrace run would refuse every folder an earlier check left
+  echo "check.sh: $work holds an earlier check's traces: name an empty or new folder (MEMTRACE_CHECK_DIR)" >&2
+  exit 2
+fi
 
 sim=() bare_env=()
 if [ "${1:-}" = --sim ]; then

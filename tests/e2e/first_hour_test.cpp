@@ -105,6 +105,12 @@ TEST(CheckGate, TheEdgesCIMeets) {
   EXPECT_EQ(typo.status, 2);
   EXPECT_TRUE(contains(typo.err, "--max-peek is not an option of memtrace check; did you mean --max-peak?"))
       << typo.err;
+  // After the program's name, options are the program's: no memtrace option is suggested for them.
+  e2e::Result program = e2e::run({e2e::kMemtrace, "run", "--sim", "-o", dir + "/p", "/bin/true", "--backends", "2"});
+  EXPECT_EQ(program.status, 125);
+  EXPECT_FALSE(contains(program.err, "did you mean")) << program.err;
+  e2e::Result own = e2e::run({e2e::kMemtrace, "run", "--sim", "--backends", "2", "-o", dir + "/p", "--", "/bin/true"});
+  EXPECT_TRUE(contains(own.err, "--backends is not an option of memtrace run; did you mean --backend?")) << own.err;
   e2e::Result far = e2e::run({e2e::kMemtrace, "report", next, "--colour"});
   EXPECT_EQ(far.status, 2);
   EXPECT_FALSE(contains(far.err, "did you mean")) << far.err;  // nothing near: CLI11's own line
@@ -196,6 +202,30 @@ TEST(MemoryViz, TheStepsAreItsAnnotations) {
   }
   ASSERT_EQ(e2e::run({e2e::kMemtrace, "export", "--format", "memory-viz", "-o", pickle, dir + "/traces"}).status, 0);
   EXPECT_TRUE(contains(e2e::run({e2e::kMemtrace, "leaks", pickle}).out, "over 4 steps"));
+  // PyTorch records an annotation once for each device: still one step each.
+  const std::string twice = dir + "/twice.pickle";
+  e2e::Result made = e2e::run({MEMTRACE_PYTHON, "-c",
+                               "import json, pickle, sys\n"
+                               "s = json.load(open(sys.argv[1]))\n"
+                               "s['external_annotations'] += [dict(a, device=1) for a in s['external_annotations']]\n"
+                               "pickle.dump(s, open(sys.argv[2], 'wb'))\n",
+                               json, twice});
+  ASSERT_EQ(made.status, 0) << made.err;
+  EXPECT_TRUE(contains(e2e::run({e2e::kMemtrace, "leaks", twice}).out, "over 4 steps"));
+}
+
+// A site that holds what the program set up and grows a step (one helper for both, seen --by api,
+// or in an imported snapshot without the modules that tell callers apart) grows by its leak alone:
+// the setup before the first step boundary is no growth.
+TEST(Growth, SetupBeforeTheFirstStepIsNoGrowth) {
+  const std::string dir = e2e::temp_dir("setup-growth");
+  ASSERT_EQ(e2e::run_sample(dir, "train_loop", {"--steps", "10", "--leak-kib", "2048"}).status, 0);
+  for (const char* by : {"user", "api"}) {
+    nlohmann::json p =
+        e2e::command_json({e2e::kMemtrace, "leaks", "--json", "--by", by, dir + "/traces"})["processes"][0];
+    ASSERT_EQ(p["growth"].size(), 1u) << by << ": " << p["growth"].dump(2);
+    EXPECT_EQ(p["growth"][0]["bytes_per_step"], 2u << 20) << by;
+  }
 }
 
 }  // namespace

@@ -54,8 +54,9 @@ class GrowthTracker {
 
   uint64_t boundaries() const { return boundaries_; }
   // Sites that grew: rising in at least half the steps (two at least) and falling in at most a
-  // tenth, bytes per step being what they gained from the boundary before their first rise to the
-  // last, over the steps between. Largest first.
+  // tenth, bytes per step being what they gained from the boundary before their first rise (the
+  // first boundary, for one that grew from the trace's start) to the last, over the steps between.
+  // Largest first.
   std::vector<SiteGrowth> growing() const;
 
  private:
@@ -63,8 +64,9 @@ class GrowthTracker {
     uint64_t last = 0;  // bytes at the latest boundary
     uint64_t rises = 0, falls = 0;
     uint64_t first_rise_step = 0;
-    uint64_t before_rise = 0;  // bytes at the boundary before its first rise
-    uint64_t seen = 0;         // the latest boundary it was live at or observed
+    uint64_t before_rise = 0;        // bytes at the boundary before its first rise
+    uint64_t at_first_boundary = 0;  // bytes at the first step boundary
+    uint64_t seen = 0;               // the latest boundary it was live at or observed
     uint64_t stack_id = 0;
   };
   void observe(Series& s, uint64_t bytes);
