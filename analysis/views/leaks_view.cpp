@@ -124,7 +124,7 @@ std::string to_text(const LeaksView& view) {
              pad(std::to_string(g.first_step), 5) + " rising " + std::to_string(g.steps_rising) + "/" +
              std::to_string(g.intervals) + "  " + std::string(layer_name(g.layer)) + "  " +
              std::string(api_name(g.site.api)) + "  " + g.location + "\n";
-      out += stack_text(g.stack, g.named_frame, 10, 6);
+      out += stack_text(g.stack, g.named_frame + 1, 10, 5);  // who called it, as for the sites above
     }
   }
   return out;

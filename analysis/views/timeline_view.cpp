@@ -181,14 +181,14 @@ nlohmann::json to_json(const TimelineView& view) {
                         {"columns", {"t_ns", "max_bytes", "last_bytes"}},
                         {"points", points}});
     }
-    out["processes"].push_back({{"pid", p.id.pid},
-                                {"imported_from", p.id.imported_from},
-                                {"bucket_ns", p.bucket_ns},
-                                {"end_ns", p.end_ns},
-                                {"from_ns", p.from_ns},
-                                {"to_ns", p.to_ns},
-                                {"series", series},
-                                {"steps_ns", p.step_starts}});
+    nlohmann::json process = process_json(p.id);  // which process, as every view says it
+    process.update({{"bucket_ns", p.bucket_ns},
+                    {"end_ns", p.end_ns},
+                    {"from_ns", p.from_ns},
+                    {"to_ns", p.to_ns},
+                    {"series", series},
+                    {"steps_ns", p.step_starts}});
+    out["processes"].push_back(std::move(process));
   }
   return out;
 }
