@@ -291,8 +291,10 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
     out.largest = largest.spans();
     out.allocations_seen = largest.seen();
     auto show = [&](uint64_t stack_id) {
-      if (auto [it, fresh] = out.stacks.try_emplace(stack_id); fresh)
+      if (auto [it, fresh] = out.stacks.try_emplace(stack_id); fresh) {
         resolve_site(it->second, stack_id, stacks, labels);
+        it->second.user_group = stacks.site_key(stack_id, SiteGrouping::kUser);
+      }
     };
     for (const AllocationSpan& a : out.largest) show(a.stack_id);
     for (const auto* layer : {&report, &out.allocated})

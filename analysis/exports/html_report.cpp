@@ -26,14 +26,6 @@ bool in_system_or_packages(const std::string& module) {
   return module.find("-packages/") != std::string::npos || module.find("/lib-dynload/") != std::string::npos;
 }
 
-// What a site is grouped by, as the text views group it: a helper's site is one per function of
-// the user's that calls it ("device_alloc ← build_model"), not one per line of it.
-std::string site_group(const std::string& location) {
-  if (location.find("\u2190") == std::string::npos) return location;
-  const size_t line = location.rfind(':');  // "device_alloc ← build_model at train_loop.cpp:42"
-  return line == std::string::npos || line < location.rfind(" at ") ? location : location.substr(0, line);
-}
-
 // Frames and stacks of one process, each written once and named by index.
 class FrameTable {
  public:
@@ -43,14 +35,18 @@ class FrameTable {
     if (!fresh) return it->second;
     json frames = json::array();
     std::string site = "(no stack)";
+    uint64_t group = 0;  // the site as the text views group it (a helper's: one per calling function)
     if (auto shown = p.stacks.find(stack_id); shown != p.stacks.end()) {
       site = shown->second.location;
+      group = shown->second.user_group;
       // As text stacks show them: the interpreter's frames between Python ones, and the C
       // runtime's below main, say nothing.
       for (const FrameView& f : shown->second.stack)
         if (!is_interpreter_frame(f) && !is_startup_frame(f)) frames.push_back(frame(f));
     }
-    stacks_.push_back({{"site", site}, {"group", site_group(site)}, {"frames", frames}});
+    // Named by a small number: a site key is 64 bits, more than a JavaScript number holds exactly.
+    const size_t group_number = group ? group_number_.try_emplace(group, group_number_.size() + 1).first->second : 0;
+    stacks_.push_back({{"site", site}, {"group", group_number}, {"frames", frames}});
     return it->second;
   }
   json frames() const { return frames_; }
@@ -69,7 +65,7 @@ class FrameTable {
     return it->second;
   }
 
-  std::map<uint64_t, size_t> stack_index_, frame_index_;
+  std::map<uint64_t, size_t> stack_index_, frame_index_, group_number_;
   json frames_ = json::array(), stacks_ = json::array();
 };
 
@@ -91,9 +87,10 @@ json findings(const ProcessAnalysis& p) {
   json out = json::array();
   for (const DeviceReport& d : p.report.devices) {
     // The page's sites are stacks: grouped as the text views group them, named by the largest.
-    std::map<std::string, std::pair<uint64_t, const SiteTotal*>> by_site;
+    std::map<uint64_t, std::pair<uint64_t, const SiteTotal*>> by_site;
     for (const SiteTotal& s : d.peak_sites) {
-      auto& [bytes, largest] = by_site[site_group(s.location)];
+      auto shown = p.stacks.find(s.site.stack_id);
+      auto& [bytes, largest] = by_site[shown != p.stacks.end() ? shown->second.user_group : s.site.stack_id];
       bytes += s.bytes;
       if (!largest || s.bytes > largest->bytes) largest = &s;
     }

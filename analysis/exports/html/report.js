@@ -446,7 +446,7 @@
     // largest stack's label.
     const bySite = new Map();
     for (const s of d ? d.peak_sites : []) {
-      const stack = stackOf(p, s.stack), key = stack.group || stack.site;
+      const stack = stackOf(p, s.stack), key = stack.group ? 'g' + stack.group : 's' + stack.site;
       const row = bySite.get(key) || { bytes: 0, count: 0, apis: new Set(), label: stack.site, largest: 0 };
       row.bytes += s.bytes; row.count += s.count; row.apis.add(s.api);
       if (s.bytes > row.largest) { row.largest = s.bytes; row.label = stack.site; }
@@ -464,7 +464,7 @@
     for (const dev of p.devices) {
       if (dev.layer !== exitLayer) continue;
       for (const s of dev.exit_sites) {
-        const stack = stackOf(p, s.stack), key = (stack.group || stack.site) + '\u0000' + dev.device;
+        const stack = stackOf(p, s.stack), key = (stack.group ? 'g' + stack.group : 's' + stack.site) + '/' + dev.device;
         const row = exitRows.get(key) || { site: stack.site, device: dev.device, bytes: 0, count: 0 };
         row.bytes += s.bytes; row.count += s.count;
         exitRows.set(key, row);

@@ -37,6 +37,7 @@ struct ShownStack {
   std::string location;          // the site's name
   std::vector<FrameView> stack;  // innermost first
   size_t named_frame = 0;
+  uint64_t user_group = 0;  // the site it belongs to under --by user (StackView::site_key)
 };
 
 // Free space inside the heaps at a moment that matters: a device's peak of reserved memory, or
