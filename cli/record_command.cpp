@@ -28,6 +28,7 @@ Command add_record_command(CLI::App& app) {
       ->check(CLI::Range(0, 1000));
   cmd->add_flag("--snapshot-at-peak", c->run.snapshot_at_peak, "Keep a snapshot at the peak");
   cmd->add_flag("--no-summary{false}", c->run.summary, "No summary on stderr at the end");
+  cmd->add_flag("--attached", c->run.attached, "The collector of memtrace attach");
   return {cmd, [c] { return record_command(c->run, c->pid); }};
 }
 

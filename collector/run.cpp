@@ -195,7 +195,8 @@ class Collector {
         control_(control),
         compression_(options.compression),
         snapshot_every_ns_(options.snapshot_every_ns),
-        redact_args_(options.redact_args) {
+        redact_args_(options.redact_args),
+        attached_(options.attached) {
     snapshot_options_.dir = dir_;
     snapshot_options_.compression = options.compression;
     snapshot_options_.max_oom = options.max_oom_snapshots;
@@ -233,6 +234,7 @@ class Collector {
   int compression_;
   uint64_t snapshot_every_ns_;
   bool redact_args_;
+  bool attached_;  // memtrace attach's recording
   SnapshotOptions snapshot_options_;
   std::vector<std::string> snapshots_;  // written so far, by every process
   Symbolizer symbolizer_;               // shared: processes of one run load the same libraries
@@ -286,6 +288,7 @@ void Collector::welcome() {
     header.set_process_seen_ns(clock_ns(CLOCK_MONOTONIC) - origin_mono_);
     header.set_exec_index(static_cast<uint32_t>(images_[intro->pid] - 1));
     read_rank(intro->pid, header);
+    if (in_process_) header.set_recording(attached_ ? pb::TraceHeader::ATTACHED : pb::TraceHeader::IN_PROCESS);
     writer->write_header(header);
     auto process = std::make_unique<TracedProcess>(intro->pid, intro->socket, intro->ring, std::move(writer), header,
                                                    symbolizer_, snapshot_options_, shim_file_);
@@ -416,8 +419,10 @@ int Collector::loop() {
       // that dies closes both.
       if (in_process_ && is_child && (stop_command_ || input_closed_ || (p->ended() && !running(child_)))) {
         finish(*p, std::nullopt,
-               stop_command_ ? "recording stopped (memtrace.stop)"
-                             : "ended while recorded from inside it (memtrace.record: its exit status is not known)");
+               attached_       ? (stop_command_ ? "memtrace detached; the process ran on"
+                                                : "ended while memtrace was attached (its exit status is not known)")
+               : stop_command_ ? "recording stopped (memtrace.stop)"
+                               : "ended while recorded from inside it (memtrace.record: its exit status is not known)");
         child_status_ = 0;
       } else if (p->ended() && (!is_child || child_status_)) {
         finish(*p, is_child ? child_status_ : std::nullopt,
@@ -620,7 +625,8 @@ int record_command(const RunOptions& options, int pid) {
                       (library_dir() / "python").string() + "/", /*in_process=*/true);
   collector.loop();
   if (collector.traced() == 0) {
-    std::fprintf(stderr, "memtrace: nothing recorded: the process made no CUDA call while recording\n");
+    if (!options.attached)  // memtrace attach says why itself
+      std::fprintf(stderr, "memtrace: nothing recorded: the process made no CUDA call while recording\n");
     if (created) ::rmdir(dir.c_str());
   } else if (options.summary) {
     print_summary(collector.reports(), collector.snapshots(), dir);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "memtrace/base/units.h"
 #include "memtrace/format/run_folder.h"
 #include "memtrace/importers/torch_history.h"
 
@@ -241,7 +242,12 @@ void TracedProcess::on_event(RingEvent& event, const uint64_t* native, size_t na
   sequencer_.push(event, [this](const RingEvent& e) { record(e); });
 }
 
-void TracedProcess::on_started(uint32_t tid, uint16_t api, uint64_t t_ns) { in_flight_[tid] = {api, t_ns}; }
+void TracedProcess::on_started(uint32_t tid, uint16_t api, uint64_t t_ns) {
+  if (api == ring::kStoppedOnPurpose)
+    stopped_on_purpose_ = true;
+  else
+    in_flight_[tid] = {api, t_ns};
+}
 
 void TracedProcess::on_module(uint64_t bias, uint64_t start, uint64_t end, std::string path) {
   stacks_.add_module(bias, start, end, std::move(path));
@@ -268,6 +274,12 @@ void TracedProcess::on_device(int32_t ordinal, std::string name, uint64_t total_
 // dropped an event after it started is not one: that event ended it, and is counted as lost.
 void TracedProcess::ended_in_worker(const std::unordered_map<uint32_t, uint64_t>& thread_drops) {
   sequencer_.flush([this](const RingEvent& e) { record(e); });
+  // Stopped on purpose, the process lives on: its calls in flight end after the trace does.
+  if (stopped_on_purpose_ && !in_flight_.empty())
+    on_notice(counted(in_flight_.size(), "call") + " in progress when recording stopped (" +
+              std::string(api_info(static_cast<Api>(in_flight_.begin()->second.first)).name) +
+              (in_flight_.size() > 1 ? ", ..." : "") + ") ended after it: not in this trace");
+  if (stopped_on_purpose_) in_flight_.clear();
   for (const auto& [tid, call] : in_flight_) {
     if (auto drop = thread_drops.find(tid); drop != thread_drops.end() && drop->second > call.second) continue;
     RingEvent e;

@@ -133,6 +133,7 @@ class TracedProcess : private RecordSink {
   // Calls started and not yet recorded, by thread (a thread makes one recorded call at a time).
   std::unordered_map<uint32_t, std::pair<uint16_t, uint64_t>> in_flight_;
   std::vector<std::string> notices_;  // for the footer, each once
+  bool stopped_on_purpose_ = false;   // memtrace.stop, memtrace detach: the process lives on
   uint64_t last_t_ = 0;
   uint64_t observations_ = 0;  // events that are not calls (is_observation)
   ReportBuilder summary_;

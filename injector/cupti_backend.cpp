@@ -22,6 +22,7 @@
 
 #include "interpose.h"
 #include "memtrace/ring/environment.h"
+#include "settings.h"
 #include "thread_block.h"
 
 namespace memtrace::inject {
@@ -34,7 +35,7 @@ std::atomic<uint32_t> g_cupti_generation{1};
 
 Backend backend() {
   static const Backend b = [] {
-    const char* v = std::getenv(env::kBackend);
+    const char* v = setting(env::kBackend);
     if (v && std::strcmp(v, "cupti") == 0) return Backend::kCupti;
     if (v && std::strcmp(v, "auto") == 0) return Backend::kAuto;
     return Backend::kPreload;
@@ -343,7 +344,7 @@ CUpti_SubscriberHandle g_subscriber = nullptr;
 pid_t g_cupti_pid = 0;  // the process CUPTI was set up in (not a forked child)
 
 void* open_cupti() {
-  const char* named = std::getenv(env::kCuptiLibrary);
+  const char* named = setting(env::kCuptiLibrary);
   if (named && *named) return ::dlopen(named, RTLD_NOW | RTLD_LOCAL);
   for (const char* soname : {"libcupti.so.13", "libcupti.so.12"})
     if (void* l = ::dlopen(soname, RTLD_NOW | RTLD_LOCAL)) return l;
@@ -393,7 +394,7 @@ Activity g_activity;
 constexpr size_t kActivityBufferBytes = 1 << 20;
 
 bool verify_requested() {
-  const char* v = std::getenv(env::kVerify);
+  const char* v = setting(env::kVerify);
   return v && std::strcmp(v, "1") == 0;
 }
 
@@ -527,10 +528,12 @@ __attribute__((constructor)) void install_cupti_fork_handler() {
 
 }  // namespace
 
+// Subscribed once a session; memtrace.stop and memtrace detach let go, and a later attach subscribes again.
+std::atomic<bool> g_cupti_started{false};
+
 void start_cupti() {
   if (backend() == Backend::kPreload && !verify_requested()) return;
-  static std::atomic<bool> started{false};
-  if (started.exchange(true)) return;
+  if (g_cupti_started.exchange(true)) return;
   std::lock_guard lock(g_cupti_mutex);
   subscribe();
 }
@@ -548,6 +551,7 @@ void stop_cupti() {
   g_cupti.unsubscribe(g_subscriber);
   g_subscriber = nullptr;
   g_cupti_generation.fetch_add(1, std::memory_order_relaxed);
+  g_cupti_started.store(false);
 }
 
 // Another tool asks CUPTI for its subscription: memtrace lets go of its own first, so that the

@@ -15,6 +15,7 @@
 #include "memtrace/ring/environment.h"
 #include "memtrace/ring/producer.h"
 #include "memtrace/ring/protocol.h"
+#include "settings.h"
 
 namespace memtrace::inject {
 
@@ -89,7 +90,7 @@ namespace {
 
 uint64_t sample_interval_ns() {
   static const uint64_t ns = [] {
-    const char* v = std::getenv(env::kSampleIntervalUs);
+    const char* v = setting(env::kSampleIntervalUs);
     char* end = nullptr;
     unsigned long long us = v ? std::strtoull(v, &end, 10) : 1000;
     return (v && (end == v || *end)) ? 1'000'000ull : us * 1000;

@@ -15,6 +15,7 @@
 
 #include "memtrace/ring/environment.h"
 #include "session.h"
+#include "settings.h"
 
 namespace memtrace::inject {
 namespace {
@@ -42,7 +43,7 @@ const Nvml& nvml() {
   static Nvml n;
   static std::once_flag once;
   std::call_once(once, [] {
-    const char* wanted = std::getenv(env::kNvml);
+    const char* wanted = setting(env::kNvml);
     if (wanted && std::strcmp(wanted, "0") == 0) return;
     void* library = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
     if (!library) return;

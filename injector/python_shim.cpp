@@ -20,6 +20,7 @@
 
 #include "interpose.h"
 #include "memtrace/ring/environment.h"
+#include "settings.h"
 
 namespace memtrace::inject {
 namespace {
@@ -59,9 +60,9 @@ std::string shim_folder() {
 }
 
 __attribute__((constructor)) void start_shim_where_site_does_not() {
-  const char* socket = std::getenv(env::kSocket);
+  const char* socket = setting(env::kSocket);
   if (!socket || !*socket) return;  // not traced
-  if (const char* in_process = std::getenv(env::kInProcess); in_process && std::strcmp(in_process, "1") == 0)
+  if (const char* in_process = setting(env::kInProcess); in_process && std::strcmp(in_process, "1") == 0)
     return;  // memtrace.record starts the shim itself
   g_run_string = reinterpret_cast<int (*)(const char*)>(::dlsym(RTLD_DEFAULT, "PyRun_SimpleString"));
   if (!g_run_string || !::dlsym(RTLD_DEFAULT, "Py_IsInitialized")) return;  // no Python in this program

@@ -28,6 +28,7 @@
 #include "memtrace/ring/protocol.h"
 #include "python_reader.h"
 #include "session.h"
+#include "settings.h"
 #include "stack_capture.h"
 #include "thread_block.h"
 
@@ -224,7 +225,7 @@ void decide_reading(const PythonApi& py) {
   std::optional<PythonLayout> layout = python_layout(py.minor, py.runtime);
   bool ok = false;
   std::string why;
-  const char* direct = std::getenv(env::kPythonLayout);
+  const char* direct = setting(env::kPythonLayout);
   if (direct && std::strcmp(direct, "0") == 0) {
     layout.reset();
     why = "MEMTRACE_PYTHON_LAYOUT=0 keeps memtrace to Python's C API";

@@ -21,6 +21,7 @@
 #include "interpose.h"
 #include "memtrace/ring/environment.h"
 #include "memtrace/ring/producer.h"
+#include "settings.h"
 
 namespace memtrace::inject {
 namespace {
@@ -28,7 +29,10 @@ namespace {
 enum State : int { kUninit, kStarting, kActive, kDisabled };
 
 std::atomic<int> g_state{kUninit};
-ring::Producer g_ring;
+// The session's ring. A session that ended keeps its ring mapped (a thread may still be writing
+// its last record) and a new one (memtrace attach, again) gets a new ring.
+std::atomic<ring::Producer*> g_ring_now{new ring::Producer()};
+ring::Producer& ring_now() { return *g_ring_now.load(std::memory_order_acquire); }
 int g_socket = -1;
 StackOptions g_stack_options;
 enum DevicesState : int { kNotDescribed, kDescribing, kDescribed };
@@ -43,7 +47,7 @@ uint32_t current_tid() {
 
 size_t ring_data_bytes() {
   size_t bytes = ring::kDefaultDataBytes;
-  if (const char* s = std::getenv(env::kRingBytes)) {
+  if (const char* s = setting(env::kRingBytes)) {
     char* end = nullptr;
     unsigned long long v = std::strtoull(s, &end, 10);
     // A power of two, at least 64 KiB (page-aligned for the double mapping), at most 1 GiB.
@@ -66,17 +70,17 @@ bool send_hello(int sock, int ring_fd, size_t ring_bytes) {
 // Creates the ring and hands it to the collector. Runs once per process image (again in a forked
 // child). Makes no CUDA call.
 bool connect_to_collector() {
-  const char* path = std::getenv(env::kSocket);
+  const char* path = setting(env::kSocket);
   if (!path || !*path) return false;
-  if (const char* s = std::getenv(env::kMaxStallMs))
-    g_ring.set_max_stall_ns(std::strtoull(s, nullptr, 10) * 1'000'000ull);
-  if (const char* s = std::getenv(env::kStackDepth)) g_stack_options.depth = std::atoi(s);
-  if (const char* s = std::getenv(env::kNativeStacks)) g_stack_options.native = std::strcmp(s, "0") != 0;
-  if (const char* s = std::getenv(env::kPythonStacks)) g_stack_options.python = std::strcmp(s, "0") != 0;
+  if (const char* s = setting(env::kMaxStallMs))
+    ring_now().set_max_stall_ns(std::strtoull(s, nullptr, 10) * 1'000'000ull);
+  if (const char* s = setting(env::kStackDepth)) g_stack_options.depth = std::atoi(s);
+  if (const char* s = setting(env::kNativeStacks)) g_stack_options.native = std::strcmp(s, "0") != 0;
+  if (const char* s = setting(env::kPythonStacks)) g_stack_options.python = std::strcmp(s, "0") != 0;
 
   const size_t data_bytes = ring_data_bytes();
   int fd = -1;
-  if (!g_ring.create(data_bytes, static_cast<int32_t>(::getpid()), fd)) return false;
+  if (!ring_now().create(data_bytes, static_cast<int32_t>(::getpid()), fd)) return false;
   int sock = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
@@ -91,11 +95,11 @@ bool connect_to_collector() {
   ::close(fd);  // the collector holds its own descriptor; our mapping keeps the memory
   if (!ok) {
     if (sock >= 0) ::close(sock);
-    g_ring.release();
+    ring_now().release();
     return false;
   }
   g_socket = sock;
-  g_ring.set_consumer_socket(sock);
+  ring_now().set_consumer_socket(sock);
   return true;
 }
 
@@ -104,7 +108,7 @@ bool connect_to_collector() {
 void forget_parent_session() {
   int state = g_state.load(std::memory_order_relaxed);
   if (state == kActive) {
-    g_ring.release();
+    ring_now().release();
     ::close(g_socket);
     g_socket = -1;
   }
@@ -119,7 +123,7 @@ __attribute__((constructor)) void install_fork_handler() { ::pthread_atfork(null
 
 // Publishes a record; a consumer that went away turns recording off for good.
 bool deliver(uint32_t type, const void* first, const void* payload, size_t bytes) {
-  ring::Producer::Reserved r = g_ring.publish(type, first, payload, bytes);
+  ring::Producer::Reserved r = ring_now().publish(type, first, payload, bytes);
   if (r == ring::Producer::Reserved::kConsumerGone) g_state.store(kDisabled, std::memory_order_release);
   return r == ring::Producer::Reserved::kYes;
 }
@@ -171,7 +175,30 @@ bool session_active() {
   return state == kActive;
 }
 
+bool restart_ended_session() {
+  int state = kDisabled;
+  if (!g_state.compare_exchange_strong(state, kStarting, std::memory_order_acq_rel)) return state == kUninit;
+  // The ended session's socket was shut down and stays open, and its ring mapped: a thread may
+  // still be inside its last publish. Both are left behind (a descriptor and a ring per attach).
+  g_socket = -1;
+  g_ring_now.store(new ring::Producer(), std::memory_order_release);
+  g_devices_described.store(kNotDescribed, std::memory_order_relaxed);
+  forget_described_code();
+  forget_reported_modules();
+  g_state.store(kUninit, std::memory_order_release);
+  return true;
+}
+
+bool session_recording() { return g_state.load(std::memory_order_acquire) == kActive; }
+
 void end_session() {
+  if (g_state.load(std::memory_order_acquire) == kActive) {
+    ring::StartedRecord rec;
+    rec.api = ring::kStoppedOnPurpose;
+    rec.tid = current_tid();
+    rec.t_ns = ring::monotonic_ns();
+    deliver(ring::kSlotStarted, &rec, nullptr, 0);
+  }
   int state = g_state.exchange(kDisabled, std::memory_order_acq_rel);
   if (state == kActive && g_socket >= 0) ::shutdown(g_socket, SHUT_RDWR);
 }
@@ -179,7 +206,7 @@ void end_session() {
 uint64_t stamp(Event& event) {
   event.t_ns = ring::monotonic_ns();
   event.tid = current_tid();
-  return g_ring.next_seq();
+  return ring_now().next_seq();
 }
 
 void describe_devices_once(uint64_t caller) {
@@ -279,7 +306,7 @@ void publish(const Event& event, uint64_t seq, const StackCapture* stack, std::s
   if (name_bytes) std::memcpy(reinterpret_cast<char*>(words + count), name.data(), name_bytes);  // data() may be null
   if (!deliver(ring::kSlotEvent, &rec, words, count * sizeof(uint64_t) + name_bytes) &&
       g_state.load(std::memory_order_relaxed) == kActive)
-    g_ring.count_dropped(seq, event.tid, !is_observation(event.api));
+    ring_now().count_dropped(seq, event.tid, !is_observation(event.api));
 }
 
 }  // namespace memtrace::inject

@@ -17,6 +17,13 @@ bool session_active();
 // connection close. The ring stays mapped: another thread may be writing its last record.
 void end_session();
 
+// Readies a session that ended (memtrace.stop, memtrace detach) to start anew on its next use,
+// with a new ring and connection: memtrace attach, again. True when ready (or never started);
+// false while a session is recording.
+bool restart_ended_session();
+// Whether a session is recording now (never connects).
+bool session_recording();
+
 // Takes EVENT's place in the causal order: its time (CLOCK_MONOTONIC) and thread; returns its
 // sequence number.
 uint64_t stamp(Event& event);
@@ -38,6 +45,9 @@ void record_shim_mark(Api api, uint64_t addr, std::string_view name, int32_t dev
 // Tells PyTorch's trace tracker the memory this thread just reserved (torch_tracker.cpp): the
 // first segment PyTorch reports must be it.
 void note_reserved(uint64_t addr, uint64_t size);
+// A segment PyTorch's allocator held when recording started (its own snapshot said): blocks
+// handed out inside it confirm that the tracker's events are read right (torch_tracker.cpp).
+void note_segment_before_recording(uint64_t addr, uint64_t size);
 
 // Describes a Python code object (python_stack.cpp) and the loaded modules (modules.cpp).
 // A Python code object under id ID: its (qualified) name, file, first line, and line table

@@ -12,6 +12,7 @@
 #include "memtrace/ring/environment.h"
 #include "memtrace/ring/protocol.h"
 #include "session.h"
+#include "settings.h"
 
 namespace memtrace::inject {
 namespace {
@@ -47,10 +48,11 @@ __attribute__((constructor)) void find_self() {
 using Backtrace = int (*)(void**, int);
 Backtrace g_unw_backtrace = nullptr;
 
-__attribute__((constructor)) void load_unwinder() {
-  const char* socket = std::getenv(env::kSocket);
-  const char* native = std::getenv(env::kNativeStacks);
+void load_unwinder() {
+  const char* socket = setting(env::kSocket);
+  const char* native = setting(env::kNativeStacks);
   if (!socket || !*socket || (native && std::strcmp(native, "0") == 0)) return;  // not traced, or no native stacks
+  if (g_unw_backtrace) return;
   // A bundled memtrace carries its own (lib/deps, beside the injector): the machine may have none.
   void* lib = nullptr;
   Dl_info self{};
@@ -71,6 +73,8 @@ __attribute__((constructor)) void load_unwinder() {
     return;
   g_unw_backtrace = backtrace;
 }
+
+__attribute__((constructor)) void load_unwinder_at_start() { load_unwinder(); }
 
 // The toolchain's own unwinder (libgcc_s), when libunwind is not installed.
 struct GccWalk {
@@ -93,6 +97,8 @@ int walk_stack(void** frames, int max) {
 }
 
 }  // namespace
+
+void prepare_native_stacks() { load_unwinder(); }
 
 bool in_injector(uint64_t address) { return address >= g_self_start && address < g_self_end; }
 

@@ -38,6 +38,10 @@ void capture_stack(const StackOptions& options, uint64_t caller, StackCapture& s
 void capture_python(int max_frames, bool allow_api, StackCapture& stack);
 // The collector of a forked child has seen none of the parent's code objects.
 void forget_described_code();
+
+// Loads libunwind where the settings ask for native stacks and it is not loaded yet: at load time,
+// or, in a process memtrace attach joined, from attach's own thread.
+void prepare_native_stacks();
 // Modules were loaded: Python may be among them now.
 void look_for_python_again();
 

@@ -22,6 +22,7 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -162,6 +163,20 @@ SegmentCheck check_segment(uint64_t addr, uint64_t size) {
   return inside ? SegmentCheck::kTellsNothing : SegmentCheck::kDiffers;
 }
 
+// Segments PyTorch's own snapshot listed when memtrace attached (memtrace_existing): a block
+// handed out inside one of them is read right as surely as a segment matching a reservation is
+// (a steady job reserves no new segment).
+std::mutex g_known_segments_mutex;
+std::map<uint64_t, uint64_t>* g_known_segments = new std::map<uint64_t, uint64_t>();  // start -> end
+
+bool inside_known_segment(uint64_t addr, uint64_t size) {
+  std::lock_guard lock(g_known_segments_mutex);
+  auto it = g_known_segments->upper_bound(addr);
+  if (it == g_known_segments->begin()) return false;
+  --it;
+  return addr >= it->first && size <= it->second - addr;
+}
+
 void on_trace_entry(const TraceEntryView& entry) {
   int state = g_state.load(std::memory_order_acquire);
   if (state == kSilent || state == kNotAttached) return;
@@ -183,6 +198,8 @@ void on_trace_entry(const TraceEntryView& entry) {
                              ? check_segment(addr, size)
                              : SegmentCheck::kTellsNothing;
     t_serial_seen = t_last_reserved.serial;
+    if (check == SegmentCheck::kTellsNothing && action == TorchAction::kAlloc && inside_known_segment(addr, size))
+      check = SegmentCheck::kMatches;
     if (check == SegmentCheck::kTellsNothing) {
       record_action(action, device, addr, size, stream, /*early=*/true);
       return;
@@ -330,6 +347,11 @@ bool inside_pytorch_allocator(const uint64_t* frames, int count) {
   for (int i = 0; i < count; ++i)
     if (frames[i] >= c10_cuda.start && frames[i] < c10_cuda.end) return true;
   return false;
+}
+
+void note_segment_before_recording(uint64_t addr, uint64_t size) {
+  std::lock_guard lock(g_known_segments_mutex);
+  (*g_known_segments)[addr] = addr + size;
 }
 
 void note_reserved(uint64_t addr, uint64_t size) {

@@ -35,6 +35,10 @@ std::atomic<bool> g_initialized{false};
 thread_local std::vector<CUcontext> t_context_stack;  // back() is current
 
 CUctx_st g_primary[64];
+// Retains of each primary context not yet released: it is active while any remain (CUDA Driver
+// API, cuda.h 13.0, cuDevicePrimaryCtxRetain/Release/GetState). The runtime retains it on its
+// first call that needs a context and never releases it while the process runs.
+std::atomic<int> g_primary_retains[64];
 CUmemPoolHandle_st g_default_pool[64];
 
 constexpr int kDriverApi = CUPTI_CB_DOMAIN_DRIVER_API;
@@ -369,11 +373,26 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   if (!g_initialized.load()) return CUDA_ERROR_NOT_INITIALIZED;
   if (!sim::valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
   *pctx = &g_primary[dev];
+  g_primary_retains[dev].fetch_add(1);
   return CUDA_SUCCESS;
 }
 
 CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
-  return sim::valid_device(dev) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+  if (!sim::valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  int retains = g_primary_retains[dev].load();
+  while (retains > 0 && !g_primary_retains[dev].compare_exchange_weak(retains, retains - 1)) {
+  }
+  return CUDA_SUCCESS;
+}
+
+// Flags are the ones cuDevicePrimaryCtxSetFlags would set: none here.
+CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flags, int* active) {
+  if (!flags || !active) return CUDA_ERROR_INVALID_VALUE;
+  if (!g_initialized.load()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!sim::valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  *flags = 0;
+  *active = g_primary_retains[dev].load() > 0 ? 1 : 0;
+  return CUDA_SUCCESS;
 }
 
 CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {

@@ -183,6 +183,8 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
   if (h.has_local_rank()) report.local_rank = h.local_rank();
   if (h.has_world_size()) report.world_size = h.world_size();
   report.imported_from = h.imported_from();
+  if (h.recording() == pb::TraceHeader::ATTACHED) report.joined_by = "memtrace attach";
+  if (h.recording() == pb::TraceHeader::IN_PROCESS) report.joined_by = "memtrace.record";
   report.trace_path = path;
 
   StackView stacks(*reader, options.keep_cuda_frames);

@@ -71,6 +71,11 @@ void ReportBuilder::add(const ReplayStep& step) {
   }
   for (const MemoryChange& change : step.memory_changes) {
     if (change.layer != layer_) continue;
+    if ((e.flags & kEventBeforeRecording) && change.bytes > 0) {
+      Known& known = before_recording_[change.device];
+      known.bytes += static_cast<uint64_t>(change.bytes);
+      ++known.count;
+    }
     DeviceState& d = device_state(change.device);
     if (change.bytes < 0 && d.peak_unsaved) {
       // The first decrease after a new peak: what is live now is what was live at the peak,
@@ -115,6 +120,7 @@ void ReportBuilder::add(const ReplayStep& step) {
 // Only the reserved layer's builder keeps the device layer: what lies outside the reserved layer
 // is the sample minus what it holds.
 void ReportBuilder::sample_device(int32_t device, uint64_t used, uint64_t t_ns) {
+  if (layer_ == Layer::kReserved && device >= 0) first_samples_.try_emplace(device, Sample{used, t_ns});
   // A device nothing was reserved on (every allocation failed) gets no row from a sample.
   if (layer_ != Layer::kReserved || device < 0 || !devices_.count(device)) return;
   DeviceState& d = device_state(device);
@@ -203,6 +209,15 @@ void ReportBuilder::finish(ProcessReport& report) {
     r.outside_sampled_at_ns = d.outside_at_peak_time;
     r.device_used_max_sampled_bytes = d.used_max;
     if (d.peak_has_outside) r.outside_parts_at_peak = d.parts_at_peak.within(r.outside_reserved_at_peak_bytes);
+    if (auto first = first_samples_.find(ordinal); first != first_samples_.end()) {
+      r.first_sampled = true;
+      r.first_sample_bytes = first->second.used;
+      r.first_sample_ns = first->second.t_ns;
+    }
+    if (auto known = before_recording_.find(ordinal); known != before_recording_.end()) {
+      r.before_recording_bytes = known->second.bytes;
+      r.before_recording_count = known->second.count;
+    }
     report.devices.push_back(std::move(r));
   }
 }

@@ -193,6 +193,7 @@ bool StackView::is_user_caller(const FrameView& f) {
 
 std::string frame_label(const FrameView& f) {
   std::string file = std::filesystem::path(f.file).filename().string();
+  if (f.python && file.empty() && f.line == 0) return f.function;  // memtrace's own (live before memtrace attached)
   if (f.python) return file + ":" + std::to_string(f.line) + " in " + (f.function.empty() ? "?" : f.function);
   if (!f.function.empty()) {
     std::string label = f.function;

@@ -100,7 +100,8 @@ std::string to_text(const LeaksView& view) {
     if (!p.growth_unmeasured.empty() && any_site)
       out += "  (without steps, growth cannot be told from memory allocated once: sites are marked live)\n";
     for (const LeaksView::Device& d : p.devices) {
-      out += "  device " + std::to_string(d.device) + ": " + format_bytes(d.live_bytes) + " live at exit in " +
+      out += "  device " + std::to_string(d.device) + ": " + format_bytes(d.live_bytes) + " live at " +
+             trace_end_words(p.id) + " in " +
              (p.layer == Layer::kAllocated ? counted(d.live_count, "tensor") + " (the allocated layer)\n"
                                            : counted(d.live_count, "allocation") + "\n");
       for (const LeaksView::Site& s : d.sites) {

@@ -27,8 +27,11 @@ std::string escape_xml(const std::string& s) {
 }
 
 ProcessId process_id(const ProcessReport& r) {
-  return ProcessId{r.pid, r.command, r.trace_path, r.host, r.rank, r.local_rank, r.world_size, r.imported_from};
+  return ProcessId{r.pid,        r.command,    r.trace_path,    r.host,     r.rank,
+                   r.local_rank, r.world_size, r.imported_from, r.joined_by};
 }
+
+std::string trace_end_words(const ProcessId& p) { return p.joined_by.empty() ? "exit" : "the end of recording"; }
 
 nlohmann::json process_json(const ProcessId& p) {
   auto optional = [](const std::optional<int32_t>& v) { return v ? nlohmann::json(*v) : nlohmann::json(); };
@@ -53,7 +56,8 @@ std::string process_heading(const ProcessId& p) {
     return "rank " + std::to_string(*p.rank) + of + " (process " + std::to_string(p.pid) +
            (p.host.empty() ? "" : " on " + p.host) + "): " + command_line(p.command) + "\n";
   }
-  return "process " + std::to_string(p.pid) + ": " + command_line(p.command) + "\n";
+  return "process " + std::to_string(p.pid) + (p.joined_by.empty() ? "" : " (" + p.joined_by + ")") + ": " +
+         command_line(p.command) + "\n";
 }
 
 std::string process_label(const ProcessId& p) {
@@ -64,7 +68,24 @@ std::string process_label(const ProcessId& p) {
   return p.rank ? "rank " + std::to_string(*p.rank) : "pid " + std::to_string(p.pid);
 }
 
-std::string device_layer_line(const DeviceReport& d) {
+// Where recording began while the process ran (memtrace attach, memtrace.record): what the device
+// held then, and what of it the trace knows one allocation at a time.
+std::string joined_line(const ProcessReport& p, const DeviceReport& d) {
+  const bool attached = p.joined_by == "memtrace attach";
+  std::string line = attached ? "at the attach" : "when recording started (memtrace.record)";
+  line += d.first_sampled ? " (" + format_duration_ns(d.first_sample_ns) + "): " + format_bytes(d.first_sample_bytes) +
+                                " in use on the device"
+                          : ": the device's use was not sampled";
+  if (d.before_recording_count)
+    return line + "; of it memtrace knows " + format_bytes(d.before_recording_bytes) + " in " +
+           counted(d.before_recording_count, "allocation") +
+           " the allocator held then (the site \"live before memtrace attached\"); the rest is the CUDA context's and "
+           "libraries', or was allocated before and is not known one by one";
+  return line + ", allocated before " + (attached ? "memtrace attached" : "recording started") +
+         " or the CUDA context's: not in this trace one allocation at a time; the figures here count what came after";
+}
+
+std::string device_layer_line(const DeviceReport& d, bool joined) {
   if (!d.device_samples) return "device used: not sampled (an import, or a trace from an older memtrace)";
   const OutsideParts& p = d.outside_parts_at_peak;
   std::string parts;
@@ -73,8 +94,9 @@ std::string device_layer_line(const DeviceReport& d) {
   if (p.other_processes) parts += format_bytes(p.other_processes) + " by other processes (NVML), ";
   if (!parts.empty()) parts += "the rest: ";
   return "device used at the peak " + format_bytes(d.device_at_peak_bytes()) + ": " + format_bytes(d.peak_bytes) +
-         " reserved + " + format_bytes(d.outside_reserved_at_peak_bytes) + " outside it (" + parts + p.rest() +
-         "; cudaMemGetInfo at " + format_duration_ns(d.outside_sampled_at_ns) + ")";
+         " reserved + " + format_bytes(d.outside_reserved_at_peak_bytes) + " outside it (" + parts +
+         (joined ? "allocations from before recording started, " : "") + p.rest() + "; cudaMemGetInfo at " +
+         format_duration_ns(d.outside_sampled_at_ns) + ")";
 }
 
 std::string percent(uint64_t part, uint64_t whole) {
@@ -235,6 +257,12 @@ nlohmann::json report_json(const std::vector<ProcessReport>& processes) {
                      {"graph_reserved_at_peak_bytes", d.outside_parts_at_peak.graphs_reserved},
                      {"other_processes_at_peak_bytes", d.outside_parts_at_peak.other_processes},
                      {"other_processes_known", d.outside_parts_at_peak.other_processes_known}});
+      if (!p.joined_by.empty())  // what the device held when recording began, and what of it is known
+        device["at_recording_start"] = {
+            {"device_used_bytes", d.first_sampled ? nlohmann::json(d.first_sample_bytes) : nlohmann::json()},
+            {"sampled_at_ns", d.first_sample_ns},
+            {"known_bytes", d.before_recording_bytes},
+            {"known_count", d.before_recording_count}};
       devices.push_back(std::move(device));
     }
     nlohmann::json oom_events = nlohmann::json::array();
@@ -262,6 +290,7 @@ nlohmann::json report_json(const std::vector<ProcessReport>& processes) {
         {"activity_records", p.activity_records},
         {"incomplete_records", p.incomplete_records},
         {"unmatched_frees", p.unmatched_frees},
+        {"joined_by", p.joined_by.empty() ? nlohmann::json() : nlohmann::json(p.joined_by)},
         {"pinned_host_peak_bytes", p.pinned_host_peak_bytes},
         {"oom_events", oom_events},
         {"snapshots", p.snapshots},
@@ -295,6 +324,9 @@ std::string report_text(const std::vector<ProcessReport>& processes) {
                " of " + std::string(api_name(api)) + (c.interrupted > 1 ? ": each" : ": it") +
                " may or may not have taken effect on the device\n";
     for (const std::string& notice : p.notices) out += "  note: " + notice + "\n";
+    if (!p.joined_by.empty() && p.unmatched_frees)
+      out += "  " + counted(p.unmatched_frees, "free") + " of memory allocated before recording started (" +
+             p.joined_by + "): not in this trace\n";
     if (p.longest_wait_ns >= 10'000'000)  // 10 ms: below that, nobody notices
       out += "  memtrace held the program up for at most " + format_duration_ns(p.longest_wait_ns) +
              " (waiting for room in its event ring)\n";
@@ -322,10 +354,13 @@ std::string report_text(const std::vector<ProcessReport>& processes) {
       std::string about = d.name.empty() ? ""
                                          : " (" + d.name + ", " + format_bytes(d.total_bytes) +
                                                (d.uuid.empty() ? "" : ", " + d.uuid) + ")";
+      const bool joined = !p.joined_by.empty();
       out += "\n  device " + std::to_string(d.device) + about + ": peak reserved " + format_bytes(d.peak_bytes) +
-             " at " + format_duration_ns(d.peak_time_ns) + "; live at exit " + format_bytes(d.live_at_exit_bytes) +
+             " at " + format_duration_ns(d.peak_time_ns) + "; live at " +
+             (joined && !p.exit_status ? "the end of recording " : "exit ") + format_bytes(d.live_at_exit_bytes) +
              " in " + counted(d.live_at_exit_count, "allocation") + "\n";
-      out += "    " + device_layer_line(d) + "\n";
+      if (joined) out += "    " + joined_line(p, d) + "\n";
+      out += "    " + device_layer_line(d, joined) + "\n";
       for (const TorchCounters& c : p.pytorch_counters)
         if (c.device == d.device && c.when == "exit") out += torch_counters_text(c, 4);
       if (d.peak_sites.empty()) continue;

@@ -4,12 +4,17 @@ request larger than the GPU at the end (an out-of-memory). It prints PyTorch's o
 sample's account. It uses only the PyTorch API that memtrace's stand-in (sim/torch) has, so
 the same script runs on a GPU with PyTorch and on the simulated device.
 
-  torch_train.py [--steps N] [--leak] [--oom] [--width W]
+  torch_train.py [--steps N] [--leak] [--oom] [--width W] [--until FILE] [--threads T]
+
+--until FILE trains until FILE exists (a job memtrace attach joins while it runs), printing
+"torch_train: ready pid P" once the first step is done; --threads T runs T threads that allocate
+and free tensors meanwhile, as a data loader's pinning thread would.
 """
 
 import argparse
 import json
 import os
+import threading
 import time
 
 import torch
@@ -41,13 +46,28 @@ def main():
     parser.add_argument("--width", type=int, default=1024)
     parser.add_argument("--leak", action="store_true")
     parser.add_argument("--oom", action="store_true")
+    parser.add_argument("--until")
+    parser.add_argument("--threads", type=int, default=0)
     args = parser.parse_args()
+    stop = threading.Event()
+
+    def loader():
+        while not stop.is_set():
+            staged = torch.empty(16 * 1024, device="cuda")  # memtrace-test: loader
+            del staged
+            time.sleep(0.001)
+
+    threads = [threading.Thread(target=loader) for _ in range(args.threads)]
+    for t in threads:
+        t.start()
     w = args.width
     model = torch.nn.Sequential(torch.nn.Linear(w, 4 * w, bias=False, device="cuda"), torch.nn.ReLU(),
                                 torch.nn.Linear(4 * w, w, bias=False, device="cuda"))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     kept, times = [], []
-    for _ in range(args.steps):
+    step = 0
+    while (not os.path.exists(args.until)) if args.until else step < args.steps:
+        step += 1
         start = time.perf_counter()
         batch = torch.randn(64, w, device="cuda")  # memtrace-test: input
         loss = model(batch).sum()  # memtrace-test: forward
@@ -59,6 +79,13 @@ def main():
         torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
         del batch, loss
+        if args.until and step == 1:
+            os.write(1, b"torch_train: ready pid %d\n" % os.getpid())
+        if args.until:
+            time.sleep(0.005)
+    stop.set()
+    for t in threads:
+        t.join()
     oom = False
     if args.oom:
         try:

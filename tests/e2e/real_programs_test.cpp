@@ -344,7 +344,8 @@ TEST(RealPrograms, InjectorExportsOnlyWhatItInterposes) {
     bool shim = name == "memtrace_python_ready" || name == "memtrace_torch_attach" || name == "memtrace_mark" ||
                 name == "memtrace_range_push" || name == "memtrace_range_pop" || name == "memtrace_tag" ||
                 name == "memtrace_torch_counter" || name == "memtrace_shim_claim" || name == "memtrace_notice" ||
-                name == "memtrace_record_start" || name == "memtrace_record_stop";  // memtrace.record
+                name == "memtrace_record_start" || name == "memtrace_record_stop" ||  // memtrace.record
+                name == "memtrace_attach" || name == "memtrace_existing";             // memtrace attach
     bool expected = name.rfind("cu", 0) == 0 || name.rfind("nvtx", 0) == 0 ||
                     name.rfind("InitializeInjection", 0) == 0 || name == "dlsym" || name == "dlclose" || shim;
     EXPECT_TRUE(expected) << "the injector exports " << name;

@@ -29,6 +29,22 @@ def start(library=None):
     return True
 
 
+def attached(library):
+    """Called by the injector's attach thread (injector/attach.cpp), with the GIL, each time
+    memtrace attach joins this process: starts the shim the first time, then tells what PyTorch's
+    allocator holds now (existing)."""
+    start(library)
+    injector = exports.load(library)
+    torch = sys.modules.get("torch")
+    if injector is None or torch is None:
+        return
+    from . import existing
+    held = existing.publish(torch, injector.existing)
+    if held is not None:
+        injector.notice(("PyTorch's allocator held %d tensor%s when memtrace attached: in this trace as live before "
+                         "memtrace attached, without their stacks" % (held, "" if held == 1 else "s")).encode())
+
+
 def _started_by_injector():
     """Called by the injector (from a pending call, with the GIL) where site or PYTHONPATH did not
     bring sitecustomize: python -E, -I or -S."""

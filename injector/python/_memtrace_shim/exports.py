@@ -22,6 +22,8 @@ class Injector:
         self.tag = fn("memtrace_tag", [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_char_p], None)
         self.counter = fn("memtrace_torch_counter", [ctypes.c_int, ctypes.c_char_p, ctypes.c_int64], None)
         self.notice = fn("memtrace_notice", [ctypes.c_char_p], None)
+        self.existing = fn("memtrace_existing", [ctypes.c_int, ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64,
+                                                 ctypes.c_uint64], None)
 
 
 def load(library=None):

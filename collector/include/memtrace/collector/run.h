@@ -28,6 +28,7 @@ struct RunOptions {
   std::string backend = "auto";  // auto, preload or cupti (injector/backend.h)
   bool verify = false;           // compare what was recorded with CUPTI's activity records
   bool summary = true;           // memtrace.record: the summary at the end, on stderr
+  bool attached = false;         // _record for memtrace attach rather than memtrace.record
   std::vector<std::string> command;
 };
 

@@ -162,6 +162,9 @@ enum EventFlags : uint32_t {
   kEventCaptured = 1,
   // Recorded from CUPTI's callback for the call, not by an interposer (memtrace run --backend).
   kEventFromCupti = 2,
+  // An allocation the process held before memtrace started recording it (memtrace attach), known
+  // from its allocator's own state: its time is the start's, and its stack unknown.
+  kEventBeforeRecording = 4,
 };
 
 // The result of an allocation that failed for lack of memory: cudaErrorMemoryAllocation and

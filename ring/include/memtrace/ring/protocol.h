@@ -153,6 +153,9 @@ struct StartedRecord {
   uint8_t reserved[96];
 };
 static_assert(sizeof(StartedRecord) == kSlotBytes);
+// A StartedRecord with this api says the process stops recording on purpose (memtrace.stop,
+// memtrace detach) and lives on: calls in flight then are not calls it died inside.
+inline constexpr uint16_t kStoppedOnPurpose = 0xFFFF;
 
 // Something about the recording the user should know (Python frames that cannot be read, ...).
 // Payload: the sentence.

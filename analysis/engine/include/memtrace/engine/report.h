@@ -100,6 +100,13 @@ struct DeviceReport {
   // Of what lay outside, what memtrace could tell apart, by the same sample.
   OutsideParts outside_parts_at_peak;
   uint64_t device_at_peak_bytes() const { return peak_bytes + outside_reserved_at_peak_bytes; }
+  // The device layer's first sample: for a recording begun while the process ran, what the device
+  // held at its start (0 ns: none).
+  uint64_t first_sample_bytes = 0, first_sample_ns = 0;
+  bool first_sampled = false;
+  // Allocations the process held before recording began, known from its allocator's own state
+  // (EventFlags kEventBeforeRecording), in this layer.
+  uint64_t before_recording_bytes = 0, before_recording_count = 0;
 };
 
 // An allocation that failed for lack of memory.
@@ -117,6 +124,9 @@ struct ProcessReport {
   std::string host;
   std::optional<int32_t> rank, local_rank, world_size;  // its place in a distributed job
   std::string imported_from;  // what the trace was read from (a PyTorch snapshot); empty: a recording
+  // How recording began, where it began while the process ran: "memtrace attach" or
+  // "memtrace.record" (what came before is not in the trace); empty for memtrace run.
+  std::string joined_by;
   std::optional<int32_t> exit_status;
   std::string end_reason;
   std::string trace_path;
@@ -218,6 +228,14 @@ class ReportBuilder : public Pass {
   std::array<ApiCounts, static_cast<size_t>(Api::kCount)> calls_{};
   std::vector<OomEvent> oom_events_;
   std::map<int32_t, DeviceState> devices_;
+  struct Sample {
+    uint64_t used = 0, t_ns = 0;
+  };
+  std::map<int32_t, Sample> first_samples_;  // every device's, even one nothing was reserved on yet
+  struct Known {
+    uint64_t bytes = 0, count = 0;
+  };
+  std::map<int32_t, Known> before_recording_;
   int32_t cached_device_ = INT32_MIN;
   DeviceState* cached_state_ = nullptr;
   uint64_t pinned_host_live_ = 0;

@@ -23,8 +23,9 @@ std::string stack_text(const std::vector<FrameView>& frames, size_t first, size_
 nlohmann::json site_json(const SiteTotal& site);
 std::string command_line(const std::vector<std::string>& command);
 // The device layer of DEVICE in one line: what it used at most, and how much of that lay outside
-// the reserved layer.
-std::string device_layer_line(const DeviceReport& d);
+// the reserved layer (JOINED: recording began while the process ran, and what it held before lies
+// outside too).
+std::string device_layer_line(const DeviceReport& d, bool joined = false);
 // PyTorch's own counters beside memtrace's: as JSON, and as text lines INDENT spaces in (the
 // figures of LAYER: reserved, allocated, or all of them for kUnknown).
 nlohmann::json torch_counters_json(const TorchCounters& counters);
@@ -49,9 +50,13 @@ struct ProcessId {
   std::string host;
   std::optional<int32_t> rank, local_rank, world_size;
   std::string imported_from;
+  std::string joined_by;  // recorded from the middle of its run: "memtrace attach", "memtrace.record"
 };
 ProcessId process_id(const ProcessReport& report);
 std::string process_heading(const ProcessId& process);
+// What is live when the trace ends: "exit", or "the end of recording" for a process recorded from
+// the middle of its run.
+std::string trace_end_words(const ProcessId& process);
 // The same, short, to name a chart's series: "pid PID", "rank R", "snapshot FILE".
 std::string process_label(const ProcessId& process);
 // The parts of a JSON document that say which process, and which device, it is about:

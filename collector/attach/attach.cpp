@@ -1,0 +1,506 @@
+#include "memtrace/collector/attach.h"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+
+#include "memtrace/base/units.h"
+#include "memtrace/ring/environment.h"
+#include "remote_thread.h"
+#include "target_modules.h"
+
+namespace memtrace {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int kJoined = 0, kCannotJoin = 1, kFailed = 125;
+
+std::atomic<int> g_stop_signal{0};
+void on_stop_signal(int sig) { g_stop_signal.store(sig); }
+
+uint64_t now_ns() {
+  timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return text;
+}
+
+// A field of /proc/PID/status ("TracerPid", "Uid"): its value, or empty.
+std::string status_field(int pid, const std::string& name) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(name + ":", 0) == 0) {
+      std::string value = line.substr(name.size() + 1);
+      value.erase(0, value.find_first_not_of(" \t"));
+      return value;
+    }
+  return {};
+}
+
+std::string program_name(int pid) {
+  std::string name = read_text("/proc/" + std::to_string(pid) + "/comm");
+  if (!name.empty() && name.back() == '\n') name.pop_back();
+  return name;
+}
+
+// The install layout: bin/memtrace, lib/libmemtrace_inject.so, lib/python.
+fs::path library_dir() {
+  if (const char* dir = std::getenv(env::kLibDir)) return dir;
+  std::error_code ec;
+  return fs::read_symlink("/proc/self/exe", ec).parent_path().parent_path() / "lib";
+}
+
+// Why ptrace may refuse, where the system says (Yama's ptrace_scope).
+std::string ptrace_advice() {
+  std::string scope = read_text("/proc/sys/kernel/yama/ptrace_scope");
+  if (scope.empty()) return "run memtrace attach as the process's user, or as root";
+  switch (scope[0]) {
+    case '1':
+      return "kernel.yama.ptrace_scope is 1, which lets a process be traced only by its ancestors: run memtrace attach "
+             "as root (sudo), or set it to 0 (sudo sysctl kernel.yama.ptrace_scope=0)";
+    case '2': return "kernel.yama.ptrace_scope is 2, which lets only root trace processes: run memtrace attach as root";
+    case '3': return "kernel.yama.ptrace_scope is 3, which lets no process be traced until the machine restarts";
+    default: return "run memtrace attach as the process's user, or as root";
+  }
+}
+
+// Why PID cannot be joined at all; empty when it can be tried.
+std::string why_not_joinable(int pid, const std::vector<attach::MappedModule>& modules) {
+  if (pid == ::getpid()) return "it is memtrace itself";
+  if (::kill(pid, 0) != 0)
+    return errno == ESRCH ? "there is no such process" : "it belongs to another user; " + ptrace_advice();
+  if (std::string tracer = status_field(pid, "TracerPid"); !tracer.empty() && tracer != "0")
+    return "it is being traced by process " + tracer + " (" + program_name(std::stoi(tracer)) +
+           "), and a process has one tracer at a time: detach that debugger first";
+  if (std::string state = status_field(pid, "State"); !state.empty() && (state[0] == 'T' || state[0] == 't'))
+    return "it is stopped (" + state + "): continue it first (kill -CONT " + std::to_string(pid) + ")";
+  if (std::string state = status_field(pid, "State"); !state.empty() && state[0] == 'Z')
+    return "it has ended (a zombie)";
+  if (modules.empty()) return "its memory map cannot be read; " + ptrace_advice();
+#if !defined(__x86_64__)
+  return "memtrace attach joins x86-64 processes only";
+#endif
+  if (!attach::find_module(modules, "ld-linux") && !attach::find_module(modules, "libc.so"))
+    return attach::find_module(modules, "ld-musl")
+               ? "it uses musl's C library, and memtrace loads into glibc's processes only"
+               : "it is statically linked: memtrace loads into a process through its dynamic loader, and this one has "
+                 "none";
+  if (!attach::find_module(modules, "libcuda.so"))
+    return "it is not using CUDA (no libcuda.so in its memory): there is no GPU memory to record";
+  if (attach::find_module(modules, "libmemtrace_inject") &&
+      read_text("/proc/" + std::to_string(pid) + "/environ").find(std::string(env::kSocket) + "=") != std::string::npos)
+    return "it runs under memtrace run, which records all of it already";
+  return {};
+}
+
+// A listening Unix socket at PATH; -1 with WHY.
+int listen_at(const std::string& path, std::string& why) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof addr.sun_path) {
+    why = "the socket path " + path + " is too long; set TMPDIR to a shorter folder";
+    return -1;
+  }
+  std::strcpy(addr.sun_path, path.c_str());
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(fd, 4) != 0) {
+    why = "cannot listen at " + path + ": " + std::strerror(errno);
+    if (fd >= 0) ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+int connect_to(const std::string& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof addr.sun_path) return -1;
+  std::strcpy(addr.sun_path, path.c_str());
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) return fd;
+  if (fd >= 0) ::close(fd);
+  return -1;
+}
+
+// Where the memtrace attached to PID listens for `memtrace detach PID`: one per user and process.
+std::string detach_socket_path(int pid) {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string folder = std::string(tmp && *tmp ? tmp : "/tmp") + "/memtrace-attached-" + std::to_string(::geteuid());
+  ::mkdir(folder.c_str(), 0700);
+  return folder + "/" + std::to_string(pid);
+}
+
+// One line from FD (without its newline), waiting up to TIMEOUT_MS; nullopt at the end or timeout.
+std::optional<std::string> read_line(int fd, std::string& buffer, int timeout_ms) {
+  const uint64_t deadline = now_ns() + uint64_t(timeout_ms) * 1'000'000ull;
+  for (;;) {
+    if (size_t end = buffer.find('\n'); end != std::string::npos) {
+      std::string line = buffer.substr(0, end);
+      buffer.erase(0, end + 1);
+      return line;
+    }
+    const uint64_t now = now_ns();
+    if (now >= deadline) return std::nullopt;
+    pollfd p{fd, POLLIN, 0};
+    int ready = ::poll(&p, 1, static_cast<int>((deadline - now) / 1'000'000ull) + 1);
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) continue;
+    char chunk[512];
+    ssize_t n = ::read(fd, chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return std::nullopt;
+    buffer.append(chunk, static_cast<size_t>(n));
+  }
+}
+
+void write_all(int fd, const std::string& text) {
+  for (size_t sent = 0; sent < text.size();) {
+    ssize_t n = ::send(fd, text.data() + sent, text.size() - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == ENOTSOCK) n = ::write(fd, text.data() + sent, text.size() - sent);
+    if (n <= 0) return;
+    sent += static_cast<size_t>(n);
+  }
+}
+
+// The collector: `memtrace _record --attached`, as memtrace.record starts it, in a session of its
+// own (the terminal's Ctrl-C is for memtrace attach, which stops it in order).
+struct Collector {
+  pid_t pid = -1;
+  int input = -1, output = -1;
+  std::string buffer, socket, folder;
+
+  bool start(const AttachOptions& o, std::string& why) {
+    int to_child[2], from_child[2];
+    if (::pipe2(to_child, O_CLOEXEC) != 0 || ::pipe2(from_child, O_CLOEXEC) != 0) {
+      why = std::string("cannot make a pipe: ") + std::strerror(errno);
+      return false;
+    }
+    std::vector<std::string> args{"/proc/self/exe",
+                                  "_record",
+                                  "--attached",
+                                  "--pid",
+                                  std::to_string(o.pid),
+                                  "--compress",
+                                  std::to_string(o.compression)};
+    if (!o.output_dir.empty()) args.insert(args.end(), {"-o", o.output_dir});
+    if (!o.summary || o.snapshot) args.push_back("--no-summary");  // --snapshot: the snapshot is the answer
+    std::string self = fs::read_symlink("/proc/self/exe").string();
+    args[0] = self;
+    pid = ::fork();
+    if (pid == 0) {
+      ::setsid();
+      ::dup2(to_child[0], STDIN_FILENO);
+      ::dup2(from_child[1], STDOUT_FILENO);
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(self.c_str(), argv.data());
+      ::_exit(127);
+    }
+    ::close(to_child[0]);
+    ::close(from_child[1]);
+    input = to_child[1];
+    output = from_child[0];
+    if (pid < 0) {
+      why = std::string("cannot start memtrace's collector: ") + std::strerror(errno);
+      return false;
+    }
+    for (int i = 0; i < 2; ++i) {
+      std::optional<std::string> line = read_line(output, buffer, 30'000);
+      if (!line) break;
+      if (line->rfind("socket ", 0) == 0) socket = line->substr(7);
+      if (line->rfind("folder ", 0) == 0) folder = line->substr(7);
+    }
+    if (socket.empty() || folder.empty()) {
+      why = "memtrace's collector could not start (its message above says why)";
+      finish();
+      return false;
+    }
+    return true;
+  }
+
+  // "N snapshot": the path, or empty (WHY).
+  std::string snapshot(std::string& why) {
+    write_all(input, "1 snapshot\n");
+    for (;;) {
+      std::optional<std::string> line = read_line(output, buffer, 120'000);
+      if (!line) {
+        why = "memtrace's collector did not answer";
+        return {};
+      }
+      if (line->rfind("1 snapshot ", 0) == 0) return line->substr(11);
+      if (line->rfind("1 failed ", 0) == 0) {
+        why = line->substr(9);
+        return {};
+      }
+    }
+  }
+
+  // Ends the recording: the trace is finished and the summary printed.
+  void finish() {
+    if (pid <= 0) return;
+    write_all(input, "stop\n");
+    ::close(input);
+    int status;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    ::close(output);
+    pid = -1;
+  }
+};
+
+// Lets the process's user reach a socket folder memtrace (as root) made for it.
+void hand_to(const std::string& folder, int pid) {
+  struct stat target;
+  if (::geteuid() != 0 || ::stat(("/proc/" + std::to_string(pid)).c_str(), &target) != 0 || target.st_uid == 0) return;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(folder, ec))
+    ::chown(entry.path().c_str(), target.st_uid, target.st_gid);
+  ::chown(folder.c_str(), target.st_uid, target.st_gid);
+}
+
+// Loads the injector into PID and calls memtrace_attach(SETTINGS) there; empty, or why not.
+std::string inject(int pid, const std::vector<attach::MappedModule>& modules, const fs::path& injector,
+                   const std::string& settings) {
+  const attach::MappedModule* libc = attach::find_module(modules, "libc.so");
+  const attach::MappedModule* libdl = attach::find_module(modules, "libdl.so");
+  std::optional<uint64_t> dlopen_fn, dlerror_fn;
+  uint64_t dlopen_flags = RTLD_NOW;
+  for (const attach::MappedModule* m : {libc, libdl}) {  // glibc 2.34+: libc; before: libdl, when loaded
+    if (m && !dlopen_fn && (dlopen_fn = attach::exported_function(pid, *m, "dlopen")))
+      dlerror_fn = attach::exported_function(pid, *m, "dlerror");
+  }
+  if (!dlopen_fn && libc && (dlopen_fn = attach::exported_function(pid, *libc, "__libc_dlopen_mode")))
+    dlopen_flags |= 0x80000000;  // __RTLD_DLOPEN: as dlopen itself calls it
+  if (!dlopen_fn) return "its C library exports no dlopen memtrace can call";
+
+  // The code whose locks dlopen may need: a thread running it is never the one stopped.
+  std::vector<std::pair<uint64_t, uint64_t>> unsafe;
+  for (const attach::MappedModule& m : modules) {
+    std::string name = m.path.substr(m.path.rfind('/') + 1);
+    for (const char* prefix : {"libc.so", "ld-linux", "libpthread", "libdl.so", "libstdc++", "libgcc_s"})
+      if (name.rfind(prefix, 0) == 0) unsafe.insert(unsafe.end(), m.code.begin(), m.code.end());
+  }
+  std::string why;
+  std::unique_ptr<attach::RemoteThread> thread = attach::RemoteThread::stop_safely(pid, unsafe, 10'000, why);
+  if (!thread) return why;
+  uint64_t handle = 0;
+  if (!thread->call(*dlopen_fn, {thread->push_string(injector.string()), dlopen_flags}, handle, why))
+    return "loading memtrace failed: " + why;
+  if (handle == 0) {
+    uint64_t message = 0;
+    std::string text;
+    if (dlerror_fn && thread->call(*dlerror_fn, {}, message, why)) text = thread->read_string(message);
+    return "its dynamic loader could not load memtrace's injector" + (text.empty() ? "" : ": " + text);
+  }
+  std::vector<attach::MappedModule> now = attach::mapped_modules(pid);
+  const attach::MappedModule* loaded = attach::find_module(now, "libmemtrace_inject");
+  std::optional<uint64_t> start = loaded ? attach::exported_function(pid, *loaded, "memtrace_attach") : std::nullopt;
+  if (!start) return "memtrace's injector was loaded, but its memtrace_attach cannot be found";
+  uint64_t answer = 0;
+  if (!thread->call(*start, {thread->push_string(settings)}, answer, why)) return "starting memtrace failed: " + why;
+  if (static_cast<int>(answer) == 1) return "another memtrace attach is joining it right now";
+  if (static_cast<int>(answer) != 0) return "memtrace's thread could not be started in it";
+  return {};
+}
+
+}  // namespace
+
+int attach_command(const AttachOptions& o, std::string* snapshot_path) {
+  const int pid = o.pid;
+  std::vector<attach::MappedModule> modules = attach::mapped_modules(pid);
+  if (std::string why = why_not_joinable(pid, modules); !why.empty()) {
+    std::fprintf(stderr, "memtrace attach: cannot join process %d: %s\n", pid, why.c_str());
+    return kCannotJoin;
+  }
+  fs::path libs = library_dir();
+  fs::path injector = fs::absolute(libs / "libmemtrace_inject.so");
+  if (!fs::exists(injector)) {
+    std::fprintf(stderr, "memtrace attach: the injector %s is missing; reinstall memtrace\n", injector.c_str());
+    return kFailed;
+  }
+
+  // One memtrace attached to a process at a time: its detach socket says who.
+  std::string why;
+  const std::string detach_path = detach_socket_path(pid);
+  if (int other = connect_to(detach_path); other >= 0) {
+    write_all(other, "who\n");
+    ::close(other);
+    std::fprintf(stderr,
+                 "memtrace attach: cannot join process %d: memtrace is attached to it already (memtrace detach %d "
+                 "ends that)\n",
+                 pid, pid);
+    return kCannotJoin;
+  }
+  ::unlink(detach_path.c_str());  // left by a memtrace attach that was killed
+  int detach_listener = listen_at(detach_path, why);
+  if (detach_listener < 0) {
+    std::fprintf(stderr, "memtrace attach: %s\n", why.c_str());
+    return kFailed;
+  }
+  const char* tmp = std::getenv("TMPDIR");
+  std::string report_folder = std::string(tmp && *tmp ? tmp : "/tmp") + "/memtrace-attach-XXXXXX";
+  int report_listener = -1;
+  if (::mkdtemp(report_folder.data())) report_listener = listen_at(report_folder + "/report", why);
+  auto cleanup = [&] {
+    ::close(detach_listener);
+    ::unlink(detach_path.c_str());
+    if (report_listener >= 0) ::close(report_listener);
+    ::unlink((report_folder + "/report").c_str());
+    ::rmdir(report_folder.c_str());
+  };
+  if (report_listener < 0) {
+    std::fprintf(stderr, "memtrace attach: %s\n", why.empty() ? std::strerror(errno) : why.c_str());
+    cleanup();
+    return kFailed;
+  }
+  std::signal(SIGPIPE, SIG_IGN);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) std::signal(sig, on_stop_signal);
+
+  Collector collector;
+  if (!collector.start(o, why)) {
+    std::fprintf(stderr, "memtrace attach: %s\n", why.c_str());
+    cleanup();
+    return kFailed;
+  }
+  hand_to(fs::path(collector.socket).parent_path().string(), pid);
+  hand_to(report_folder, pid);
+  std::string settings;
+  auto set = [&settings](const std::string& name, const std::string& value) { settings += name + "=" + value + "\n"; };
+  set(env::kSocket, collector.socket);
+  set(env::kBackend, "cupti");
+  set(env::kOutputDir, fs::absolute(collector.folder).string());
+  set(env::kInProcess, "1");
+  set(env::kStackDepth, std::to_string(o.stack_depth));
+  set(env::kNativeStacks, o.native_stacks ? "1" : "0");
+  set(env::kPythonStacks, o.python_stacks ? "1" : "0");
+  set("MEMTRACE_ATTACH_SOCKET", report_folder + "/report");
+  set("MEMTRACE_SHIM_FOLDER", fs::absolute(libs / "python").string());
+
+  auto give_up = [&](const std::string& text) {
+    std::fprintf(stderr, "memtrace attach: cannot join process %d: %s\n", pid, text.c_str());
+    collector.finish();
+    std::error_code ec;
+    fs::remove(collector.folder, ec);  // only when empty: nothing was recorded
+    cleanup();
+    return kCannotJoin;
+  };
+  if (std::string failed = inject(pid, modules, injector, settings); !failed.empty()) return give_up(failed);
+
+  // memtrace's thread in the process says how its start went.
+  int report = -1;
+  for (uint64_t waited = 0; report < 0; waited += 100) {
+    pollfd p{report_listener, POLLIN, 0};
+    if (::poll(&p, 1, 100) == 1) report = ::accept4(report_listener, nullptr, nullptr, SOCK_CLOEXEC);
+    if (report < 0 && ::kill(pid, 0) != 0) return give_up("it ended while memtrace was loading");
+    if (report < 0 && waited == 10'000)
+      std::fprintf(stderr, "memtrace attach: waiting for memtrace's thread in process %d to start...\n", pid);
+  }
+  std::string buffer;
+  std::optional<std::string> started = read_line(report, buffer, 300'000);
+  if (!started || started->rfind("started", 0) != 0) {
+    ::close(report);
+    return give_up(!started                            ? "memtrace's thread in it did not say it started"
+                   : started->rfind("failed ", 0) == 0 ? started->substr(7)
+                                                       : *started);
+  }
+  std::fprintf(stderr, "memtrace: attached to process %d (%s), recording into %s/\n", pid, program_name(pid).c_str(),
+               collector.folder.c_str());
+
+  int result = kJoined;
+  if (o.snapshot) {
+    std::string path = collector.snapshot(why);
+    if (path.empty()) std::fprintf(stderr, "memtrace attach: no snapshot: %s\n", why.c_str());
+    if (snapshot_path) *snapshot_path = path;
+    if (path.empty()) result = kFailed;
+  } else {
+    std::fprintf(stderr, "memtrace: %s, Ctrl-C or memtrace detach %d to stop%s\n",
+                 o.duration_ns ? ("for " + format_duration_ns(o.duration_ns)).c_str() : "until the process ends", pid,
+                 o.duration_ns ? "" : " earlier");
+  }
+  // Until it is time to leave: --for, a signal, memtrace detach, or the process's end.
+  const uint64_t until = o.duration_ns ? now_ns() + o.duration_ns : UINT64_MAX;
+  int detacher = -1;
+  bool ended = false;
+  while (!o.snapshot && !g_stop_signal.load() && now_ns() < until) {
+    pollfd fds[2] = {{report, POLLIN, 0}, {detach_listener, POLLIN, 0}};
+    int ready = ::poll(fds, 2, 100);
+    if (ready <= 0) continue;
+    if (fds[0].revents) {  // the process ended (or its recording did: the collector went away)
+      ended = ::kill(pid, 0) != 0 || !read_line(report, buffer, 0);
+      if (ended) break;
+    }
+    if (fds[1].revents & POLLIN) {  // memtrace detach, or another memtrace attach asking who is here
+      int asker = ::accept4(detach_listener, nullptr, nullptr, SOCK_CLOEXEC);
+      std::string said;
+      if (asker >= 0 && read_line(asker, said, 1000) == std::optional<std::string>("detach")) {
+        detacher = asker;
+        break;
+      }
+      if (asker >= 0) {
+        write_all(asker, "attached " + std::to_string(::getpid()) + "\n");
+        ::close(asker);
+      }
+    }
+  }
+  if (!ended) {
+    write_all(report, "stop\n");
+    while (std::optional<std::string> line = read_line(report, buffer, 60'000))
+      if (*line == "stopped") break;
+  }
+  ::close(report);
+  collector.finish();
+  if (ended)
+    std::fprintf(stderr, "memtrace: process %d ended while attached\n", pid);
+  else
+    std::fprintf(stderr, "memtrace: detached from process %d; it runs on\n", pid);
+  if (detacher >= 0) {
+    write_all(detacher, "detached " + collector.folder + "\n");
+    ::close(detacher);
+  }
+  cleanup();
+  return result;
+}
+
+int detach_command(int pid) {
+  int fd = connect_to(detach_socket_path(pid));
+  if (fd < 0) {
+    std::fprintf(stderr, "memtrace detach: memtrace is not attached to process %d\n", pid);
+    return 1;
+  }
+  write_all(fd, "detach\n");
+  std::string buffer;
+  std::optional<std::string> line = read_line(fd, buffer, 600'000);
+  ::close(fd);
+  if (line && line->rfind("detached ", 0) == 0)
+    std::fprintf(stderr, "memtrace: detached from process %d; its trace is in %s/\n", pid, line->substr(9).c_str());
+  else
+    std::fprintf(stderr, "memtrace: the memtrace attached to process %d has ended\n", pid);
+  return 0;
+}
+
+}  // namespace memtrace

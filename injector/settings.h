@@ -1,0 +1,16 @@
+// The settings memtrace hands the injector (ring/environment.h names them): from the environment,
+// which `memtrace run` and memtrace.record set, or, in a process `memtrace attach` joined (whose
+// environment memtrace cannot change safely: the program may read it at the same time), from the
+// list attach gave, which takes precedence.
+#pragma once
+
+namespace memtrace::inject {
+
+// NAME's value: attach's, else the environment's; null when neither has it.
+const char* setting(const char* name);
+
+// Takes TEXT's "NAME=VALUE" lines as attach's list, replacing the last one. Makes no allocation
+// (it runs on a thread memtrace stopped, attach.cpp). False when TEXT does not fit.
+bool set_attach_settings(const char* text);
+
+}  // namespace memtrace::inject
