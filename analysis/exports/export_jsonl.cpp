@@ -82,7 +82,8 @@ void append_event(std::string& out, int pid, const Event& e, const ReplayStep& s
   out += ",\"result\":";
   append_number(out, e.result);
   if (e.interrupted()) out += ",\"interrupted\":true";
-  if (e.captured()) out += ",\"captured\":true";  // made while capturing a CUDA graph
+  if (e.captured()) out += ",\"captured\":true";                             // made while capturing a CUDA graph
+  if (e.flags & kEventBeforeRecording) out += ",\"before_recording\":true";  // held when memtrace attached
   if (e.op() == Op::kAlloc && e.stack_id) out += source.stack_fields(e.stack_id);
   out += "}\n";
 }

@@ -260,10 +260,11 @@ struct Collector {
     }
   }
 
-  // Ends the recording: the trace is finished and the summary printed.
-  void finish() {
+  // Ends the recording: the trace is finished and the summary printed. A process that ENDED is
+  // not told to stop: the collector says it ended.
+  void finish(bool ended = false) {
     if (pid <= 0) return;
-    write_all(input, "stop\n");
+    if (!ended) write_all(input, "stop\n");
     ::close(input);
     int status;
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
@@ -473,7 +474,7 @@ int attach_command(const AttachOptions& o, std::string* snapshot_path) {
       if (*line == "stopped") break;
   }
   ::close(report);
-  collector.finish();
+  collector.finish(ended);
   if (ended)
     std::fprintf(stderr, "memtrace: process %d ended while attached\n", pid);
   else
