@@ -10,7 +10,8 @@
 # CUPTI's own records, and a program linked with NVIDIA's static runtime (static_runtime_nvidia),
 # whose allocations must all be recorded, through CUPTI and through dlsym; last, CUDA graphs'
 # memory nodes (graph_memory: what graphs reserve shows in the device layer) and memory shared
-# between processes (sharing: IPC and shareable handles, multicast), every call recorded.
+# between processes (sharing: IPC and shareable handles, multicast), every call recorded; and the
+# training joined while it runs (memtrace attach) and left.
 #
 #   samples/gpu/check.sh          on the GPU, with the PyTorch of `python3` (or $PYTHON)
 #   samples/gpu/check.sh --sim    the same plumbing on memtrace's simulated device, with the
@@ -117,6 +118,17 @@ print(os.path.dirname(hits[0]) if hits else "")' 2>/dev/null)
   [ -n "$cudart" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$cudart"
 fi
 shared=()
+# memtrace attach: the training joined while it runs (until a file exists), recorded for 3 s, left.
+rm -f "$work/attach.stop"
+env "${bare_env[@]}" "$python" "$model" --until "$work/attach.stop" >"$work/attach.job" 2>"$work/attach.job.err" &
+job=$!
+until grep -q "ready pid" "$work/attach.job" 2>/dev/null || ! kill -0 "$job" 2>/dev/null; do sleep 0.1; done
+"$memtrace" attach "$job" -o "$work/attach" --for 3s >"$work/attach.out" 2>"$work/attach.err"
+echo $? >"$work/attach.status"
+touch "$work/attach.stop"
+wait "$job"
+echo $? >"$work/attach.job.status"
+
 for sample in graph_memory sharing; do
   for candidate in "$here/$sample" "$root/build/samples/$sample"; do
     if [ -x "$candidate" ]; then
@@ -292,6 +304,23 @@ for name in ("static_auto", "static_preload") if static else ():
     live = p["devices"][0]["live_at_exit_bytes"] if p["devices"] else 0
     row(f"{name}: live at exit", mib(live), mib(own["live_at_exit_bytes"].get("0")),
         live == own["live_at_exit_bytes"].get("0"))
+
+# memtrace attach: joined, recorded, left; the job finished as it would have.
+status, job_status = open(f"{work}/attach.status").read().strip(), open(f"{work}/attach.job.status").read().strip()
+row("attach: memtrace attach and the job's exit", f"{status}, {job_status}", "0, 0", status == "0" and job_status == "0")
+if status != "0":
+    sys.stderr.write(open(f"{work}/attach.err").read()[-2000:])
+report = memtrace_json("report", f"{work}/attach")
+p = report["processes"][0] if report and report["processes"] else {}
+start = p["devices"][0].get("at_recording_start", {}) if p.get("devices") else {}
+row("attach: PyTorch's segments known at the attach", mib(start.get("known_bytes")), "> 0",
+    (start.get("known_bytes") or 0) > 0)
+tensors = p.get("events", {}).get("torch.alloc", {}).get("calls", 0)
+row("attach: tensors recorded after the attach", tensors, "> 0", tensors > 0)
+for notice in p.get("notices", []):
+    if "memtrace attach joined" not in notice and "held" not in notice and "in progress" not in notice:
+        row("attach: notice", notice, "none", False)
+
 
 def accounts(path):
     return {a["pid"]: a for a in (json.loads(line[len("memtrace-sample: "):]) for line in open(path, errors="replace")

@@ -3,7 +3,10 @@ few steps with AdamW on random tokens: the GPU check's workload. Prints PyTorch'
 the time per step as the sample's account (`memtrace-sample: {...}`).
 
   gpt_train.py [--steps N] [--layers L] [--width D] [--heads H] [--seq S] [--batch B]
-               [--leak] [--oom]
+               [--leak] [--oom] [--until FILE]
+
+--until FILE trains until FILE exists (a job memtrace attach joins while it runs), printing
+"gpt_train: ready pid P" once the first step is done.
 """
 
 import argparse
@@ -66,12 +69,15 @@ def main():
     p.add_argument("--vocab", type=int, default=16384)
     p.add_argument("--leak", action="store_true")
     p.add_argument("--oom", action="store_true")
+    p.add_argument("--until")
     a = p.parse_args()
     torch.manual_seed(0)
     model = GPT(a.vocab, a.seq, a.width, a.layers, a.heads).cuda()
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
     kept, times = [], []
-    for step in range(a.steps):
+    step = 0
+    while (not os.path.exists(a.until)) if a.until else step < a.steps:
+        step += 1
         torch.cuda.synchronize()
         start = time.perf_counter()
         tokens = torch.randint(0, a.vocab, (a.batch, a.seq + 1), device="cuda")
@@ -85,6 +91,8 @@ def main():
         torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
         del tokens, logits, loss
+        if a.until and step == 1:
+            os.write(1, b"gpt_train: ready pid %d\n" % os.getpid())
     oom = False
     if a.oom:
         total = torch.cuda.get_device_properties(0).total_memory
