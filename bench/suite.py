@@ -237,6 +237,32 @@ class Suite:
                  f"{t / p:.3f}x", "<= 1.05x", t <= 1.05 * p,
                  f"memtrace run --sim -- python3 samples/python/train_loop.py {steps} 4 (wall, start to exit)")
 
+    # 8. What memtrace attach leaves behind: a job's step time after memtrace detached, against
+    # before it attached, relative to the same job never attached (the drift between phases).
+    def attach_residue(self):
+        steps = self.scale(10_000, 300)  # a second a phase: steps take ~0.1 ms on the simulated device
+        env = self.env(extra={"PYTHONPATH": f"{self.build}/lib/sim/torch/site-packages"})
+        ratios = {True: [], False: []}
+        for _ in range(self.scale(5, 1)):
+            for attached in (True, False):
+                go = os.path.join(self.work, "go")
+                if os.path.exists(go):
+                    os.remove(go)
+                job = subprocess.Popen([sys.executable, f"{ROOT}/bench/attach_residue.py", go, "--steps", str(steps)],
+                                       env=env, stdout=subprocess.PIPE, text=True)
+                before = job.stdout.readline().split()
+                if attached:
+                    self.run([self.memtrace, "attach", before[3], "-o", self.trace_dir("attach"), "--for", "1s"])
+                open(go, "w").close()
+                after = job.stdout.readline().split()
+                job.wait()
+                ratios[attached].append(float(after[1]) / float(before[1]))
+        a, c = statistics.median(ratios[True]), statistics.median(ratios[False])
+        self.row("8. a job's step after memtrace attach left", f"{a:.3f}x its step before", f"{c:.3f}x never attached",
+                 f"{a / c:.3f}x", "<= 1.02x", a <= 1.02 * c,
+                 f"bench/attach_residue.py on the stand-in PyTorch, {steps} steps a phase; memtrace attach --for 1s "
+                 "between the phases, or not")
+
     def table(self):
         head = ("row", "memtrace", "baseline (same run)", "ratio", "target", "verdict")
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -250,10 +276,10 @@ def main():
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", default=os.path.join(ROOT, "bench", "RESULTS.md"))
     parser.add_argument("--only", help="comma-separated rows to run (recording,python,trace_size,analysis,"
-                                       "threads,snapshot,end_to_end)")
+                                       "threads,snapshot,end_to_end,attach_residue)")
     args = parser.parse_args()
     suite = Suite(args.build, args.quick)
-    steps = ["recording", "python", "trace_size", "analysis", "threads", "snapshot", "end_to_end"]
+    steps = ["recording", "python", "trace_size", "analysis", "threads", "snapshot", "end_to_end", "attach_residue"]
     if args.only:
         steps = [s for s in steps if s in args.only.split(",")]
     started = time.time()

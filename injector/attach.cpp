@@ -12,6 +12,7 @@
 #include <dlfcn.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -40,7 +41,10 @@ namespace {
 constexpr const char* kAttachSocket = "MEMTRACE_ATTACH_SOCKET";
 constexpr const char* kShimFolder = "MEMTRACE_SHIM_FOLDER";
 
-std::atomic<bool> g_attached{false};  // memtrace_attach's thread runs
+std::atomic<bool> g_attached{false};  // memtrace_attach's thread runs (not in a forked child)
+__attribute__((constructor)) void forget_attach_in_child() {
+  ::pthread_atfork(nullptr, nullptr, [] { g_attached.store(false); });
+}
 
 // The code id of the one frame allocations older than the attach show: no code object has it (ids
 // count up from 1, or are addresses).
@@ -160,12 +164,10 @@ void* attach_main(void*) {
   std::string why;
   if (session_recording()) {
     why = "it is recorded already (memtrace run, memtrace.record or another memtrace attach)";
-  } else if (!restart_ended_session()) {
-    why = "its last recording is still ending; try again";
   } else {
     prepare_native_stacks();
-    if (!session_active()) {
-      why = "memtrace's collector could not be reached";
+    if (!begin_session()) {
+      why = "memtrace's collector could not be reached (or a recording of it is still starting or ending)";
     } else if (!cupti_subscribed(why)) {
       end_session();
       why = "CUPTI's callbacks could not be turned on: " + why;
@@ -212,8 +214,14 @@ MEMTRACE_EXPORT int memtrace_attach(const char* settings) {
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  // The thread takes none of the program's signals (its Ctrl-C, SIGCHLD, timers): it starts with
+  // all blocked, whatever the stopped thread's mask was.
+  sigset_t all, previous;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &previous);
   pthread_t thread;
   int started = pthread_create(&thread, &attr, attach_main, nullptr);
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
   pthread_attr_destroy(&attr);
   if (started != 0) {
     g_attached.store(false);

@@ -155,38 +155,45 @@ void publish_description(uint32_t type, const void* first, std::initializer_list
   deliver(type, first, payload.data(), payload.size());
 }
 
+// The session's start, once its state is kStarting (no other thread starts one meanwhile).
+bool connect_and_start() {
+  bool ok = connect_to_collector();
+  g_state.store(ok ? kActive : kDisabled, std::memory_order_release);
+  if (ok) report_new_modules();  // before any event, so every frame finds its module
+  if (ok) publish_early_notices();
+  // CUPTI, when the driver did not load memtrace as its injection library (another tool is).
+  if (ok) start_cupti();
+  return ok;
+}
+
 }  // namespace
 
 bool session_active() {
   int state = g_state.load(std::memory_order_acquire);
   if (state == kActive) return true;
   if (state == kDisabled) return false;
-  if (state == kUninit && g_state.compare_exchange_strong(state, kStarting, std::memory_order_acq_rel)) {
-    bool ok = connect_to_collector();
-    g_state.store(ok ? kActive : kDisabled, std::memory_order_release);
-    if (ok) report_new_modules();  // before any event, so every frame finds its module
-    if (ok) publish_early_notices();
-    // CUPTI, when the driver did not load memtrace as its injection library (another tool is).
-    if (ok) start_cupti();
-    return ok;
-  }
+  if (state == kUninit && g_state.compare_exchange_strong(state, kStarting, std::memory_order_acq_rel))
+    return connect_and_start();
   // Another thread is connecting: wait for it (it makes no call that could wait on us).
   while ((state = g_state.load(std::memory_order_acquire)) == kStarting) ::sched_yield();
   return state == kActive;
 }
 
-bool restart_ended_session() {
-  int state = kDisabled;
-  if (!g_state.compare_exchange_strong(state, kStarting, std::memory_order_acq_rel)) return state == kUninit;
-  // The ended session's socket was shut down and stays open, and its ring mapped: a thread may
-  // still be inside its last publish. Both are left behind (a descriptor and a ring per attach).
-  g_socket = -1;
-  g_ring_now.store(new ring::Producer(), std::memory_order_release);
-  g_devices_described.store(kNotDescribed, std::memory_order_relaxed);
-  forget_described_code();
-  forget_reported_modules();
-  g_state.store(kUninit, std::memory_order_release);
-  return true;
+bool begin_session() {
+  int state = g_state.load(std::memory_order_acquire);
+  if ((state != kUninit && state != kDisabled) ||
+      !g_state.compare_exchange_strong(state, kStarting, std::memory_order_acq_rel))
+    return false;
+  if (state == kDisabled) {
+    // The ended session's socket was shut down and stays open, and its ring mapped: a thread may
+    // still be inside its last publish. Both are left behind (a descriptor and a ring per attach).
+    g_socket = -1;
+    g_ring_now.store(new ring::Producer(), std::memory_order_release);
+    g_devices_described.store(kNotDescribed, std::memory_order_relaxed);
+    forget_described_code();
+    forget_reported_modules();
+  }
+  return connect_and_start();
 }
 
 bool session_recording() { return g_state.load(std::memory_order_acquire) == kActive; }

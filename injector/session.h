@@ -17,10 +17,10 @@ bool session_active();
 // connection close. The ring stays mapped: another thread may be writing its last record.
 void end_session();
 
-// Readies a session that ended (memtrace.stop, memtrace detach) to start anew on its next use,
-// with a new ring and connection: memtrace attach, again. True when ready (or never started);
-// false while a session is recording.
-bool restart_ended_session();
+// Starts a session now, on this thread: one that never started, or one that ended (memtrace.stop,
+// memtrace detach), then with a new ring and connection (memtrace attach, again). False when one is
+// recording or starting, or the collector cannot be reached.
+bool begin_session();
 // Whether a session is recording now (never connects).
 bool session_recording();
 

@@ -9,8 +9,9 @@ namespace memtrace::inject {
 // NAME's value: attach's, else the environment's; null when neither has it.
 const char* setting(const char* name);
 
-// Takes TEXT's "NAME=VALUE" lines as attach's list, replacing the last one. Makes no allocation
-// (it runs on a thread memtrace stopped, attach.cpp). False when TEXT does not fit.
+// Takes TEXT's "NAME=VALUE" lines as attach's list, replacing the last one (on the thread memtrace
+// stopped at a moment it holds no lock of the C library's: it may allocate). False when TEXT does
+// not fit.
 bool set_attach_settings(const char* text);
 
 }  // namespace memtrace::inject

@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -46,6 +47,25 @@ std::string read_text(const std::string& path) {
   std::ifstream in(path);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   return text;
+}
+
+// glibc's C library and loader, by their names since 2.34 (libc.so.6, ld-linux-x86-64.so.2) and
+// before (libc-2.31.so, ld-2.31.so).
+const attach::MappedModule* find_libc(const std::vector<attach::MappedModule>& modules) {
+  const attach::MappedModule* m = attach::find_module(modules, "libc.so");
+  return m ? m : attach::find_module(modules, "libc-2.");
+}
+bool has_loader(const std::vector<attach::MappedModule>& modules) {
+  return attach::find_module(modules, "ld-linux") || attach::find_module(modules, "ld-2.");
+}
+
+// Whether PID runs (a zombie, dead and not yet waited for by its parent, does not).
+bool running(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(in, line);
+  size_t close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() && line[close + 2] != 'Z' && line[close + 2] != 'X';
 }
 
 // A field of /proc/PID/status ("TracerPid", "Uid"): its value, or empty.
@@ -103,7 +123,7 @@ std::string why_not_joinable(int pid, const std::vector<attach::MappedModule>& m
 #if !defined(__x86_64__)
   return "memtrace attach joins x86-64 processes only";
 #endif
-  if (!attach::find_module(modules, "ld-linux") && !attach::find_module(modules, "libc.so"))
+  if (!has_loader(modules) && !find_libc(modules))
     return attach::find_module(modules, "ld-musl")
                ? "it uses musl's C library, and memtrace loads into glibc's processes only"
                : "it is statically linked: memtrace loads into a process through its dynamic loader, and this one has "
@@ -145,12 +165,23 @@ int connect_to(const std::string& path) {
   return -1;
 }
 
-// Where the memtrace attached to PID listens for `memtrace detach PID`: one per user and process.
-std::string detach_socket_path(int pid) {
+// The folder where each memtrace attach of this user listens for `memtrace detach PID` (PID's
+// socket) and holds PID.lock while attached: made 0700 when missing; empty, with WHY, when it is
+// another user's or open to others (anyone could then tell memtrace to detach).
+std::string attached_folder(bool make, std::string& why) {
   const char* tmp = std::getenv("TMPDIR");
   std::string folder = std::string(tmp && *tmp ? tmp : "/tmp") + "/memtrace-attached-" + std::to_string(::geteuid());
-  ::mkdir(folder.c_str(), 0700);
-  return folder + "/" + std::to_string(pid);
+  if (make) ::mkdir(folder.c_str(), 0700);
+  struct stat st;
+  if (::lstat(folder.c_str(), &st) != 0) {
+    why = "cannot make " + folder + ": " + std::strerror(errno);
+    return {};
+  }
+  if (!S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 077)) {
+    why = folder + " is not a private folder of this user's (remove it)";
+    return {};
+  }
+  return folder;
 }
 
 // One line from FD (without its newline), waiting up to TIMEOUT_MS; nullopt at the end or timeout.
@@ -287,7 +318,7 @@ void hand_to(const std::string& folder, int pid) {
 // Loads the injector into PID and calls memtrace_attach(SETTINGS) there; empty, or why not.
 std::string inject(int pid, const std::vector<attach::MappedModule>& modules, const fs::path& injector,
                    const std::string& settings) {
-  const attach::MappedModule* libc = attach::find_module(modules, "libc.so");
+  const attach::MappedModule* libc = find_libc(modules);
   const attach::MappedModule* libdl = attach::find_module(modules, "libdl.so");
   std::optional<uint64_t> dlopen_fn, dlerror_fn;
   uint64_t dlopen_flags = RTLD_NOW;
@@ -299,16 +330,24 @@ std::string inject(int pid, const std::vector<attach::MappedModule>& modules, co
     dlopen_flags |= 0x80000000;  // __RTLD_DLOPEN: as dlopen itself calls it
   if (!dlopen_fn) return "its C library exports no dlopen memtrace can call";
 
-  // The code whose locks dlopen may need: a thread running it is never the one stopped.
+  // The code whose locks dlopen may need: a thread running it is never the one stopped. A malloc
+  // preloaded in place of glibc's (jemalloc, tcmalloc, mimalloc: common beside PyTorch) too.
   std::vector<std::pair<uint64_t, uint64_t>> unsafe;
   for (const attach::MappedModule& m : modules) {
     std::string name = m.path.substr(m.path.rfind('/') + 1);
-    for (const char* prefix : {"libc.so", "ld-linux", "libpthread", "libdl.so", "libstdc++", "libgcc_s"})
+    for (const char* prefix : {"libc.so", "libc-2.", "ld-linux", "ld-2.", "libpthread", "libdl.so", "libstdc++",
+                               "libgcc_s", "libjemalloc", "libtcmalloc", "libmimalloc"})
       if (name.rfind(prefix, 0) == 0) unsafe.insert(unsafe.end(), m.code.begin(), m.code.end());
   }
   std::string why;
   std::unique_ptr<attach::RemoteThread> thread = attach::RemoteThread::stop_safely(pid, unsafe, 10'000, why);
   if (!thread) return why;
+  // The program may have replaced itself (exec) since its memory map was read: then the addresses
+  // are another program's.
+  const std::vector<attach::MappedModule> modules_now = attach::mapped_modules(pid);
+  const attach::MappedModule* libc_now = find_libc(modules_now);
+  if (!libc || !libc_now || libc_now->start != libc->start || libc_now->path != libc->path)
+    return "it replaced its program (exec) while memtrace was joining it; try again";
   uint64_t handle = 0;
   if (!thread->call(*dlopen_fn, {thread->push_string(injector.string()), dlopen_flags}, handle, why))
     return "loading memtrace failed: " + why;
@@ -345,12 +384,17 @@ int attach_command(const AttachOptions& o, std::string* snapshot_path) {
     return kFailed;
   }
 
-  // One memtrace attached to a process at a time: its detach socket says who.
+  // One memtrace attached to a process at a time: it holds PID.lock, and listens for detach.
   std::string why;
-  const std::string detach_path = detach_socket_path(pid);
-  if (int other = connect_to(detach_path); other >= 0) {
-    write_all(other, "who\n");
-    ::close(other);
+  const std::string folder = attached_folder(true, why);
+  if (folder.empty()) {
+    std::fprintf(stderr, "memtrace attach: %s\n", why.c_str());
+    return kFailed;
+  }
+  const std::string detach_path = folder + "/" + std::to_string(pid), lock_path = detach_path + ".lock";
+  int lock = ::open(lock_path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (lock < 0 || ::flock(lock, LOCK_EX | LOCK_NB) != 0) {
+    if (lock >= 0) ::close(lock);
     std::fprintf(stderr,
                  "memtrace attach: cannot join process %d: memtrace is attached to it already (memtrace detach %d "
                  "ends that)\n",
@@ -361,6 +405,7 @@ int attach_command(const AttachOptions& o, std::string* snapshot_path) {
   int detach_listener = listen_at(detach_path, why);
   if (detach_listener < 0) {
     std::fprintf(stderr, "memtrace attach: %s\n", why.c_str());
+    ::close(lock);
     return kFailed;
   }
   const char* tmp = std::getenv("TMPDIR");
@@ -370,6 +415,8 @@ int attach_command(const AttachOptions& o, std::string* snapshot_path) {
   auto cleanup = [&] {
     ::close(detach_listener);
     ::unlink(detach_path.c_str());
+    ::unlink(lock_path.c_str());
+    ::close(lock);
     if (report_listener >= 0) ::close(report_listener);
     ::unlink((report_folder + "/report").c_str());
     ::rmdir(report_folder.c_str());
@@ -410,19 +457,33 @@ int attach_command(const AttachOptions& o, std::string* snapshot_path) {
     cleanup();
     return kCannotJoin;
   };
-  if (std::string failed = inject(pid, modules, injector, settings); !failed.empty()) return give_up(failed);
+  // While the thread runs memtrace's calls, memtrace must not die: the thread would return to
+  // address 0. Ctrl-C and the like wait until it is let go (SIGKILL cannot be held off).
+  sigset_t hold, previous;
+  sigemptyset(&hold);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGTSTP}) sigaddset(&hold, sig);
+  ::sigprocmask(SIG_BLOCK, &hold, &previous);
+  std::string failed = inject(pid, modules, injector, settings);
+  ::sigprocmask(SIG_SETMASK, &previous, nullptr);
+  if (!failed.empty()) return give_up(failed);
 
   // memtrace's thread in the process says how its start went.
   int report = -1;
   for (uint64_t waited = 0; report < 0; waited += 100) {
     pollfd p{report_listener, POLLIN, 0};
     if (::poll(&p, 1, 100) == 1) report = ::accept4(report_listener, nullptr, nullptr, SOCK_CLOEXEC);
-    if (report < 0 && ::kill(pid, 0) != 0) return give_up("it ended while memtrace was loading");
-    if (report < 0 && waited == 10'000)
+    if (report >= 0) break;
+    if (!running(pid)) return give_up("it ended while memtrace was loading");
+    if (g_stop_signal.load()) return give_up("interrupted while memtrace's thread in it was starting");
+    if (waited == 10'000)
       std::fprintf(stderr, "memtrace attach: waiting for memtrace's thread in process %d to start...\n", pid);
+    if (waited == 60'000)
+      return give_up("memtrace's thread in it did not reach " + report_folder +
+                     "/report in a minute (does the process see another /tmp: a container, systemd's PrivateTmp? "
+                     "set TMPDIR to a folder both see)");
   }
   std::string buffer;
-  std::optional<std::string> started = read_line(report, buffer, 300'000);
+  std::optional<std::string> started = read_line(report, buffer, 300'000);  // CUPTI, Python's GIL
   if (!started || started->rfind("started", 0) != 0) {
     ::close(report);
     return give_up(!started                            ? "memtrace's thread in it did not say it started"
@@ -448,12 +509,18 @@ int attach_command(const AttachOptions& o, std::string* snapshot_path) {
   int detacher = -1;
   bool ended = false;
   while (!o.snapshot && !g_stop_signal.load() && now_ns() < until) {
+    // The process's end: its state (its forked children may hold the report socket open).
+    if ((ended = !running(pid))) break;
     pollfd fds[2] = {{report, POLLIN, 0}, {detach_listener, POLLIN, 0}};
     int ready = ::poll(fds, 2, 100);
     if (ready <= 0) continue;
-    if (fds[0].revents) {  // the process ended (or its recording did: the collector went away)
-      ended = ::kill(pid, 0) != 0 || !read_line(report, buffer, 0);
-      if (ended) break;
+    if (fds[0].revents) {  // memtrace's thread ended: the process is ending, or its collector went away
+      char chunk[256];
+      ssize_t n = ::recv(report, chunk, sizeof chunk, MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+        ended = !running(pid);
+        break;
+      }
     }
     if (fds[1].revents & POLLIN) {  // memtrace detach, or another memtrace attach asking who is here
       int asker = ::accept4(detach_listener, nullptr, nullptr, SOCK_CLOEXEC);
@@ -488,9 +555,14 @@ int attach_command(const AttachOptions& o, std::string* snapshot_path) {
 }
 
 int detach_command(int pid) {
-  int fd = connect_to(detach_socket_path(pid));
+  std::string why;
+  const std::string folder = attached_folder(false, why);
+  int fd = folder.empty() ? -1 : connect_to(folder + "/" + std::to_string(pid));
   if (fd < 0) {
-    std::fprintf(stderr, "memtrace detach: memtrace is not attached to process %d\n", pid);
+    std::fprintf(stderr,
+                 "memtrace detach: memtrace is not attached to process %d (as this user: a memtrace attach run with "
+                 "sudo is detached with sudo)\n",
+                 pid);
     return 1;
   }
   write_all(fd, "detach\n");

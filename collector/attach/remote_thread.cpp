@@ -1,17 +1,20 @@
 #include "remote_thread.h"
 
 #include <dirent.h>
+#include <elf.h>
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <signal.h>
 #include <sys/ptrace.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 
 namespace memtrace::attach {
 namespace {
@@ -26,34 +29,48 @@ std::vector<int> threads_of(int pid) {
   return tids;
 }
 
+// Waits a thread may be stopped in: no C library lock is held across them, and each resumes as
+// it was after a ptrace stop (ERESTARTSYS, ERESTARTNOHAND, ERESTART_RESTARTBLOCK: restarted).
+// epoll_wait and rt_sigtimedwait are not among them: they return EINTR after a stop.
+bool safe_wait(long syscall, uint64_t second_arg) {
+  switch (syscall) {
+    case SYS_futex:  // glibc 2.34+: condition variables, semaphores and joins wait with FUTEX_WAIT_BITSET; locks with
+                     // FUTEX_WAIT
+      return (second_arg & ~uint64_t(FUTEX_PRIVATE_FLAG | FUTEX_CLOCK_REALTIME)) == FUTEX_WAIT_BITSET;
+    case SYS_nanosleep:
+    case SYS_clock_nanosleep:
+    case SYS_poll:
+    case SYS_ppoll:
+    case SYS_select:
+    case SYS_pselect6:
+    case SYS_pause:
+    case SYS_wait4:
+    case SYS_waitid:
+    case SYS_rt_sigsuspend:
+    case SYS_accept:
+    case SYS_accept4: return true;
+    default: return false;
+  }
+}
+
+// What /proc says TID is doing, without stopping it: running, in a safe wait, or neither.
+enum class Doing { kRunning, kSafeWait, kOther };
+Doing what_thread_does(int pid, int tid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/syscall");
+  std::string first;
+  if (!(in >> first)) return Doing::kOther;
+  if (first == "running") return Doing::kRunning;
+  long syscall = std::strtol(first.c_str(), nullptr, 10);
+  std::string arg1, arg2;
+  in >> arg1 >> arg2;
+  return syscall >= 0 && safe_wait(syscall, std::strtoull(arg2.c_str(), nullptr, 16)) ? Doing::kSafeWait
+                                                                                      : Doing::kOther;
+}
+
 // Whether a thread stopped with REGS holds no lock dlopen could need.
 bool safe_moment(const user_regs_struct& regs, const std::vector<std::pair<uint64_t, uint64_t>>& unsafe) {
   const auto syscall = static_cast<int64_t>(regs.orig_rax);
-  if (syscall >= 0) {
-    switch (syscall) {
-      case SYS_futex: {  // glibc's condition variables, semaphores and joins wait with FUTEX_WAIT_BITSET; its locks
-                         // with FUTEX_WAIT
-        const uint64_t op = regs.rsi & ~uint64_t(FUTEX_PRIVATE_FLAG | FUTEX_CLOCK_REALTIME);
-        return op == FUTEX_WAIT_BITSET;
-      }
-      case SYS_nanosleep:
-      case SYS_clock_nanosleep:
-      case SYS_poll:
-      case SYS_ppoll:
-      case SYS_select:
-      case SYS_pselect6:
-      case SYS_epoll_wait:
-      case SYS_epoll_pwait:
-      case SYS_pause:
-      case SYS_wait4:
-      case SYS_waitid:
-      case SYS_rt_sigsuspend:
-      case SYS_rt_sigtimedwait:
-      case SYS_accept:
-      case SYS_accept4: return true;
-      default: return false;
-    }
-  }
+  if (syscall >= 0) return safe_wait(syscall, regs.rsi);
   for (const auto& [start, end] : unsafe)
     if (regs.rip >= start && regs.rip < end) return false;
   return true;
@@ -70,6 +87,12 @@ bool wait_stop(int tid, int& status) {
 
 bool is_interrupt_stop(int status) { return (status >> 16) == PTRACE_EVENT_STOP; }
 
+uint64_t now_ms() {
+  timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000 + uint64_t(ts.tv_nsec) / 1'000'000;
+}
+
 }  // namespace
 
 std::unique_ptr<RemoteThread> RemoteThread::stop_safely(int pid,
@@ -77,8 +100,9 @@ std::unique_ptr<RemoteThread> RemoteThread::stop_safely(int pid,
                                                         int timeout_ms, std::string& why) {
   timespec pause{0, 1'000'000};
   int refused = 0, tried = 0;
-  for (int round = 0; round < timeout_ms; ++round) {
+  for (const uint64_t deadline = now_ms() + uint64_t(timeout_ms); now_ms() < deadline;) {
     for (int tid : threads_of(pid)) {
+      if (what_thread_does(pid, tid) == Doing::kOther) continue;  // never stopped: its call might not resume as it was
       ++tried;
       if (::ptrace(PTRACE_SEIZE, tid, nullptr, nullptr) != 0) {
         if (errno == EPERM) ++refused;
@@ -91,8 +115,13 @@ std::unique_ptr<RemoteThread> RemoteThread::stop_safely(int pid,
         continue;
       }
       user_regs_struct regs;
-      if (::ptrace(PTRACE_GETREGS, tid, nullptr, &regs) == 0 && safe_moment(regs, unsafe))
-        return std::unique_ptr<RemoteThread>(new RemoteThread(pid, tid, regs));
+      if (::ptrace(PTRACE_GETREGS, tid, nullptr, &regs) == 0 && safe_moment(regs, unsafe)) {
+        std::unique_ptr<RemoteThread> thread(new RemoteThread(pid, tid, regs));
+        if (!thread->vector_state_.empty()) return thread;
+        thread.reset();  // its vector registers cannot be saved: let go as it was
+        why = "its threads' vector registers cannot be read (PTRACE_GETREGSET NT_X86_XSTATE)";
+        return nullptr;
+      }
       ::ptrace(PTRACE_DETACH, tid, nullptr, nullptr);
     }
     if (tried && refused == tried) {
@@ -106,22 +135,41 @@ std::unique_ptr<RemoteThread> RemoteThread::stop_safely(int pid,
     ::nanosleep(&pause, nullptr);
   }
   why = "none of its threads stopped at a moment it held none of the C library's locks, in " +
-        std::to_string(timeout_ms / 1000) + " s of trying (a thread spinning inside malloc or the loader?); try again";
+        std::to_string(timeout_ms / 1000) +
+        " s of trying (all of them inside malloc, the loader or a system call that a stop would interrupt?); try "
+        "again";
   return nullptr;
 }
 
 RemoteThread::RemoteThread(int pid, int tid, const user_regs_struct& saved) : pid_(pid), tid_(tid), saved_(saved) {
   mem_ = ::open(("/proc/" + std::to_string(pid) + "/mem").c_str(), O_RDWR | O_CLOEXEC);
   next_ = (saved.rsp - 128) & ~uint64_t(15);  // below the red zone, which the interrupted code may use
+  // The vector registers: the calls clobber xmm/ymm registers the interrupted code may still use.
+  vector_state_.resize(64 << 10);
+  iovec io{vector_state_.data(), vector_state_.size()};
+  if (::ptrace(PTRACE_GETREGSET, tid, reinterpret_cast<void*>(NT_X86_XSTATE), &io) == 0)
+    vector_state_.resize(io.iov_len);
+  else
+    vector_state_.clear();
 }
 
 RemoteThread::~RemoteThread() {
   if (mem_ >= 0) ::close(mem_);
   if (gone_) return;
   // As it was: an interrupted system call (orig_rax, and rax's restart code) is restarted by the
-  // kernel when the thread resumes.
+  // kernel when the thread resumes; the vector registers as they were.
   ::ptrace(PTRACE_SETREGS, tid_, nullptr, &saved_);
-  ::ptrace(PTRACE_DETACH, tid_, nullptr, nullptr);
+  if (!vector_state_.empty()) {
+    iovec io{vector_state_.data(), vector_state_.size()};
+    ::ptrace(PTRACE_SETREGSET, tid_, reinterpret_cast<void*>(NT_X86_XSTATE), &io);
+  }
+  // The signals held during the calls: the first delivered as the thread resumes, with its own
+  // siginfo (the thread is in a signal-delivery stop, the call's SIGSEGV, which this replaces);
+  // any others sent again.
+  long first = 0;
+  if (!held_.empty() && ::ptrace(PTRACE_SETSIGINFO, tid_, nullptr, &held_.front()) == 0) first = held_.front().si_signo;
+  ::ptrace(PTRACE_DETACH, tid_, nullptr, reinterpret_cast<void*>(first));
+  for (size_t i = first ? 1 : 0; i < held_.size(); ++i) ::syscall(SYS_tgkill, pid_, tid_, held_[i].si_signo);
 }
 
 uint64_t RemoteThread::push(const void* bytes, size_t size) {
@@ -156,6 +204,7 @@ bool RemoteThread::call(uint64_t fn, std::initializer_list<uint64_t> args, uint6
   regs.rip = fn;
   regs.rax = 0;
   regs.orig_rax = static_cast<unsigned long long>(-1);  // no system call to restart on the way out
+  regs.eflags &= ~((1ull << 10) | (1ull << 8));         // the ABI's clear direction flag; no single-stepping
   if (::ptrace(PTRACE_SETREGS, tid_, nullptr, &regs) != 0 || ::ptrace(PTRACE_CONT, tid_, nullptr, nullptr) != 0) {
     why = std::string("ptrace: ") + std::strerror(errno);
     return false;
@@ -167,23 +216,27 @@ bool RemoteThread::call(uint64_t fn, std::initializer_list<uint64_t> args, uint6
       why = "it ended during the call";
       return false;
     }
-    int sig = WSTOPSIG(status);
     if (is_interrupt_stop(status)) {  // a group stop (SIGSTOP to the process): the call goes on
       ::ptrace(PTRACE_CONT, tid_, nullptr, nullptr);
       continue;
     }
-    if (sig == SIGSEGV) {
+    siginfo_t info{};
+    ::ptrace(PTRACE_GETSIGINFO, tid_, nullptr, &info);
+    const int sig = WSTOPSIG(status);
+    const bool fault = (sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE) && info.si_code > 0;
+    if (fault) {  // raised by the call itself
       user_regs_struct now;
-      ::ptrace(PTRACE_GETREGS, tid_, nullptr, &now);
-      if (now.rip == 0) {
-        result = now.rax;
+      if (sig == SIGSEGV && ::ptrace(PTRACE_GETREGS, tid_, nullptr, &now) == 0 && now.rip == 0) {
+        result = now.rax;  // it returned
         return true;
       }
-      why = "the call crashed (SIGSEGV at " + std::to_string(now.rip) + ")";
+      why = std::string("the call crashed (") + strsignal(sig) + "); the process's loader may be left locked";
       return false;
     }
-    // Any other signal is the program's: delivered now, on top of the call, as it would be.
-    ::ptrace(PTRACE_CONT, tid_, nullptr, reinterpret_cast<void*>(static_cast<long>(sig)));
+    // The program's own signal: held, and delivered once the thread is as it was (delivered now,
+    // on top of the call, a system call it interrupted would not return EINTR as it should).
+    held_.push_back(info);
+    ::ptrace(PTRACE_CONT, tid_, nullptr, nullptr);
   }
 }
 

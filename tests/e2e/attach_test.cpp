@@ -77,7 +77,15 @@ std::string without_pid(std::string text) { return std::regex_replace(text, std:
 std::vector<std::string> long_running(const std::string& stop) {
   return {e2e::sample_path("long_running"), stop, "--threads", "3"};
 }
-const std::vector<std::string> kSimEnv = {"LD_LIBRARY_PATH=" MEMTRACE_SIM_DIR};
+// A job's environment: the simulated device, and under scripts/sanitize the sanitizer's runtime
+// first, which the instrumented injector attach loads needs.
+std::vector<std::string> job_env(std::vector<std::string> env = {}) {
+  env.push_back("LD_LIBRARY_PATH=" MEMTRACE_SIM_DIR);
+  if (const char* first = std::getenv("MEMTRACE_PRELOAD_FIRST"); first && *first)
+    env.push_back(std::string("LD_PRELOAD=") + first);
+  return env;
+}
+const std::vector<std::string> kSimEnv = job_env();
 
 // The job once without memtrace: stopped as soon as it is ready.
 std::string unattached_output(const std::string& dir, const std::vector<std::string>& argv, const std::string& stop,
@@ -156,6 +164,28 @@ TEST(Attach, ACppJobWithThreadsInsideCudaAndMallocRecordedTwiceAndLeftAsItWas) {
   for (const json& e : events_of(dir + "/first"))
     churn |= e["api"] == "cudaMalloc" && e["stack"].dump().find("cuda_churn") != std::string::npos;
   EXPECT_TRUE(churn);
+}
+
+// The thread memtrace stops for its calls was running the program's own code with values in its
+// vector registers: they are as they were. A thread in epoll_wait (which a stop ends with EINTR)
+// is never stopped.
+TEST(Attach, LeavesTheStoppedThreadsRegistersAndOtherThreadsWaitsAsTheyWere) {
+  std::string dir = e2e::temp_dir("attach-victim");
+  fs::create_directories(dir);
+  const std::string stop = dir + "/stop";
+  for (const std::string mode : {"--spin", "--read"}) {
+    Background victim(dir, "victim" + mode, {e2e::sample_path("attach_victim"), stop, mode}, kSimEnv);
+    ASSERT_TRUE(wait_for_text(victim.out, "victim: ready", victim.pid)) << victim.errors();
+    for (const std::string run : {"first", "second", "third"}) {
+      e2e::Result r = e2e::run(
+          {e2e::kMemtrace, "attach", std::to_string(victim.pid), "-o", dir + "/" + run + mode, "--for", "0.1s"});
+      EXPECT_EQ(r.status, 0) << mode << ": " << r.err;
+    }
+    std::ofstream(stop).put('\n');
+    EXPECT_EQ(victim.wait(), 0) << mode << ": " << victim.errors();
+    EXPECT_EQ(victim.output(), "victim: ready\nvictim: intact\n") << mode << ": " << victim.errors();
+    fs::remove(stop);
+  }
 }
 
 TEST(Attach, KilledWhileAttachedLeavesACompleteTrace) {
@@ -264,7 +294,7 @@ TEST(Attach, APyTorchTrainingWithThreads) {
   fs::create_directories(dir);
   const std::string stop = dir + "/stop";
   std::vector<std::string> train = e2e::python_sample("torch_train.py", {"--until", stop, "--threads", "2"});
-  const std::vector<std::string> env = {"PYTHONPATH=" + kStandIn, "LD_LIBRARY_PATH=" MEMTRACE_SIM_DIR};
+  const std::vector<std::string> env = job_env({"PYTHONPATH=" + kStandIn});
   // PyTorch's account at the end, less what differs run to run (its pid, the step time).
   auto account = [](const std::string& output) {
     std::smatch m;
