@@ -195,6 +195,13 @@ TEST(Attach, KilledWhileAttachedLeavesACompleteTrace) {
   ASSERT_TRUE(wait_for_text(job.out, "ready pid", job.pid)) << job.errors();
   Background attach(dir, "attach", {e2e::kMemtrace, "attach", std::to_string(job.pid), "-o", dir + "/traces"});
   ASSERT_TRUE(wait_for_text(attach.err, "to stop", attach.pid)) << attach.errors();
+  // Killed once calls are recorded: the trace, read while it is written, holds some.
+  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
+       std::chrono::steady_clock::now() < deadline;) {
+    e2e::Result r = e2e::run({e2e::kMemtrace, "report", "--json", dir + "/traces"});
+    if (r.status == 0 && r.out.find("\"cudaMalloc\"") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   ::kill(job.pid, SIGKILL);
   EXPECT_EQ(job.wait(), 128 + SIGKILL);
   EXPECT_EQ(attach.wait(), 0) << attach.errors();
