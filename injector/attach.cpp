@@ -120,39 +120,54 @@ int sample_devices_in_use(uint64_t caller) {
   return active_devices;
 }
 
-// Python's part, with the GIL taken on this thread: the shim (Python frames, PyTorch's tracker),
-// then what PyTorch's allocator holds now. False when there is no initialized Python here.
-bool start_python(const char* folder) {
+// Runs CODE in the process's Python, with the GIL taken on this thread; false when there is no
+// initialized Python here (or it is finalizing: the process is ending).
+bool run_python(const std::string& code) {
   auto is_initialized = reinterpret_cast<int (*)()>(::dlsym(RTLD_DEFAULT, "Py_IsInitialized"));
+  auto is_finalizing = reinterpret_cast<int (*)()>(::dlsym(RTLD_DEFAULT, "Py_IsFinalizing"));  // 3.13
+  if (!is_finalizing) is_finalizing = reinterpret_cast<int (*)()>(::dlsym(RTLD_DEFAULT, "_Py_IsFinalizing"));
   auto ensure = reinterpret_cast<int (*)()>(::dlsym(RTLD_DEFAULT, "PyGILState_Ensure"));
   auto release = reinterpret_cast<void (*)(int)>(::dlsym(RTLD_DEFAULT, "PyGILState_Release"));
   auto run_string = reinterpret_cast<int (*)(const char*)>(::dlsym(RTLD_DEFAULT, "PyRun_SimpleString"));
-  if (!is_initialized || !ensure || !release || !run_string || !is_initialized()) return false;
-  Dl_info self{};
-  if (!folder || !*folder || !::dladdr(reinterpret_cast<void*>(&start_python), &self) || !self.dli_fname) return false;
-  std::string library = self.dli_fname;
-  if (std::string(folder).find('\'') != std::string::npos || library.find('\'') != std::string::npos) return false;
-  std::string code =
-      "exec('''\n"
-      "try:\n"
-      "    import ctypes, importlib.util, sys\n"
-      "    if '_memtrace_shim' not in sys.modules:\n"
-      "        spec = importlib.util.spec_from_file_location('_memtrace_shim', '" +
-      std::string(folder) + "/_memtrace_shim/__init__.py', submodule_search_locations=['" + folder +
-      "/_memtrace_shim'])\n"
-      "        module = importlib.util.module_from_spec(spec)\n"
-      "        sys.modules['_memtrace_shim'] = module\n"
-      "        spec.loader.exec_module(module)\n"
-      "    sys.modules['_memtrace_shim'].attached(ctypes.PyDLL('" +
-      library +
-      "'))\n"
-      "except Exception:\n"
-      "    pass\n"
-      "''', {})\n";
+  if (!is_initialized || !ensure || !release || !run_string || !is_initialized() || (is_finalizing && is_finalizing()))
+    return false;
   int state = ensure();
   run_string(code.c_str());
   release(state);
   return true;
+}
+
+// Python code that runs BODY (indented four spaces), quietly, in a dictionary of its own.
+std::string quietly(const std::string& body) {
+  return "exec('''\ntry:\n" + body + "except Exception:\n    pass\n''', {})\n";
+}
+
+// Python's part: the shim (Python frames, PyTorch's tracker and hooks), then what PyTorch's
+// allocator holds now. False when there is no initialized Python here.
+bool start_python(const char* folder) {
+  Dl_info self{};
+  if (!folder || !*folder || !::dladdr(reinterpret_cast<void*>(&start_python), &self) || !self.dli_fname) return false;
+  std::string library = self.dli_fname;
+  if (std::string(folder).find('\'') != std::string::npos || library.find('\'') != std::string::npos) return false;
+  return run_python(
+      quietly("    import ctypes, importlib.util, sys\n"
+              "    if '_memtrace_shim' not in sys.modules:\n"
+              "        spec = importlib.util.spec_from_file_location('_memtrace_shim', '" +
+              std::string(folder) + "/_memtrace_shim/__init__.py', submodule_search_locations=['" + folder +
+              "/_memtrace_shim'])\n"
+              "        module = importlib.util.module_from_spec(spec)\n"
+              "        sys.modules['_memtrace_shim'] = module\n"
+              "        spec.loader.exec_module(module)\n"
+              "    sys.modules['_memtrace_shim'].attached(ctypes.PyDLL('" +
+              library + "'))\n"));
+}
+
+// memtrace detaches: PyTorch's functions as they were (the shim's hooks taken out).
+void stop_python() {
+  run_python(
+      quietly("    import sys\n"
+              "    if '_memtrace_shim' in sys.modules:\n"
+              "        sys.modules['_memtrace_shim'].detached()\n"));
 }
 
 void* attach_main(void*) {
@@ -192,6 +207,7 @@ void* attach_main(void*) {
   if (python && devices) sample_devices_in_use(caller);  // the device layer beside what PyTorch held
   say(socket, std::string("started") + (python ? " python" : ""));
   wait_for_stop(socket);
+  if (python) stop_python();
   stop_cupti();
   end_session();
   say(socket, "stopped");

@@ -324,6 +324,8 @@ TEST(Attach, APyTorchTrainingWithThreads) {
   std::ofstream(stop).put('\n');
   EXPECT_EQ(job.wait(), 0) << job.errors();
   EXPECT_EQ(account(job.output()), expected) << job.output();
+  // memtrace's hooks (backward, the optimizers' steps) were taken out when it left.
+  EXPECT_NE(job.output().find("PyTorch's functions as they were: yes"), std::string::npos) << job.output();
 
   json p = report_of(dir + "/traces");
   EXPECT_EQ(p["joined_by"], "memtrace attach");

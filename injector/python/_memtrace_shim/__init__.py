@@ -35,6 +35,10 @@ def attached(library):
     allocator holds now (existing)."""
     start(library)
     injector = exports.load(library)
+    if os.environ.get("MEMTRACE_TORCH") != "0":
+        from . import torch_hooks
+        if torch_hooks.current() is not None:
+            torch_hooks.current().rehook()
     torch = sys.modules.get("torch")
     if injector is None or torch is None:
         return
@@ -43,6 +47,15 @@ def attached(library):
     if held is not None:
         injector.notice(("PyTorch's allocator held %d tensor%s when memtrace attached: in this trace as live before "
                          "memtrace attached, without their stacks" % (held, "" if held == 1 else "s")).encode())
+
+
+def detached():
+    """Called by the injector's attach thread, with the GIL, when memtrace detaches: PyTorch's
+    functions as they were."""
+    if "_memtrace_shim.torch_hooks" in sys.modules:
+        hooks = sys.modules["_memtrace_shim.torch_hooks"].current()
+        if hooks is not None:
+            hooks.unhook()
 
 
 def _started_by_injector():

@@ -63,6 +63,8 @@ class TorchHooks:
         self.step_hooks = []  # (register function, hook, handle), re-registered under Dynamo's disable
         self.dynamo_done = False
         self.history = None
+        self.active = True  # False once memtrace detached: every hook is taken out, or returns at once
+        self.replaced = []  # (module, name, original, ours): what wrap_peak_reset and hook_backward replaced
 
     # -- the allocator -----------------------------------------------------------------------
 
@@ -91,12 +93,16 @@ class TorchHooks:
     @_quiet
     def on_oom(self, device, alloc, device_total, device_free):
         """PyTorch's OOM observer: with the GIL, after the allocator let go of its lock."""
+        if not self.active:
+            return  # observers cannot be removed
         self.record_counters("oom", [device])
         if self.history is not None:
             self.history.collect("oom")
 
     @_quiet
     def at_exit(self):
+        if not self.active:
+            return
         if self.torch.cuda.is_initialized():
             self.record_counters("exit", range(self.torch.cuda.device_count()))
         if self.history is not None:
@@ -137,6 +143,7 @@ class TorchHooks:
         for module in (memory, self.torch.cuda):
             if getattr(module, "reset_peak_memory_stats", None) is original:
                 module.reset_peak_memory_stats = reset_peak_memory_stats
+                self.replaced.append((module, "reset_peak_memory_stats", original, reset_peak_memory_stats))
 
     # -- steps and phases -------------------------------------------------------------------
 
@@ -211,6 +218,34 @@ class TorchHooks:
 
         backward._memtrace = True
         autograd.backward = backward
+        self.replaced.append((autograd, "backward", original, backward))
+
+    # -- memtrace attach and detach ----------------------------------------------------------
+
+    def unhook(self):
+        """memtrace detached: PyTorch's functions and hooks as they were before it attached (its
+        trace tracker and OOM observer cannot be removed: they return at once)."""
+        self.active = False
+        for entry in self.step_hooks:
+            if entry[2] is not None:
+                entry[2].remove()
+                entry[2] = None
+        for module, name, original, ours in self.replaced:
+            if getattr(module, name, None) is ours:
+                setattr(module, name, original)
+        self.replaced = []
+
+    def rehook(self):
+        """memtrace attached again."""
+        if self.active:
+            return
+        self.active = True
+        for entry in self.step_hooks:
+            entry[2] = entry[0](entry[1])
+        self.hook_backward()
+        self.wrap_peak_reset()
+        if self.dynamo_done:
+            self.disable_backward(sys.modules["torch._dynamo"].disable)
 
     # -- torch.compile ----------------------------------------------------------------------
 
@@ -228,11 +263,17 @@ class TorchHooks:
             handle.remove()
             entry[1] = disable(hook)
             entry[2] = register(entry[1])
+        self.disable_backward(disable)
+
+    def disable_backward(self, disable):
+        """Wraps memtrace's backward in Dynamo's disable (it stays what unhook restores from)."""
         autograd = self.torch.autograd
-        if getattr(autograd.backward, "_memtrace", False):
-            disabled = disable(autograd.backward)
+        ours = autograd.backward
+        if getattr(ours, "_memtrace", False):
+            disabled = disable(ours)
             disabled._memtrace = True
             autograd.backward = disabled
+            self.replaced = [(m, n, o, disabled if w is ours else w) for m, n, o, w in self.replaced]
 
 
 def torch_imported(torch, injector):
@@ -247,10 +288,18 @@ def torch_imported(torch, injector):
     return hooks
 
 
+# The hooks of this process, once torch is imported (for memtrace attach's detach and attach again).
+_state = {"hooks": None}
+
+
+def current():
+    return _state["hooks"]
+
+
 def watch(injector):
     """Calls torch_imported once torch is imported (a finder that wraps torch's loader), and
     keeps the hooks out of Dynamo's graphs once torch._dynamo is."""
-    state = {"hooks": None}
+    state = _state
 
     def on_torch(module):
         state["hooks"] = torch_imported(module, injector)
