@@ -1,8 +1,13 @@
-// Holds device memory for a while, for snapshots taken while a program runs.
-//   hold [--buffers N] [--hold-ms MS]
+// Holds device memory for a while, for snapshots taken while a program runs: for MS, or with
+// --until FILE until FILE exists (saying "hold: holding" on stderr once it holds its buffers).
+//   hold [--buffers N] [--hold-ms MS] [--until FILE]
 #include <cuda_runtime_api.h>
 
+#include <sys/stat.h>
+
 #include <chrono>
+#include <cstdio>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -20,7 +25,16 @@ int main(int argc, char** argv) {
     account.live(0, 3 << 20);
     held.push_back(p);
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(hold_ms));
+  const char* until = nullptr;
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], "--until") == 0) until = argv[i + 1];
+  if (until) {
+    std::fprintf(stderr, "hold: holding\n");
+    struct stat st;
+    while (::stat(until, &st) != 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  } else {
+    std::this_thread::sleep_for(std::chrono::milliseconds(hold_ms));
+  }
   for (void* p : held) {
     SAMPLE_CHECK(cudaFree(p));
     account.call("cudaFree", true);

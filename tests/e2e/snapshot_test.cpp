@@ -8,6 +8,7 @@
 #include <chrono>
 #include <csignal>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "harness.h"
@@ -126,11 +127,26 @@ TEST(Snapshots, OnDemandWhileRunning) {
   if (pid == 0) {
     if (!freopen((dir + "/log").c_str(), "w", stderr) || !freopen((dir + "/out").c_str(), "w", stdout)) _exit(126);
     ::execl(e2e::kMemtrace.c_str(), e2e::kMemtrace.c_str(), "run", "--sim", "-o", (dir + "/traces").c_str(), "--",
-            e2e::sample_path("hold").c_str(), "--hold-ms", "1500", static_cast<char*>(nullptr));
+            e2e::sample_path("hold").c_str(), "--until", (dir + "/stop").c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  // Each step waits for what it needs: the buffers held, then the snapshot written. The two
+  // minutes are only there so that a broken build fails instead of hanging.
+  auto wait_until = [](auto&& done) {
+    for (auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
+         !done() && std::chrono::steady_clock::now() < deadline;)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return done();
+  };
+  auto holding = [&] {
+    std::ifstream log(dir + "/log");
+    std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+    return text.find("hold: holding") != std::string::npos;
+  };
+  EXPECT_TRUE(wait_until(holding));
   ::kill(pid, SIGUSR1);
+  EXPECT_TRUE(wait_until([&] { return snapshots(dir, "demand-").size() == 1; }));
+  std::ofstream(dir + "/stop").put('\n');
   int status = 0;
   ::waitpid(pid, &status, 0);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
