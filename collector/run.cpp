@@ -25,6 +25,7 @@
 #include "memtrace/format/run_folder.h"
 #include "memtrace/ring/environment.h"
 #include "memtrace/views/report_render.h"
+#include "process_state.h"
 #include "traced_process.h"
 
 extern char** environ;
@@ -92,16 +93,6 @@ int read_ppid(int pid) {
   char state;
   std::sscanf(line.c_str() + close + 1, " %c %d", &state, &ppid);
   return ppid;
-}
-
-// Whether PID runs (a zombie, dead and not yet waited for by its parent, does not).
-bool running(int pid) {
-  if (::kill(pid, 0) != 0) return false;
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  std::getline(in, line);
-  size_t close = line.rfind(')');
-  return close != std::string::npos && close + 2 < line.size() && line[close + 2] != 'Z' && line[close + 2] != 'X';
 }
 
 std::string host_name() {

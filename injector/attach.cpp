@@ -158,7 +158,7 @@ bool start_python(const char* folder) {
               "        module = importlib.util.module_from_spec(spec)\n"
               "        sys.modules['_memtrace_shim'] = module\n"
               "        spec.loader.exec_module(module)\n"
-              "    sys.modules['_memtrace_shim'].attached(ctypes.PyDLL('" +
+              "    sys.modules['_memtrace_shim'].recording_started(ctypes.PyDLL('" +
               library + "'))\n"));
 }
 
@@ -167,7 +167,7 @@ void stop_python() {
   run_python(
       quietly("    import sys\n"
               "    if '_memtrace_shim' in sys.modules:\n"
-              "        sys.modules['_memtrace_shim'].detached()\n"));
+              "        sys.modules['_memtrace_shim'].recording_stopped()\n"));
 }
 
 void* attach_main(void*) {
@@ -196,8 +196,6 @@ void* attach_main(void*) {
   }
   const uint64_t caller = MEMTRACE_CALLER;
   int devices = sample_devices_in_use(caller);
-  publish_code(kBeforeAttachCode, "live before memtrace attached", "", 0,
-               static_cast<uint8_t>(python::LineTable::kLines), {});
   publish_notice(
       "memtrace attach joined this process while it ran: what it allocated before is in this trace only where "
       "PyTorch's allocator still held it (marked live before memtrace attached); the device layer at the attach "
@@ -248,9 +246,15 @@ MEMTRACE_EXPORT int memtrace_attach(const char* settings) {
 
 // An allocation the process held before recording started (memtrace attach, memtrace.record), as
 // PyTorch's allocator reports it: API (a cudaMalloc, a PyTorch segment or block) at ADDR, SIZE
-// bytes, on DEVICE and STREAM. Its time is now, its stack one frame: "live before memtrace attached".
+// bytes, on DEVICE and STREAM. Its time is now, its stack one frame: "live before memtrace
+// attached" (or "live before recording started", from memtrace.record), described once a session.
 MEMTRACE_EXPORT void memtrace_existing(int api, int device, uint64_t addr, uint64_t size, uint64_t stream) {
   if (api <= 0 || api >= static_cast<int>(Api::kCount) || !session_recording()) return;
+  static std::atomic<uint64_t> described{0};
+  if (const uint64_t session = session_number(); described.exchange(session) != session)
+    publish_code(kBeforeAttachCode,
+                 setting(kAttachSocket) ? "live before memtrace attached" : "live before recording started", "", 0,
+                 static_cast<uint8_t>(python::LineTable::kLines), {});
   Event e;
   e.api = static_cast<Api>(api);
   e.kind = api_info(e.api).kind;

@@ -155,9 +155,12 @@ void publish_description(uint32_t type, const void* first, std::initializer_list
   deliver(type, first, payload.data(), payload.size());
 }
 
+std::atomic<uint64_t> g_session_number{0};
+
 // The session's start, once its state is kStarting (no other thread starts one meanwhile).
 bool connect_and_start() {
   bool ok = connect_to_collector();
+  if (ok) g_session_number.fetch_add(1, std::memory_order_acq_rel);
   g_state.store(ok ? kActive : kDisabled, std::memory_order_release);
   if (ok) report_new_modules();  // before any event, so every frame finds its module
   if (ok) publish_early_notices();
@@ -195,6 +198,8 @@ bool begin_session() {
   }
   return connect_and_start();
 }
+
+uint64_t session_number() { return g_session_number.load(std::memory_order_acquire); }
 
 bool session_recording() { return g_state.load(std::memory_order_acquire) == kActive; }
 

@@ -21,6 +21,8 @@ void end_session();
 // memtrace detach), then with a new ring and connection (memtrace attach, again). False when one is
 // recording or starting, or the collector cannot be reached.
 bool begin_session();
+// Counts the sessions started in this process image (1 for the first).
+uint64_t session_number();
 // Whether a session is recording now (never connects).
 bool session_recording();
 

@@ -2,7 +2,6 @@
 // --until FILE until FILE exists (saying "hold: holding" on stderr once it holds its buffers).
 //   hold [--buffers N] [--hold-ms MS] [--until FILE]
 #include <cuda_runtime_api.h>
-
 #include <sys/stat.h>
 
 #include <chrono>

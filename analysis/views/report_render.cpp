@@ -78,8 +78,9 @@ std::string joined_line(const ProcessReport& p, const DeviceReport& d) {
                           : ": the device's use was not sampled";
   if (d.before_recording_count)
     return line + "; of it memtrace knows " + format_bytes(d.before_recording_bytes) + " in " +
-           counted(d.before_recording_count, "allocation") +
-           " the allocator held then (the site \"live before memtrace attached\"); the rest is the CUDA context's and "
+           counted(d.before_recording_count, "allocation") + " the allocator held then (the site \"live before " +
+           (attached ? "memtrace attached" : "recording started") +
+           "\"); the rest is the CUDA context's and "
            "libraries', or was allocated before and is not known one by one";
   return line + ", allocated before " + (attached ? "memtrace attached" : "recording started") +
          " or the CUDA context's: not in this trace one allocation at a time; the figures here count what came after";

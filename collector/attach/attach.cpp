@@ -23,6 +23,7 @@
 
 #include "memtrace/base/units.h"
 #include "memtrace/ring/environment.h"
+#include "process_state.h"
 #include "remote_thread.h"
 #include "target_modules.h"
 
@@ -57,15 +58,6 @@ const attach::MappedModule* find_libc(const std::vector<attach::MappedModule>& m
 }
 bool has_loader(const std::vector<attach::MappedModule>& modules) {
   return attach::find_module(modules, "ld-linux") || attach::find_module(modules, "ld-2.");
-}
-
-// Whether PID runs (a zombie, dead and not yet waited for by its parent, does not).
-bool running(int pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  std::getline(in, line);
-  size_t close = line.rfind(')');
-  return close != std::string::npos && close + 2 < line.size() && line[close + 2] != 'Z' && line[close + 2] != 'X';
 }
 
 // A field of /proc/PID/status ("TracerPid", "Uid"): its value, or empty.

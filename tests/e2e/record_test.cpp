@@ -138,11 +138,13 @@ TEST(RecordInProcess, PyTorchsTensorsAndStepsInsideTheBlock) {
   ASSERT_EQ(r.status, 0) << r.out << r.err;
   json p = report(out);
   EXPECT_GT(p["events"]["torch.alloc"]["calls"].get<uint64_t>(), 0u) << p["events"].dump();
-  // The model made before the block: PyTorch's own figures at the start, said.
-  EXPECT_TRUE(contains(p["notices"].dump(),
-                       "PyTorch's allocator held, when recording started, device 0: 2.00 MiB "
-                       "reserved"))
+  // The model made before the block: PyTorch's allocator's state at the start (its two layers'
+  // weights; AdamW makes its state at the first step), as allocations live before recording.
+  EXPECT_TRUE(contains(p["notices"].dump(), "PyTorch's allocator held, when recording started, 2 tensors in 1 segment"))
       << p["notices"].dump();
+  EXPECT_EQ(p["joined_by"], "memtrace.record");
+  EXPECT_EQ(p["devices"][0]["at_recording_start"]["known_bytes"], 2 << 20) << p["devices"][0].dump();
+  EXPECT_TRUE(contains(e2e::run({e2e::kMemtrace, "leaks", out}).out, "live before recording started"));
   e2e::Result leaks = e2e::run({e2e::kMemtrace, "leaks", "--json", out});
   ASSERT_EQ(leaks.status, 0) << leaks.err;
   json l = json::parse(leaks.out)["processes"][0];

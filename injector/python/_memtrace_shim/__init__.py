@@ -29,10 +29,10 @@ def start(library=None):
     return True
 
 
-def attached(library):
-    """Called by the injector's attach thread (injector/attach.cpp), with the GIL, each time
-    memtrace attach joins this process: starts the shim the first time, then tells what PyTorch's
-    allocator holds now (existing)."""
+def recording_started(library):
+    """Recording starts while the process runs (memtrace attach, from the injector's attach thread;
+    memtrace.record), with the GIL: starts the shim the first time (its PyTorch hooks put back
+    after a detach), then tells what PyTorch's allocator holds now (existing)."""
     start(library)
     injector = exports.load(library)
     if os.environ.get("MEMTRACE_TORCH") != "0":
@@ -45,13 +45,15 @@ def attached(library):
     from . import existing
     held = existing.publish(torch, injector.existing)
     if held is not None:
-        injector.notice(("PyTorch's allocator held %d tensor%s when memtrace attached: in this trace as live before "
-                         "memtrace attached, without their stacks" % (held, "" if held == 1 else "s")).encode())
+        tensors, segments = held
+        injector.notice(("PyTorch's allocator held, when recording started, %d tensor%s in %d segment%s: in this "
+                         "trace as allocations live before it, without their stacks" % (
+                             tensors, "" if tensors == 1 else "s", segments, "" if segments == 1 else "s")).encode())
 
 
-def detached():
-    """Called by the injector's attach thread, with the GIL, when memtrace detaches: PyTorch's
-    functions as they were."""
+def recording_stopped():
+    """Recording stops while the process runs on (memtrace detach, memtrace.stop), with the GIL:
+    PyTorch's functions as they were."""
     if "_memtrace_shim.torch_hooks" in sys.modules:
         hooks = sys.modules["_memtrace_shim.torch_hooks"].current()
         if hooks is not None:

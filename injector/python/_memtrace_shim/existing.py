@@ -14,8 +14,9 @@ CUDA_MALLOC, TORCH_ALLOC, TORCH_SEGMENT_ALLOC = 1, 38, 41
 
 
 def publish(torch, existing):
-    """Tells EXISTING(api, device, addr, size, stream) every segment and live block; the count of
-    blocks, or None when PyTorch has not started CUDA (nothing is held) or keeps no snapshot."""
+    """Tells EXISTING(api, device, addr, size, stream) every segment and live block; (the count of
+    blocks, the count of segments), or None when PyTorch has not started CUDA (nothing is held)
+    or keeps no snapshot."""
     if torch is None or not torch.cuda.is_initialized():
         return None
     try:
@@ -39,4 +40,4 @@ def publish(torch, existing):
             if block.get("state") in ("active_allocated", "active_pending_free"):
                 existing(TORCH_ALLOC, device, block_address, int(block.get("requested_size") or size), stream)
                 blocks += 1
-    return blocks
+    return blocks, len(segments)

@@ -71,7 +71,8 @@ os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def _load_shim(library):
-    """Starts memtrace's Python side (Python frames, PyTorch's tracker) with LIBRARY."""
+    """Starts memtrace's Python side with LIBRARY: Python frames, PyTorch's tracker and hooks, and
+    what PyTorch's allocator holds now, as allocations live before recording started."""
     folder = os.path.join(bundle_dir(), "lib", "python", "_memtrace_shim")
     if "_memtrace_shim" not in sys.modules:
         spec = importlib.util.spec_from_file_location(
@@ -79,28 +80,7 @@ def _load_shim(library):
         module = importlib.util.module_from_spec(spec)
         sys.modules["_memtrace_shim"] = module
         spec.loader.exec_module(module)
-    sys.modules["_memtrace_shim"].start(library)
-
-
-def _note_pytorch_at_start(injector):
-    """What PyTorch's allocator held when recording started, as a note in the trace: allocations the
-    trace cannot show, measured where they can be."""
-    torch = sys.modules.get("torch")
-    try:
-        if torch is None or not torch.cuda.is_initialized():
-            return
-        held = []
-        for device in range(torch.cuda.device_count()):
-            stats = torch.cuda.memory_stats(device)
-            if stats.get("reserved_bytes.all.current"):
-                held.append("device %d: %s reserved, %s in tensors" % (
-                    device, format_bytes(stats.get("reserved_bytes.all.current", 0)),
-                    format_bytes(stats.get("requested_bytes.all.current", 0))))
-        if held:
-            injector.memtrace_notice(("PyTorch's allocator held, when recording started, " + "; ".join(held) +
-                                      " (not in this trace: their frees count as unmatched)").encode())
-    except Exception:
-        pass  # PyTorch's own figures are a note; the recording goes on without it
+    sys.modules["_memtrace_shim"].recording_started(library)
 
 
 def _collector_says(collector):
@@ -155,7 +135,6 @@ def start(out=None, summary=True):
             _load_shim(injector)
         except Exception:
             pass  # Python frames and PyTorch's layer are missing; the calls are still recorded
-        _note_pytorch_at_start(injector)
         _current = Recording(said["folder"], collector, injector)
         _recorded_into = said["folder"]
         return _current
@@ -169,6 +148,10 @@ def stop():
         if recording is None:
             raise MemtraceError("memtrace is not recording this process")
         _current = None  # whatever happens below, this recording is over
+        try:
+            sys.modules["_memtrace_shim"].recording_stopped()  # PyTorch's functions as they were
+        except Exception:
+            pass
         recording._injector.memtrace_record_stop()
         try:
             recording._collector.stdin.write(b"stop\n")
