@@ -546,12 +546,12 @@ bool cupti_subscribed(std::string& why_not) {
 
 void stop_cupti() {
   std::lock_guard lock(g_cupti_mutex);
+  if (g_cupti_pid == ::getpid()) g_cupti_started.store(false);  // a later session tries again, even after a failure
   if (g_cupti_pid != ::getpid() || !g_subscriber) return;
   stop_activity();
   g_cupti.unsubscribe(g_subscriber);
   g_subscriber = nullptr;
   g_cupti_generation.fetch_add(1, std::memory_order_relaxed);
-  g_cupti_started.store(false);
 }
 
 // Another tool asks CUPTI for its subscription: memtrace lets go of its own first, so that the

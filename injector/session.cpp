@@ -112,7 +112,11 @@ void forget_parent_session() {
     ::close(g_socket);
     g_socket = -1;
   }
-  if (state == kActive || state == kStarting) g_state.store(kUninit, std::memory_order_relaxed);
+  // Recorded through memtrace attach, the child is not: attach's collector is for its parent.
+  if (attach_settings_given())
+    g_state.store(kDisabled, std::memory_order_relaxed);
+  else if (state == kActive || state == kStarting)
+    g_state.store(kUninit, std::memory_order_relaxed);
   g_devices_described.store(kNotDescribed, std::memory_order_relaxed);
   t_tid = 0;
   forget_described_code();
@@ -195,6 +199,7 @@ bool begin_session() {
     g_devices_described.store(kNotDescribed, std::memory_order_relaxed);
     forget_described_code();
     forget_reported_modules();
+    forget_early_torch_events();  // the last session's, held until it could check them
   }
   return connect_and_start();
 }

@@ -50,6 +50,8 @@ void note_reserved(uint64_t addr, uint64_t size);
 // A segment PyTorch's allocator held when recording started (its own snapshot said): blocks
 // handed out inside it confirm that the tracker's events are read right (torch_tracker.cpp).
 void note_segment_before_recording(uint64_t addr, uint64_t size);
+// Drops the tracker's events held until it could check it reads them right (a session ended).
+void forget_early_torch_events();
 
 // Describes a Python code object (python_stack.cpp) and the loaded modules (modules.cpp).
 // A Python code object under id ID: its (qualified) name, file, first line, and line table

@@ -27,6 +27,8 @@ const char* setting(const char* name) {
   return std::getenv(name);
 }
 
+bool attach_settings_given() { return g_list.load(std::memory_order_acquire) != nullptr; }
+
 bool set_attach_settings(const char* text) {
   size_t length = std::strlen(text);
   if (length >= kBytes) return false;

@@ -13,5 +13,8 @@ const char* setting(const char* name);
 // stopped at a moment it holds no lock of the C library's: it may allocate). False when TEXT does
 // not fit.
 bool set_attach_settings(const char* text);
+// Whether memtrace attach gave its settings (a forked child must not use them: the collector is
+// its parent's).
+bool attach_settings_given();
 
 }  // namespace memtrace::inject

@@ -349,6 +349,11 @@ bool inside_pytorch_allocator(const uint64_t* frames, int count) {
   return false;
 }
 
+void forget_early_torch_events() {
+  forget_early();
+  g_early_dropped.store(0, std::memory_order_relaxed);
+}
+
 void note_segment_before_recording(uint64_t addr, uint64_t size) {
   std::lock_guard lock(g_known_segments_mutex);
   (*g_known_segments)[addr] = addr + size;

@@ -56,12 +56,15 @@ void ReportBuilder::add(const ReplayStep& step) {
     ++c.interrupted;
     return;
   }
-  ++c.calls;
-  if (!e.ok()) {
-    ++c.failed;
-    c.last_failure = e.result;
-  } else
-    c.bytes += step.size;
+  // An allocation held before recording started is no call the recording saw: live, not counted.
+  if (!(e.flags & kEventBeforeRecording)) {
+    ++c.calls;
+    if (!e.ok()) {
+      ++c.failed;
+      c.last_failure = e.result;
+    } else
+      c.bytes += step.size;
+  }
   if (!step.matched) ++unmatched_frees_;
   if (e.captured()) ++captured_events_;
   if (e.flags & kEventFromCupti) ++cupti_events_;

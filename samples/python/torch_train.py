@@ -7,9 +7,9 @@ the same script runs on a GPU with PyTorch and on the simulated device.
   torch_train.py [--steps N] [--leak] [--oom] [--width W] [--until FILE] [--threads T]
 
 --until FILE trains until FILE exists (a job memtrace attach joins while it runs), printing
-"torch_train: ready pid P" once the first step is done, and at the end whether PyTorch's
-functions memtrace hooks while attached (autograd.backward, the optimizers' global step hooks) are
-as they were; --threads T runs T threads that allocate and free tensors meanwhile, as a data
+"torch_train: ready pid P" once the first step is done, and at the end whether the PyTorch
+functions memtrace replaces while attached (autograd.backward, reset_peak_memory_stats) are PyTorch's
+own again; --threads T runs T threads that allocate and free tensors meanwhile, as a data
 loader's pinning thread would.
 """
 
@@ -51,7 +51,7 @@ def main():
     parser.add_argument("--until")
     parser.add_argument("--threads", type=int, default=0)
     args = parser.parse_args()
-    own_backward = torch.autograd.backward
+    own = torch.autograd.backward, torch.cuda.reset_peak_memory_stats
     stop = threading.Event()
 
     def loader():
@@ -90,9 +90,7 @@ def main():
     for t in threads:
         t.join()
     if args.until:
-        optimizer_hooks = getattr(torch.optim.optimizer, "_global_optimizer_pre_hooks", {}), \
-            getattr(torch.optim.optimizer, "_global_optimizer_post_hooks", {})
-        same = torch.autograd.backward is own_backward and not any(optimizer_hooks)
+        same = (torch.autograd.backward, torch.cuda.reset_peak_memory_stats) == own
         os.write(1, b"torch_train: PyTorch's functions as they were: %s\n" % (b"yes" if same else b"no"))
     oom = False
     if args.oom:

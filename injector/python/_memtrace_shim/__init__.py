@@ -33,12 +33,10 @@ def recording_started(library):
     """Recording starts while the process runs (memtrace attach, from the injector's attach thread;
     memtrace.record), with the GIL: starts the shim the first time (its PyTorch hooks put back
     after a detach), then tells what PyTorch's allocator holds now (existing)."""
+    from . import torch_hooks
+    torch_hooks.set_recording(True)
     start(library)
     injector = exports.load(library)
-    if os.environ.get("MEMTRACE_TORCH") != "0":
-        from . import torch_hooks
-        if torch_hooks.current() is not None:
-            torch_hooks.current().rehook()
     torch = sys.modules.get("torch")
     if injector is None or torch is None:
         return
@@ -54,10 +52,8 @@ def recording_started(library):
 def recording_stopped():
     """Recording stops while the process runs on (memtrace detach, memtrace.stop), with the GIL:
     PyTorch's functions as they were."""
-    if "_memtrace_shim.torch_hooks" in sys.modules:
-        hooks = sys.modules["_memtrace_shim.torch_hooks"].current()
-        if hooks is not None:
-            hooks.unhook()
+    from . import torch_hooks
+    torch_hooks.set_recording(False)
 
 
 def _started_by_injector():

@@ -63,7 +63,10 @@ class TorchHooks:
         self.step_hooks = []  # (register function, hook, handle), re-registered under Dynamo's disable
         self.dynamo_done = False
         self.history = None
-        self.active = True  # False once memtrace detached: every hook is taken out, or returns at once
+        # False while memtrace is detached: every hook returns at once. The optimizers' step hooks
+        # stay registered (taken out or put back from memtrace's thread, their dict could change
+        # while the program's step iterates it); replaced functions are put back as they were.
+        self.active = _recording
         self.replaced = []  # (module, name, original, ours): what wrap_peak_reset and hook_backward replaced
 
     # -- the allocator -----------------------------------------------------------------------
@@ -148,12 +151,16 @@ class TorchHooks:
     # -- steps and phases -------------------------------------------------------------------
 
     def before_step(self, optimizer, args, kwargs):
+        if not self.active:
+            return
         try:
             self.injector.range_push(b"optimizer.step")
         except Exception:
             pass
 
     def after_step(self, optimizer, args, kwargs):
+        if not self.active:
+            return
         # The step first: what the tensors are must never cost the program its steps.
         try:
             self.injector.range_pop()
@@ -187,12 +194,14 @@ class TorchHooks:
         self.tag(grads, b"gradient")
         self.tag(states, b"optimizer_state")
 
-    def hook_steps(self):
+    def hook_steps(self, disable=None):
+        """Registers the step hooks, once; in Dynamo's DISABLE when torch._dynamo is there already."""
         hooks = getattr(getattr(self.torch, "optim", None), "optimizer", None)
         if hooks is None or not hasattr(hooks, "register_optimizer_step_post_hook"):
             return
         for register, hook in ((hooks.register_optimizer_step_pre_hook, self.before_step),
                                (hooks.register_optimizer_step_post_hook, self.after_step)):
+            hook = disable(hook) if disable else hook
             self.step_hooks.append([register, hook, register(hook)])
 
     def hook_backward(self):
@@ -202,8 +211,12 @@ class TorchHooks:
             return
         injector = self.injector
 
+        hooks = self
+
         @functools.wraps(original)
         def backward(*args, **kwargs):
+            if not hooks.active:
+                return original(*args, **kwargs)
             try:
                 injector.range_push(b"backward")
             except Exception:
@@ -223,29 +236,23 @@ class TorchHooks:
     # -- memtrace attach and detach ----------------------------------------------------------
 
     def unhook(self):
-        """memtrace detached: PyTorch's functions and hooks as they were before it attached (its
-        trace tracker and OOM observer cannot be removed: they return at once)."""
+        """memtrace detached: the functions memtrace replaced put back as they were (where the
+        program has not replaced them since); every hook returns at once from now on (PyTorch's
+        trace tracker and OOM observer cannot be removed either)."""
         self.active = False
-        for entry in self.step_hooks:
-            if entry[2] is not None:
-                entry[2].remove()
-                entry[2] = None
         for module, name, original, ours in self.replaced:
             if getattr(module, name, None) is ours:
                 setattr(module, name, original)
-        self.replaced = []
 
     def rehook(self):
-        """memtrace attached again."""
-        if self.active:
-            return
+        """memtrace attached again: its own wrappers put back (never a second layer), and PyTorch's
+        tracker attached if CUDA started while memtrace was away."""
         self.active = True
-        for entry in self.step_hooks:
-            entry[2] = entry[0](entry[1])
-        self.hook_backward()
-        self.wrap_peak_reset()
-        if self.dynamo_done:
-            self.disable_backward(sys.modules["torch._dynamo"].disable)
+        for module, name, original, ours in self.replaced:
+            if getattr(module, name, None) is original:
+                setattr(module, name, ours)
+        if self.torch.cuda.is_initialized():
+            self.injector.torch_attach(str(getattr(self.torch, "__version__", "?")).encode())
 
     # -- torch.compile ----------------------------------------------------------------------
 
@@ -281,15 +288,31 @@ def torch_imported(torch, injector):
     cuda = getattr(torch, "cuda", None)
     if cuda is not None and hasattr(cuda, "_lazy_call"):
         cuda._lazy_call(hooks.on_cuda_init)
-    hooks.hook_steps()
+    # Dynamo there already (memtrace attach, memtrace.record): the hooks are registered disabled
+    # from the start, never taken out and registered again.
+    disable = getattr(sys.modules.get("torch._dynamo"), "disable", None)
+    hooks.dynamo_done = disable is not None
+    hooks.hook_steps(disable)
     hooks.hook_backward()
     hooks.wrap_peak_reset()
+    if disable is not None:
+        hooks.disable_backward(disable)
     atexit.register(hooks.at_exit)
     return hooks
 
 
-# The hooks of this process, once torch is imported (for memtrace attach's detach and attach again).
+# The hooks of this process, once torch is imported (for memtrace attach's detach and attach again),
+# and whether memtrace records now (hooks made while it is detached start inactive).
 _state = {"hooks": None}
+_recording = True
+
+
+def set_recording(recording):
+    global _recording
+    _recording = recording
+    hooks = _state["hooks"]
+    if hooks is not None:
+        (hooks.rehook if recording else hooks.unhook)()
 
 
 def current():
