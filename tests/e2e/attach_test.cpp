@@ -61,10 +61,18 @@ struct Background {
       _exit(127);
     }
   }
+  // A test that stopped early (a failed assertion) leaves no job running behind it.
+  ~Background() {
+    if (pid > 0 && ::waitpid(pid, nullptr, WNOHANG) == 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  }
   // Its exit code, or 128+signal.
   int wait() {
     int status = 0;
     if (::waitpid(pid, &status, 0) != pid) return -1;
+    pid = -1;  // waited for: nothing for the destructor to do
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   }
   std::string output() const { return read_file(out); }
