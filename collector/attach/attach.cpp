@@ -514,17 +514,14 @@ int attach_command(const AttachOptions& o, std::string* snapshot_path) {
         break;
       }
     }
-    if (fds[1].revents & POLLIN) {  // memtrace detach, or another memtrace attach asking who is here
+    if (fds[1].revents & POLLIN) {  // memtrace detach (anything else that connects is let go)
       int asker = ::accept4(detach_listener, nullptr, nullptr, SOCK_CLOEXEC);
       std::string said;
       if (asker >= 0 && read_line(asker, said, 1000) == std::optional<std::string>("detach")) {
         detacher = asker;
         break;
       }
-      if (asker >= 0) {
-        write_all(asker, "attached " + std::to_string(::getpid()) + "\n");
-        ::close(asker);
-      }
+      if (asker >= 0) ::close(asker);
     }
   }
   if (!ended) {
