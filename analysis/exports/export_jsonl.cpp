@@ -84,6 +84,7 @@ void append_event(std::string& out, int pid, const Event& e, const ReplayStep& s
   if (e.interrupted()) out += ",\"interrupted\":true";
   if (e.captured()) out += ",\"captured\":true";                             // made while capturing a CUDA graph
   if (e.flags & kEventBeforeRecording) out += ",\"before_recording\":true";  // held when memtrace attached
+  if (e.flags & kEventFromCupti) out += ",\"from_cupti\":true";  // recorded from CUPTI's callbacks, not an interposer
   if (e.op() == Op::kAlloc && e.stack_id) out += source.stack_fields(e.stack_id);
   out += "}\n";
 }
