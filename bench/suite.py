@@ -263,6 +263,32 @@ class Suite:
                  f"bench/attach_residue.py on the stand-in PyTorch, {steps} steps a phase; memtrace attach --for 1s "
                  "between the phases, or not")
 
+    # 9. A folder of many processes (a job's ranks): analysed on every core against on one.
+    def folder(self):
+        processes, events = self.scale(256, 16), self.scale(200_000, 20_000)
+        folder = self.trace_dir("folder")
+        os.makedirs(folder)
+        for i in range(processes):
+            self.run([f"{self.build}/bin/trace_generator", f"{folder}/rank{i:04d}.memtrace", "--events", str(events),
+                      "--live", "2000", "--step-events", "20000"])
+        cores = len(os.sched_getaffinity(0))
+        timed = {}
+        for jobs in (1, cores):
+            walls, rss = [], 0
+            for _ in range(self.scale(3, 1)):
+                _, wall, kib = self.run([self.memtrace, "peak", "-j", str(jobs), folder])
+                walls.append(wall)
+                rss = max(rss, kib)
+            timed[jobs] = (statistics.median(walls), rss)
+        shutil.rmtree(folder, ignore_errors=True)
+        speedup = timed[1][0] / timed[cores][0]
+        self.row(f"9. a folder of {processes} processes, memtrace peak on {cores} cores",
+                 f"{timed[cores][0]:.2f} s, {timed[cores][1] / 1024:.0f} MiB",
+                 f"-j 1: {timed[1][0]:.2f} s, {timed[1][1] / 1024:.0f} MiB", f"{speedup:.2f}x faster",
+                 f">= {0.75 * cores:.1f}x (3/4 of the cores)", speedup >= 0.75 * cores,
+                 f"trace_generator F/rankN.memtrace --events {events} (x{processes}); memtrace peak -j 1 F; "
+                 f"memtrace peak -j {cores} F (medians of 3)")
+
     def table(self):
         head = ("row", "memtrace", "baseline (same run)", "ratio", "target", "verdict")
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -276,10 +302,11 @@ def main():
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", default=os.path.join(ROOT, "bench", "RESULTS.md"))
     parser.add_argument("--only", help="comma-separated rows to run (recording,python,trace_size,analysis,"
-                                       "threads,snapshot,end_to_end,attach_residue)")
+                                       "threads,snapshot,end_to_end,attach_residue,folder)")
     args = parser.parse_args()
     suite = Suite(args.build, args.quick)
-    steps = ["recording", "python", "trace_size", "analysis", "threads", "snapshot", "end_to_end", "attach_residue"]
+    steps = ["recording", "python", "trace_size", "analysis", "threads", "snapshot", "end_to_end", "attach_residue",
+             "folder"]
     if args.only:
         steps = [s for s in steps if s in args.only.split(",")]
     started = time.time()

@@ -15,6 +15,7 @@ struct DiffCli {
 int diff(DiffCli& c) {
   c.base.by = c.next.by;
   c.base.step = c.next.step;
+  c.base.jobs = c.next.jobs;
   std::vector<ProcessAnalysis> base, next;
   if (!load_analyses("diff", c.base, base) || !load_analyses("diff", c.next, next)) return kExitUsage;
   show(c.next.json, diff_view(base, next, c.next.options.grouping));
@@ -31,6 +32,7 @@ Command add_diff_command(CLI::App& app) {
   cmd->add_flag("--json", c->next.json, "Print JSON instead of text");
   add_by_option(cmd, c->next.by);
   cmd->add_option("--step", c->next.step, "Regular expression naming the step range or mark");
+  add_jobs_option(cmd, c->next.jobs);
   return {cmd, [c] { return diff(*c); }};
 }
 

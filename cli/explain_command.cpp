@@ -13,6 +13,7 @@ namespace {
 
 struct ExplainCli {
   std::string path;
+  unsigned jobs = 0;
   EstimateCli estimate;
 };
 
@@ -21,6 +22,7 @@ int explain_run(ExplainCli& c) {
   if (!estimate_from("explain", c.estimate, result)) return kExitUsage;
   AnalysisCli traces;
   traces.path = c.path;
+  traces.jobs = c.jobs;
   std::vector<ProcessAnalysis> analyses;
   if (!load_analyses("explain", traces, analyses)) return kExitUsage;
   Explanation x = explain(result, analyses);
@@ -34,6 +36,7 @@ Command add_explain_command(CLI::App& app) {
   auto c = std::make_shared<ExplainCli>();
   CLI::App* cmd = app.add_subcommand("explain", "Hold what a trace measured against the estimate");
   cmd->add_option("path", c->path, kRunPathHelp)->required();
+  add_jobs_option(cmd, c->jobs);
   add_estimate_options(cmd, c->estimate);
   return {cmd, [c] { return explain_run(*c); }};
 }

@@ -50,6 +50,7 @@ Command add_html_command(CLI::App& app) {
   cmd->add_option("--step", c->analysis.step,
                   "A regular expression the whole name of a step's NVTX mark or range matches (default: memtrace's "
                   "and PyTorch's optimizer steps)");
+  add_jobs_option(cmd, c->analysis.jobs);
   return {cmd, [c] { return write_html(*c); }};
 }
 

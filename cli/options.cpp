@@ -22,9 +22,17 @@ void add_by_option(CLI::App* cmd, std::string& by) {
       ->check(CLI::IsMember({"user", "python", "native", "stack", "api", "category"}));
 }
 
+void add_jobs_option(CLI::App* cmd, unsigned& jobs) {
+  cmd->add_option("-j,--jobs", jobs,
+                  "How many of a folder's processes to analyse at once (default: one per core; "
+                  "the output is the same for any number)")
+      ->check(CLI::Range(1u, 4096u));
+}
+
 void add_analysis_options(CLI::App* cmd, AnalysisCli& a, bool sites) {
   cmd->add_option("path", a.path, kRunPathHelp)->required();
   cmd->add_flag("--json", a.json, "Print JSON instead of text");
+  add_jobs_option(cmd, a.jobs);
   cmd->add_option("--step", a.step,
                   "Regular expression naming the NVTX range or mark that starts a training step "
                   "(default: memtrace.step, or PyTorch's Optimizer.step#... ranges)");
@@ -62,7 +70,7 @@ bool load_analyses(const char* command, AnalysisCli& a, std::vector<ProcessAnaly
   }
   std::vector<std::string> warnings;
   std::string error;
-  bool ok = analyze_path(a.path, a.options, out, warnings, error);
+  bool ok = analyze_path(a.path, a.options, a.jobs, out, warnings, error);
   for (const auto& w : warnings) std::fprintf(stderr, "memtrace %s: %s\n", command, w.c_str());
   if (!ok) std::fprintf(stderr, "memtrace %s: %s\n", command, error.c_str());
   if (!ok && why) *why = error;

@@ -26,12 +26,15 @@ inline constexpr const char* kRunPathHelp =
 struct AnalysisCli {
   std::string path, by = "user", step;
   bool json = false;
+  unsigned jobs = 0;  // processes analysed at once; 0: one per core
   AnalysisOptions options;
 };
 
 // --by: user (default), python, native, stack, api.
 void add_by_option(CLI::App* cmd, std::string& by);
-// The path, --json and --step; with SITES also --top, --by and --keep-cuda-frames.
+// -j/--jobs: how many of a folder's processes are analysed at once.
+void add_jobs_option(CLI::App* cmd, unsigned& jobs);
+// The path, --json, --step and -j; with SITES also --top, --by and --keep-cuda-frames.
 void add_analysis_options(CLI::App* cmd, AnalysisCli& a, bool sites = true);
 SiteGrouping grouping_named(const std::string& name);
 

@@ -14,6 +14,7 @@ Command add_report_command(CLI::App& app) {
   cmd->add_option("path", a->path, kRunPathHelp)->required();
   cmd->add_flag("--json", a->json, "Print JSON instead of text");
   add_by_option(cmd, a->by);
+  add_jobs_option(cmd, a->jobs);
   cmd->add_flag("--keep-cuda-frames", a->options.keep_cuda_frames,
                 "Show frames inside the CUDA libraries at the top of stacks");
   return {cmd, [a] {

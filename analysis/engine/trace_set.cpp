@@ -1,15 +1,20 @@
 #include "memtrace/engine/trace_set.h"
 
+#include <fcntl.h>
+#include <sched.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <system_error>
+#include <thread>
 
 #include "memtrace/engine/process_analysis.h"
 #include "memtrace/format/run_folder.h"
@@ -22,14 +27,53 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// The file's bytes, mapped: pages the reader is done with go back to the page cache, so that a
+// snapshot of any size is read in little memory.
+class MappedFile {
+ public:
+  bool open(const std::string& path, std::string& error) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    struct stat st {};
+    if (fd < 0 || ::fstat(fd, &st) != 0) {
+      error = "cannot read " + path + ": " + std::strerror(errno);
+      if (fd >= 0) ::close(fd);
+      return false;
+    }
+    size_ = static_cast<size_t>(st.st_size);
+    if (size_ > 0) {
+      void* at = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+      if (at == MAP_FAILED) {
+        error = "cannot read " + path + ": " + std::strerror(errno);
+        ::close(fd);
+        return false;
+      }
+      data_ = static_cast<char*>(at);
+      ::madvise(data_, size_, MADV_SEQUENTIAL);
+    }
+    ::close(fd);
+    return true;
+  }
+  ~MappedFile() {
+    if (data_) ::munmap(data_, size_);
+  }
+  std::string_view bytes() const { return {data_, size_}; }
+  // Lets the pages wholly inside [BEGIN, END) go: read again, they come back from the file.
+  void release(size_t begin, size_t end) const {
+    const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+    begin = (begin + page - 1) / page * page;
+    end = std::min(end, size_) / page * page;
+    if (data_ && begin < end) ::madvise(data_ + begin, end - begin, MADV_DONTNEED);
+  }
+
+ private:
+  char* data_ = nullptr;
+  size_t size_ = 0;
+};
+
 // A PyTorch snapshot becomes a trace in memory (a memfd), read back as any trace is.
 std::unique_ptr<TraceReader> open_torch_snapshot(const std::string& path, std::string& error) {
-  std::ifstream in(path, std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) {
-    error = "cannot read " + path;
-    return nullptr;
-  }
+  MappedFile file;
+  if (!file.open(path, error)) return nullptr;
   int fd = ::memfd_create("memtrace-torch-snapshot", MFD_CLOEXEC);
   int writer_fd = fd >= 0 ? ::dup(fd) : -1;
   if (writer_fd < 0) {
@@ -38,15 +82,16 @@ std::unique_ptr<TraceReader> open_torch_snapshot(const std::string& path, std::s
     return nullptr;
   }
   std::unique_ptr<TraceWriter> writer = TraceWriter::create_on(writer_fd, path, error);
-  bool ok = writer && import_torch_snapshot(bytes, path, *writer, error);
+  bool ok = writer && import_torch_snapshot(file.bytes(), path, *writer, error,
+                                            [&](size_t begin, size_t end) { file.release(begin, end); });
   writer.reset();
-  std::FILE* file = ok ? ::fdopen(fd, "rb") : nullptr;
-  if (!file) {
+  std::FILE* trace = ok ? ::fdopen(fd, "rb") : nullptr;
+  if (!trace) {
     if (ok) error = "cannot read " + path + ": " + std::strerror(errno);
     ::close(fd);
     return nullptr;
   }
-  return TraceReader::open(file, path, error);
+  return TraceReader::open(trace, path, error);
 }
 
 }  // namespace
@@ -68,15 +113,52 @@ std::unique_ptr<TraceReader> open_trace(const std::string& path, std::string& er
   return reader;
 }
 
-bool analyze_path(const std::string& path, const AnalysisOptions& options, std::vector<ProcessAnalysis>& out,
-                  std::vector<std::string>& warnings, std::string& error) {
+unsigned usable_cores() {
+  cpu_set_t set;
+  if (::sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+bool analyze_path(const std::string& path, const AnalysisOptions& options, unsigned jobs,
+                  std::vector<ProcessAnalysis>& out, std::vector<std::string>& warnings, std::string& error) {
   std::vector<std::string> traces = run_folder::find_traces(path, error);
   if (traces.empty()) return false;
+  // Each worker takes the next trace not yet taken. A worker's memory is one process's replay at a
+  // time; the analyses it leaves are what the commands show, kept as one by one.
+  struct Result {
+    ProcessAnalysis analysis;
+    bool ok = false;
+    std::string error;
+  };
+  std::vector<Result> results(traces.size());
+  std::atomic<size_t> next{0};
+  std::atomic<size_t> first_failed{traces.size()};  // no trace after one that failed is begun
+  auto work = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < traces.size();) {
+      if (i > first_failed.load()) break;
+      Result& r = results[i];
+      r.ok = analyze_process(traces[i], options, r.analysis, r.error);
+      if (r.ok) continue;
+      for (size_t failed = first_failed.load(); i < failed && !first_failed.compare_exchange_weak(failed, i);) {
+      }
+    }
+  };
+  if (jobs == 0) jobs = usable_cores();
+  jobs = static_cast<unsigned>(std::min<size_t>(jobs, traces.size()));
+  std::vector<std::thread> workers;
+  for (unsigned w = 1; w < jobs; ++w) workers.emplace_back(work);
+  work();
+  for (std::thread& t : workers) t.join();
+
+  for (const Result& r : results)
+    if (!r.ok) {
+      error = r.error;
+      return false;
+    }
   size_t first = out.size();
-  for (const auto& trace : traces) {
-    ProcessAnalysis p;
-    if (!analyze_process(trace, options, p, error)) return false;
-    if (!p.report.complete) warnings.push_back(trace + ": " + p.report.problem);
+  for (size_t i = 0; i < traces.size(); ++i) {
+    ProcessAnalysis& p = results[i].analysis;
+    if (!p.report.complete) warnings.push_back(traces[i] + ": " + p.report.problem);
     out.push_back(std::move(p));
   }
   // The ranks of a job in their order, the processes without one after them.

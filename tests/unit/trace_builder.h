@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "memtrace/engine/process_analysis.h"
@@ -22,7 +23,9 @@ class TraceBuilder {
  public:
   // A trace named NAME in DIR, where it stays; or, without DIR, in the temporary folder under a name
   // made unique, removed with the builder.
-  explicit TraceBuilder(const std::string& name, const std::string& dir = "") {
+  // PID and RANK: the process's, as its header says them.
+  explicit TraceBuilder(const std::string& name, const std::string& dir = "", int32_t pid = 42,
+                        std::optional<int32_t> rank = std::nullopt) {
     path_ = dir.empty() ? (std::filesystem::temp_directory_path() /
                            ("memtrace-analysis-" + std::to_string(::getpid()) + "-" + name + ".memtrace"))
                               .string()
@@ -33,7 +36,8 @@ class TraceBuilder {
     writer_ = TraceWriter::create(path_, error);
     EXPECT_TRUE(writer_) << error;
     pb::TraceHeader header;
-    header.set_pid(42);
+    header.set_pid(pid);
+    if (rank) header.set_rank(*rank);
     header.add_command("hand-built");
     writer_->write_header(header);
   }

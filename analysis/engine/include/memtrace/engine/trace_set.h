@@ -16,9 +16,14 @@ std::unique_ptr<TraceReader> open_trace(const std::string& path, std::string& er
 
 struct AnalysisOptions;
 struct ProcessAnalysis;
-// Analyzes every trace PATH names (a folder: all its processes). False with ERROR set when there
-// is none, or one is not a readable trace; a cut trace adds a line to WARNINGS.
-bool analyze_path(const std::string& path, const AnalysisOptions& options, std::vector<ProcessAnalysis>& out,
-                  std::vector<std::string>& warnings, std::string& error);
+// Analyzes every trace PATH names (a folder: all its processes), JOBS at once (0: one per core
+// this process may run on), each process on a worker of its own; OUT in rank order, the same
+// whatever JOBS is. False with ERROR set when there is none, or one is not a readable trace (the
+// first such in the folder's order; OUT then unchanged); a cut trace adds a line to WARNINGS.
+bool analyze_path(const std::string& path, const AnalysisOptions& options, unsigned jobs,
+                  std::vector<ProcessAnalysis>& out, std::vector<std::string>& warnings, std::string& error);
+
+// The cores this process may run on (its affinity mask: a container's or taskset's limit).
+unsigned usable_cores();
 
 }  // namespace memtrace
