@@ -289,6 +289,32 @@ class Suite:
                  f"trace_generator F/rankN.memtrace --events {events} (x{processes}); memtrace peak -j 1 F; "
                  f"memtrace peak -j {cores} F (medians of 3)")
 
+    # 10. A PyTorch snapshot pickle read by memtrace, against Python's own pickle.load of it.
+    def snapshot_read(self):
+        entries = self.scale(2_000_000, 100_000)
+        trace, pickle = f"{self.work}/snapshot-source.memtrace", f"{self.work}/snapshot.pickle"
+        self.run([f"{self.build}/bin/trace_generator", trace, "--events", str(2 * entries), "--live", "20000"])
+        self.run([self.memtrace, "export", "--format", "memory-viz", "--max-entries", str(entries), "-o", pickle, trace])
+        os.remove(trace)
+        load = "import pickle, sys, time; t = time.perf_counter(); pickle.load(open(sys.argv[1], 'rb')); " \
+               "print(time.perf_counter() - t)"
+        ours, theirs, rss, their_rss = [], [], 0, 0
+        for _ in range(self.scale(3, 1)):
+            _, wall, kib = self.run([self.memtrace, "peak", pickle])
+            ours.append(wall)
+            rss = max(rss, kib)
+            out, _, kib = self.run([sys.executable, "-c", load, pickle])
+            theirs.append(float(out))
+            their_rss = max(their_rss, kib)
+        size = os.path.getsize(pickle) / (1 << 20)
+        os.remove(pickle)
+        a, b = statistics.median(ours), statistics.median(theirs)
+        self.row(f"10. a PyTorch snapshot of {size:.0f} MiB ({entries / 1e6:g}M entries), memtrace peak",
+                 f"{a:.2f} s, {rss / 1024:.0f} MiB", f"pickle.load {b:.2f} s, {their_rss / 1024:.0f} MiB",
+                 f"{b / a:.2f}x faster", ">= 2x faster, memory bounded", b >= 2 * a,
+                 f"trace_generator --events {2 * entries}; memtrace export --format memory-viz --max-entries "
+                 f"{entries}; memtrace peak F; python3 -c 'pickle.load(F)' (medians of 3)")
+
     def table(self):
         head = ("row", "memtrace", "baseline (same run)", "ratio", "target", "verdict")
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -302,11 +328,11 @@ def main():
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", default=os.path.join(ROOT, "bench", "RESULTS.md"))
     parser.add_argument("--only", help="comma-separated rows to run (recording,python,trace_size,analysis,"
-                                       "threads,snapshot,end_to_end,attach_residue,folder)")
+                                       "threads,snapshot,end_to_end,attach_residue,folder,snapshot_read)")
     args = parser.parse_args()
     suite = Suite(args.build, args.quick)
     steps = ["recording", "python", "trace_size", "analysis", "threads", "snapshot", "end_to_end", "attach_residue",
-             "folder"]
+             "folder", "snapshot_read"]
     if args.only:
         steps = [s for s in steps if s in args.only.split(",")]
     started = time.time()

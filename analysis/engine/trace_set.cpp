@@ -81,7 +81,8 @@ std::unique_ptr<TraceReader> open_torch_snapshot(const std::string& path, std::s
     if (fd >= 0) ::close(fd);
     return nullptr;
   }
-  std::unique_ptr<TraceWriter> writer = TraceWriter::create_on(writer_fd, path, error);
+  // Not compressed: it is read back at once, from memory.
+  std::unique_ptr<TraceWriter> writer = TraceWriter::create_on(writer_fd, path, error, 0);
   bool ok = writer && import_torch_snapshot(file.bytes(), path, *writer, error,
                                             [&](size_t begin, size_t end) { file.release(begin, end); });
   writer.reset();

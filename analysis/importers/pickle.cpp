@@ -1,11 +1,13 @@
 #include "memtrace/importers/pickle.h"
 
+#include <algorithm>
 #include <bit>
 #include <charconv>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <unordered_set>
 
 namespace memtrace::pickle {
 
@@ -108,6 +110,188 @@ const char* refused(uint8_t op) {
   }
 }
 
+// A set of memo indices: bits up to the file's length (a pickle puts at most one entry per byte),
+// a hash set for the rest (only a hostile pickle has them).
+class MemoIds {
+ public:
+  explicit MemoIds(size_t dense_limit) : dense_limit_(dense_limit) {}
+  // Whether ID was not in the set before.
+  bool add(uint64_t id) {
+    if (id < dense_limit_) {
+      size_t word = id >> 6;
+      if (word >= words_.size()) words_.resize(std::max(word + 1, 2 * words_.size()));
+      uint64_t bit = uint64_t(1) << (id & 63);
+      if (words_[word] & bit) return false;
+      words_[word] |= bit;
+    } else if (!sparse_.insert(id).second) {
+      return false;
+    }
+    ++count_;
+    return true;
+  }
+  bool has(uint64_t id) const {
+    if (id >= dense_limit_) return sparse_.count(id) > 0;
+    size_t word = id >> 6;
+    return word < words_.size() && (words_[word] >> (id & 63)) & 1;
+  }
+  // Counts on from COUNT, the indices put before not known.
+  void start_at(size_t count) { count_ = count; }
+  size_t count() const { return count_; }
+
+  // Once every index is in: each dense one numbered 0, 1, ... in order (rank), for a flat table.
+  void number() {
+    ranks_.resize(words_.size());
+    uint32_t before = 0;
+    for (size_t w = 0; w < words_.size(); ++w) {
+      ranks_[w] = before;
+      before += static_cast<uint32_t>(std::popcount(words_[w]));
+    }
+    dense_count_ = before;
+  }
+  size_t dense_count() const { return dense_count_; }
+  // The number of a dense index in the set; -1 for any other.
+  int64_t rank(uint64_t id) const {
+    if (!has(id) || id >= dense_limit_) return -1;
+    size_t word = id >> 6;
+    return ranks_[word] + std::popcount(words_[word] & ((uint64_t(1) << (id & 63)) - 1));
+  }
+
+ private:
+  size_t dense_limit_;
+  std::vector<uint64_t> words_;
+  std::vector<uint32_t> ranks_;
+  size_t dense_count_ = 0;
+  std::unordered_set<uint64_t> sparse_;
+  size_t count_ = 0;
+};
+
+// The memo's values. Streaming, only the entries read back are kept, in a flat table by their
+// number among those (dense indices) and hashed for the rest; otherwise all, hashed.
+class Memo {
+ public:
+  explicit Memo(const MemoIds* reads) : reads_(reads) {
+    if (reads_) flat_.assign(reads_->dense_count(), Document::kNoValue);
+  }
+  // Whether INDEX is kept at all.
+  bool keeps(uint64_t index) const { return !reads_ || reads_->has(index); }
+  void put(uint64_t index, Ref value) { slot(index) = value; }
+  // The value put at INDEX; null when none was.
+  const Ref* find(uint64_t index) const {
+    int64_t n = reads_ ? reads_->rank(index) : -1;
+    if (n >= 0) return flat_[static_cast<size_t>(n)] == Document::kNoValue ? nullptr : &flat_[static_cast<size_t>(n)];
+    auto it = hashed_.find(index);
+    return it == hashed_.end() ? nullptr : &it->second;
+  }
+  Ref& slot(uint64_t index) {
+    int64_t n = reads_ ? reads_->rank(index) : -1;
+    return n >= 0 ? flat_[static_cast<size_t>(n)] : hashed_[index];
+  }
+
+ private:
+  const MemoIds* reads_;
+  std::vector<Ref> flat_;
+  std::unordered_map<uint64_t, Ref> hashed_;
+};
+
+// The memo entries a pickle reads back (GET), found by walking its opcodes and building nothing.
+// It stops at anything it does not know: the parse that follows says what is wrong there.
+MemoIds memo_reads(std::string_view in, const std::function<void(size_t, size_t)>& done_with) {
+  MemoIds reads(in.size() + 1), puts(in.size() + 1);
+  size_t pos = 0;
+  auto uint = [&](size_t n, uint64_t& out) {
+    if (in.size() - pos < n) return false;
+    out = 0;
+    for (size_t i = 0; i < n; ++i) out |= static_cast<uint64_t>(static_cast<uint8_t>(in[pos + i])) << (8 * i);
+    pos += n;
+    return true;
+  };
+  auto skip = [&](uint64_t n) {
+    if (in.size() - pos < n) return false;
+    pos += n;
+    return true;
+  };
+  auto line = [&](std::string_view& out) {
+    size_t end = in.find('\n', pos);
+    if (end == std::string_view::npos) return false;
+    out = in.substr(pos, end - pos);
+    pos = end + 1;
+    return true;
+  };
+  auto decimal = [](std::string_view text, uint64_t& out) {
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+    return ec == std::errc() && end == text.data() + text.size();
+  };
+  size_t released = 0;
+  while (pos < in.size()) {
+    if (done_with && pos - released >= (8 << 20)) {
+      done_with(released, pos);
+      released = pos;
+    }
+    uint8_t op = static_cast<uint8_t>(in[pos++]);
+    uint64_t n = 0;
+    std::string_view text;
+    bool ok = true;
+    switch (op) {
+      case kStop: reads.number(); return reads;
+      case kProto:
+      case kBinInt1: ok = skip(1); break;
+      case kBinInt2: ok = skip(2); break;
+      case kBinInt: ok = skip(4); break;
+      case kFrame:
+      case kBinFloat: ok = skip(8); break;
+      case kInt:
+      case kLong:
+      case kFloat:
+      case kUnicode:
+      case kString: ok = line(text); break;
+      case kLong1:
+      case kShortBinUnicode:
+      case kShortBinString:
+      case kShortBinBytes: ok = uint(1, n) && skip(n); break;
+      case kLong4:
+      case kBinUnicode:
+      case kBinString:
+      case kBinBytes: ok = uint(4, n) && skip(n); break;
+      case kBinUnicode8:
+      case kBinBytes8: ok = uint(8, n) && skip(n); break;
+      case kPut: ok = line(text) && decimal(text, n) && (puts.add(n), true); break;
+      case kBinPut: ok = uint(1, n) && (puts.add(n), true); break;
+      case kLongBinPut: ok = uint(4, n) && (puts.add(n), true); break;
+      case kMemoize: puts.add(puts.count()); break;
+      case kGet: ok = line(text) && decimal(text, n) && (reads.add(n), true); break;
+      case kBinGet: ok = uint(1, n) && (reads.add(n), true); break;
+      case kLongBinGet: ok = uint(4, n) && (reads.add(n), true); break;
+      case kMark:
+      case kPop:
+      case kPopMark:
+      case kDup:
+      case kNone:
+      case kNewTrue:
+      case kNewFalse:
+      case kEmptyList:
+      case kEmptyTuple:
+      case kEmptySet:
+      case kEmptyDict:
+      case kList:
+      case kTuple:
+      case kFrozenSet:
+      case kTuple1:
+      case kTuple2:
+      case kTuple3:
+      case kDict:
+      case kAppend:
+      case kSetItem:
+      case kAppends:
+      case kSetItems:
+      case kAddItems: break;
+      default: ok = false;
+    }
+    if (!ok) break;
+  }
+  reads.number();
+  return reads;
+}
+
 }  // namespace
 
 int64_t Document::integer(Ref v) const {
@@ -145,9 +329,34 @@ bool Document::find(Ref v, std::string_view key, Ref& out) const {
   return false;
 }
 
+struct MemoReads {
+  MemoIds ids;
+};
+
 class Parser {
  public:
-  Parser(std::string_view bytes, Document& doc) : in_(bytes), doc_(doc) {}
+  Parser(std::string_view bytes, Document& doc) : in_(bytes), doc_(doc), put_ids_(bytes.size() + 1) {}
+  // Streaming: list items offered to SINK; only the memo entries in READS kept.
+  Parser(std::string_view bytes, ItemSink& sink, const MemoIds& reads)
+      : in_(bytes), doc_(owned_), sink_(&sink), reads_(&reads), put_ids_(bytes.size() + 1) {}
+  // Streaming again from where FROM left a list: its values and memo, a new empty list on the stack.
+  Parser(const Parser& from, const ResumePoint& at, ItemSink& sink)
+      : in_(from.in_),
+        owned_(from.doc_),
+        doc_(owned_),
+        pos_(std::min(at.offset, from.in_.size())),
+        sink_(&sink),
+        reads_(from.reads_),
+        memo_(from.memo_),
+        put_ids_(from.in_.size() + 1),
+        puts_(from.puts_) {
+    put_ids_.start_at(at.memo_count);
+    push_list(Kind::kList);
+    resumed_list_ = stack_.back();
+  }
+  const Document& document() const { return doc_; }
+  Ref resumed_list() const { return resumed_list_; }
+  size_t position() const { return pos_; }
 
   bool run(std::string& error) {
     doc_ = Document();
@@ -168,6 +377,18 @@ class Parser {
       if (!step(op)) return fail(at, problem_.empty() ? "unknown pickle opcode " + hex(op) : problem_, error);
     }
     return fail(pos_, "the pickle ends before its STOP opcode (cut short?)", error);
+  }
+
+  // Streaming again: parses on to END, or until a batch was offered to the sink.
+  bool run_to(size_t end, std::string& error) {
+    offered_ = false;
+    while (pos_ < end && pos_ < in_.size() && !offered_) {
+      size_t at = pos_;
+      uint8_t op = static_cast<uint8_t>(in_[pos_++]);
+      if (op == kStop || refused(op)) return fail(at, "the pickle changed while it was read", error);
+      if (!step(op)) return fail(at, problem_.empty() ? "unknown pickle opcode " + hex(op) : problem_, error);
+    }
+    return true;
   }
 
  private:
@@ -234,24 +455,42 @@ class Parser {
     stack_.push_back(add({Kind::kDict, static_cast<uint32_t>(doc_.dicts_.size() - 1), 0}));
     return true;
   }
-  bool pop_mark(size_t& mark) {
+  // Where the document stood at a MARK: what was built after it, and is not in the memo, belongs
+  // to the items above it.
+  struct Checkpoint {
+    size_t nodes = 0, strings = 0, lists = 0, dicts = 0, puts = 0;
+  };
+  struct Mark {
+    size_t stack;
+    Checkpoint at;
+    bool tainted = false;  // a value from before it was given something built after it
+  };
+  bool pop_mark(size_t& mark, Mark* popped = nullptr) {
     if (marks_.empty()) return bad("an opcode needs a MARK that is not there");
-    mark = marks_.back();
+    mark = marks_.back().stack;
+    if (popped) *popped = marks_.back();
     marks_.pop_back();
     return true;
   }
+  void push_mark() {
+    Checkpoint at{doc_.nodes_.size(), doc_.strings_.size(), doc_.lists_.size(), doc_.dicts_.size(), puts_.size()};
+    marks_.push_back({stack_.size(), at});
+  }
   bool need(size_t n) {
-    size_t floor = marks_.empty() ? 0 : marks_.back();
+    size_t floor = marks_.empty() ? 0 : marks_.back().stack;
     return stack_.size() >= floor + n || bad("an opcode needs values that are not on the stack");
   }
-  bool add_items(Ref target, size_t from) {
+  bool add_items(Ref target, size_t from, const Mark* batch = nullptr) {
     Document::Node& n = doc_.nodes_[target];
+    for (size_t m = marks_.size(); m-- > 0 && marks_[m].at.nodes > target;) marks_[m].tainted = true;
+    if (n.kind == Kind::kList && sink_) return offer_items(target, from, batch);
     if (n.kind == Kind::kList || n.kind == Kind::kSet) {
       auto& items = doc_.lists_[n.index];
       items.insert(items.end(), stack_.begin() + static_cast<std::ptrdiff_t>(from), stack_.end());
     } else if (n.kind == Kind::kDict) {
       if ((stack_.size() - from) % 2) return bad("SETITEMS has a key without a value");
       auto& entries = doc_.dicts_[n.index];
+      entries.reserve(entries.size() + (stack_.size() - from) / 2);  // one allocation a batch
       for (size_t i = from; i < stack_.size(); i += 2) set_item(entries, stack_[i], stack_[i + 1]);
     } else {
       return bad("items are added to something that is not a list, dict or set");
@@ -273,15 +512,82 @@ class Parser {
     }
     entries.emplace_back(key, value);
   }
+  // Streaming: the items the sink does not take join the list. When it took a whole batch,
+  // what was built since the batch's MARK is forgotten, but for the values the memo keeps (moved
+  // down, in order).
+  bool offer_items(Ref list, size_t from, const Mark* batch) {
+    bool all_taken = true, any_taken = false;
+    for (size_t i = from; i < stack_.size(); ++i) {
+      if (sink_->take(doc_, list, stack_[i])) {
+        any_taken = true;
+        continue;
+      }
+      all_taken = false;
+      doc_.lists_[doc_.nodes_[list].index].push_back(stack_[i]);
+    }
+    stack_.resize(from);
+    if (batch && all_taken && !batch->tainted && batch->at.nodes < doc_.nodes_.size()) forget_since(batch->at);
+    if (!any_taken) return true;
+    offered_ = true;
+    sink_->batch_done(list, ResumePoint{pos_, put_ids_.count()});
+    return true;
+  }
+  void forget_since(const Checkpoint& at) {
+    std::unordered_map<Ref, Ref> moved;  // kept value -> where it goes
+    std::vector<Ref> kept, todo;
+    for (size_t i = at.puts; i < puts_.size(); ++i) todo.push_back(memo_.slot(puts_[i]));
+    while (!todo.empty()) {
+      Ref r = todo.back();
+      todo.pop_back();
+      if (r < at.nodes || !moved.emplace(r, 0).second) continue;
+      kept.push_back(r);
+      const Document::Node& n = doc_.nodes_[r];
+      if (n.kind == Kind::kList || n.kind == Kind::kTuple || n.kind == Kind::kSet)
+        todo.insert(todo.end(), doc_.lists_[n.index].begin(), doc_.lists_[n.index].end());
+      if (n.kind == Kind::kDict)
+        for (auto [k, v] : doc_.dicts_[n.index]) todo.insert(todo.end(), {k, v});
+    }
+    std::sort(kept.begin(), kept.end());
+    Ref next = static_cast<Ref>(at.nodes);
+    for (Ref r : kept) moved[r] = next++;
+    auto to = [&](Ref r) { return r < at.nodes ? r : moved.at(r); };
+    // Storage is made in the order of the nodes: each kept one moves down, never over another.
+    size_t strings = at.strings, lists = at.lists, dicts = at.dicts;
+    for (Ref r : kept) {
+      Document::Node n = doc_.nodes_[r];
+      if (n.kind == Kind::kString || n.kind == Kind::kBytes) {
+        if (n.index != strings) doc_.strings_[strings] = std::move(doc_.strings_[n.index]);
+        n.index = static_cast<uint32_t>(strings++);
+      } else if (n.kind == Kind::kList || n.kind == Kind::kTuple || n.kind == Kind::kSet) {
+        if (n.index != lists) doc_.lists_[lists] = std::move(doc_.lists_[n.index]);
+        for (Ref& item : doc_.lists_[lists]) item = to(item);
+        n.index = static_cast<uint32_t>(lists++);
+      } else if (n.kind == Kind::kDict) {
+        if (n.index != dicts) doc_.dicts_[dicts] = std::move(doc_.dicts_[n.index]);
+        for (auto& [k, v] : doc_.dicts_[dicts]) k = to(k), v = to(v);
+        n.index = static_cast<uint32_t>(dicts++);
+      }
+      doc_.nodes_[moved[r]] = n;
+    }
+    doc_.nodes_.resize(next);
+    doc_.strings_.resize(strings);
+    doc_.lists_.resize(lists);
+    doc_.dicts_.resize(dicts);
+    for (size_t i = at.puts; i < puts_.size(); ++i) memo_.slot(puts_[i]) = to(memo_.slot(puts_[i]));
+    sink_->forget_from(static_cast<Ref>(at.nodes));
+  }
   bool memo_put(uint64_t index) {
     if (stack_.empty()) return bad("PUT with nothing on the stack");
-    memo_[index] = stack_.back();
+    put_ids_.add(index);
+    if (!memo_.keeps(index)) return true;  // never read back: not kept
+    memo_.put(index, stack_.back());
+    if (sink_) puts_.push_back(index);
     return true;
   }
   bool memo_get(uint64_t index) {
-    auto it = memo_.find(index);
-    if (it == memo_.end()) return bad("GET of a memo entry that was never put");
-    stack_.push_back(it->second);
+    const Ref* value = memo_.find(index);
+    if (!value) return bad("GET of a memo entry that was never put");
+    stack_.push_back(*value);
     return true;
   }
   static bool parse_decimal(std::string_view text, uint64_t& out) {
@@ -399,9 +705,9 @@ class Parser {
         if (!take_uint(1, n)) return false;
         return n <= 5 || bad("a pickle protocol newer than 5");
       case kFrame: return take_uint(8, n);  // framing only groups opcodes: nothing to do
-      case kMark: marks_.push_back(stack_.size()); return true;
+      case kMark: push_mark(); return true;
       case kPop:
-        if (!marks_.empty() && marks_.back() == stack_.size()) {  // POP of a mark, as Python allows
+        if (!marks_.empty() && marks_.back().stack == stack_.size()) {  // POP of a mark, as Python allows
           marks_.pop_back();
           return true;
         }
@@ -486,15 +792,16 @@ class Parser {
       case kAppends:
       case kSetItems:
       case kAddItems: {
-        if (!pop_mark(mark)) return false;
+        Mark batch;
+        if (!pop_mark(mark, &batch)) return false;
         if (mark == 0) return bad("items are added to nothing");
-        if (!marks_.empty() && marks_.back() > mark - 1) return bad("items are added across a MARK");
-        return add_items(stack_[mark - 1], mark);
+        if (!marks_.empty() && marks_.back().stack > mark - 1) return bad("items are added across a MARK");
+        return add_items(stack_[mark - 1], mark, &batch);
       }
       case kPut: return take_line(b) && (parse_decimal(b, n) || bad("a PUT index that is not a number")) && memo_put(n);
       case kBinPut: return take_uint(1, n) && memo_put(n);
       case kLongBinPut: return take_uint(4, n) && memo_put(n);
-      case kMemoize: return memo_put(memo_.size());
+      case kMemoize: return memo_put(put_ids_.count());
       case kGet: return take_line(b) && (parse_decimal(b, n) || bad("a GET index that is not a number")) && memo_get(n);
       case kBinGet: return take_uint(1, n) && memo_get(n);
       case kLongBinGet: return take_uint(4, n) && memo_get(n);
@@ -503,15 +810,48 @@ class Parser {
   }
 
   std::string_view in_;
+  Document owned_;  // streaming: the parser's own
   Document& doc_;
   size_t pos_ = 0;
   std::vector<Ref> stack_;
-  std::vector<size_t> marks_;
-  std::unordered_map<uint64_t, Ref> memo_;
+  std::vector<Mark> marks_;
+  ItemSink* sink_ = nullptr;
+  const MemoIds* reads_ = nullptr;  // streaming: the memo entries ever read back
+  Memo memo_{reads_};
+  MemoIds put_ids_;             // every index put (MEMOIZE puts at their count)
+  std::vector<uint64_t> puts_;  // streaming: the indices kept, in the order put
+  bool offered_ = false;        // run_to: a batch went to the sink
+  Ref resumed_list_ = 0;
   std::string problem_;
 };
 
 bool parse(std::string_view bytes, Document& out, std::string& error) { return Parser(bytes, out).run(error); }
+
+StreamingParse::StreamingParse(std::string_view bytes, const std::function<void(size_t, size_t)>& done_with)
+    : bytes_(bytes), reads_(std::make_unique<MemoReads>(MemoReads{memo_reads(bytes, done_with)})) {}
+StreamingParse::~StreamingParse() = default;
+
+bool StreamingParse::run(ItemSink& sink, std::string& error) {
+  parser_ = std::make_unique<Parser>(bytes_, sink, reads_->ids);
+  return parser_->run(error);
+}
+
+const Document& StreamingParse::document() const {
+  static const Document kEmpty;
+  return parser_ ? parser_->document() : kEmpty;
+}
+
+std::unique_ptr<ListCursor> StreamingParse::resume_list(const ResumePoint& at, size_t end, ItemSink& sink) const {
+  if (!parser_) return nullptr;
+  return std::unique_ptr<ListCursor>(new ListCursor(std::make_unique<Parser>(*parser_, at, sink), end));
+}
+
+ListCursor::ListCursor(std::unique_ptr<Parser> parser, size_t end) : parser_(std::move(parser)), end_(end) {}
+ListCursor::~ListCursor() = default;
+Ref ListCursor::list() const { return parser_->resumed_list(); }
+bool ListCursor::next(std::string& error) { return parser_->run_to(end_, error); }
+bool ListCursor::done() const { return parser_->position() >= end_; }
+size_t ListCursor::position() const { return parser_->position(); }
 
 bool looks_like_pickle(std::string_view bytes) {
   return bytes.size() >= 3 && static_cast<uint8_t>(bytes[0]) == kProto && static_cast<uint8_t>(bytes[1]) >= 2 &&

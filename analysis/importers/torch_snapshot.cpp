@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <deque>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <tuple>
@@ -11,6 +13,7 @@
 
 #include "memtrace/format/torch_action.h"
 #include "memtrace/importers/pickle.h"
+#include "snapshot_state.h"
 
 namespace memtrace {
 
@@ -24,66 +27,12 @@ constexpr Ref kNoRef = Document::kNoValue;
 constexpr int32_t kMaxDevices = 1024;
 constexpr size_t kMaxFramesPerStack = 1024;
 
-// An action this table does not know (whatever later versions add) is skipped.
 using Action = TorchAction;
-
-struct Entry {
-  std::optional<Action> action;
-  int32_t device = 0;
-  uint64_t addr = 0, size = 0, stream = 0, device_free = 0;
-  int64_t time_us = -1;
-  Ref frames = kNoRef;
-  std::string_view category;
-};
-
-// A block handed to a tensor, live (or waiting for its streams: pending) at some moment.
-struct Block {
-  uint64_t size = 0;
-  Ref frames = kNoRef;
-  bool pending = false;
-  std::string_view category;
-};
-
-// Reserved memory: a segment, or a mapped range of an expandable one.
-struct Range {
-  uint64_t size = 0;
-  bool expandable = false;
-  Ref frames = kNoRef;
-  uint64_t stream = 0;
-};
-using Ranges = std::map<uint64_t, Range>;
-
-// Takes [addr, addr+size) out of RANGES. GONE(base, range) is told of each range it cut, KEPT(base,
-// range) of each part of one that stays.
-template <typename Gone, typename Kept>
-void carve(Ranges& ranges, uint64_t addr, uint64_t size, Gone&& gone, Kept&& kept) {
-  uint64_t end = addr + size;
-  auto it = ranges.upper_bound(addr);
-  if (it != ranges.begin()) --it;
-  while (it != ranges.end() && it->first < end) {
-    uint64_t base = it->first, range_end = base + it->second.size;
-    if (range_end <= addr) {
-      ++it;
-      continue;
-    }
-    Range r = it->second;
-    it = ranges.erase(it);
-    gone(base, r);
-    if (base < addr) {
-      Range left = r;
-      left.size = addr - base;
-      ranges[base] = left;
-      kept(base, left);
-    }
-    if (range_end > end) {
-      Range right = r;
-      right.size = range_end - end;
-      it = ranges.emplace(end, right).first;
-      kept(end, right);
-      ++it;
-    }
-  }
-}
+using snapshot::Block;
+using snapshot::carve;
+using snapshot::Entry;
+using snapshot::Range;
+using snapshot::Ranges;
 
 bool is_python_file(std::string_view file) {
   return file.ends_with(".py") || (file.size() > 2 && file.front() == '<' && file.back() == '>');
@@ -103,46 +52,146 @@ bool viewer_omits(std::string_view name, std::string_view file) {
   return false;
 }
 
-class Importer {
+// An entry of a device's trace, read from the pickle: none when ITEM is not one (a dict with a
+// string 'action'). STACK_OF interns its frames; WITH_STACK says whether it is wanted.
+template <typename StackOf, typename WithStack>
+std::optional<Entry> entry_from(const Document& doc, Ref item, TraceWriter& w, StackOf&& stack_of,
+                                WithStack&& with_stack) {
+  if (!doc.is(item, Kind::kDict)) return std::nullopt;
+  Entry e;
+  bool has_action = false, has_free = false;
+  Ref frames = kNoRef, category = kNoRef;
+  for (auto [k, v] : doc.entries(item)) {  // one pass: a dict's keys are unique
+    std::string_view key = doc.text(k);
+    bool number = doc.is(v, Kind::kInt);
+    switch (key.size()) {
+      case 4:
+        if (number && key == "addr") e.addr = doc.unsigned_integer(v);
+        if (number && key == "size") e.size = doc.unsigned_integer(v);
+        break;
+      case 6:
+        if (key == "action" && doc.is(v, Kind::kString)) {
+          e.action = torch_action(doc.text(v));
+          has_action = true;
+        } else if (number && key == "stream") {
+          e.stream = doc.unsigned_integer(v);
+        } else if (key == "frames" && doc.is(v, Kind::kList)) {
+          frames = v;
+        }
+        break;
+      case 7:
+        if (number && key == "time_us") e.time_us = doc.integer(v);
+        break;
+      case 8:
+        if (key == "category") category = v;
+        break;
+      case 11:
+        if (number && key == "device_free") {
+          e.device_free = doc.unsigned_integer(v);
+          has_free = true;
+        }
+        break;
+      default: break;
+    }
+  }
+  if (!has_action) return std::nullopt;
+  if (!has_free) e.device_free = e.addr;
+  if (frames != kNoRef && with_stack(e)) e.stack = stack_of(doc, frames);
+  if (category != kNoRef && !doc.text(category).empty()) e.category = w.intern_string(doc.text(category));
+  return e;
+}
+
+// Frames lists already interned, by the Ref they had in the parse that read them.
+using StackCache = std::map<Ref, uint64_t>;
+
+// The snapshot is read in two passes over the pickle, neither holding its traces: the first
+// keeps all but the entries of the devices' traces (segments, annotations: the state at the end)
+// and learns from the entries what was live before them; the second reads each device's entries
+// again from where they begin, and writes them, the devices' merged by time.
+class Importer : public pickle::ItemSink {
  public:
-  Importer(const Document& doc, const std::string& path, TraceWriter& writer, std::string& error)
-      : doc_(doc), path_(path), w_(writer), error_(error) {}
+  Importer(std::string_view bytes, const std::string& path, TraceWriter& writer, std::string& error,
+           const ReleaseBytes& done_with = nullptr)
+      : parse_(bytes, done_with), path_(path), w_(writer), error_(error), done_with_(done_with) {}
+
+  bool parse() {
+    std::string problem;
+    if (parse_.run(*this, problem)) return true;
+    error_ = path_ + ": not a readable pickle: " + problem;
+    return false;
+  }
+  const Document& doc() const { return parse_.document(); }
+
+  // The first pass: each entry seen once, the first batch of each list kept.
+  bool take(const Document& doc, Ref list, Ref item) override {
+    // Its stack is read for the first batch (written from here) and where the trace frees what it
+    // did not allocate (live before it); the second pass reads the rest.
+    auto known = traces_.find(list);
+    Trace* seen = known == traces_.end() ? nullptr : &known->second;
+    std::optional<Entry> e = entry_from(
+        doc, item, w_, [&](const Document& d, Ref f) { return stack_of(d, f, stacks_); },
+        [&](const Entry& entry) { return !seen || !seen->head_complete || seen->start.may_keep(entry); });
+    if (!e) return false;
+    Trace& t = seen ? *seen : traces_[list];
+    if (!t.head_complete) t.head.push_back(*e);
+    t.start.see(*e);
+    if (e->time_us >= 0) t.first_time_us = std::min<uint64_t>(t.first_time_us, static_cast<uint64_t>(e->time_us));
+    return true;
+  }
+  void batch_done(Ref list, const pickle::ResumePoint& here) override {
+    Trace& t = traces_[list];
+    if (!t.head_complete) t.resume = here;
+    t.head_complete = true;
+    t.end = here.offset;
+    release_below(here.offset);
+  }
+  void forget_from(Ref first) override {
+    stacks_.erase(stacks_.lower_bound(first), stacks_.end());
+    traces_.erase(traces_.lower_bound(first), traces_.end());  // only a list built inside an entry
+  }
 
   bool run() {
-    Ref root = doc_.root(), segments = kNoRef, traces = kNoRef, annotations = kNoRef;
-    if (doc_.is(root, Kind::kList)) {
+    const Document& doc = parse_.document();
+    Ref root = doc.root(), segments = kNoRef, traces = kNoRef, annotations = kNoRef;
+    if (doc.is(root, Kind::kList)) {
       segments = root;  // before 2.0, a snapshot was its list of segments
-    } else if (doc_.is(root, Kind::kDict) && doc_.find(root, "segments", segments) && doc_.is(segments, Kind::kList)) {
-      if (doc_.find(root, "device_traces", traces) && !doc_.is(traces, Kind::kList))
+    } else if (doc.is(root, Kind::kDict) && doc.find(root, "segments", segments) && doc.is(segments, Kind::kList)) {
+      if (doc.find(root, "device_traces", traces) && !doc.is(traces, Kind::kList))
         return fail("its 'device_traces' is not a list");
-      if (doc_.find(root, "external_annotations", annotations) && !doc_.is(annotations, Kind::kList))
+      if (doc.find(root, "external_annotations", annotations) && !doc.is(annotations, Kind::kList))
         annotations = kNoRef;
     } else {
       return fail("it holds no 'segments' list: it is not a PyTorch memory snapshot");
     }
+    released_ = 0;  // the second pass reads from the devices' traces on
     if (!read_segments(segments)) return false;
     if (traces != kNoRef && !read_traces(traces)) return false;
     if (annotations != kNoRef) read_annotations(annotations);
     reconstruct_start();
-    write();
-    return !w_.failed() || fail(w_.error());
+    return write() && (!w_.failed() || fail(w_.error()));
   }
 
   // The allocated layer's events of a history the Python shim collected (its device_traces), with
   // their stacks interned in the writer, for merge_torch_history: each at its time_us less
   // OFFSET_NS (ns since the epoch to the trace's clock), or at kUntimed when it has none (2.1).
   bool history(int64_t offset_ns, std::vector<Event>& out) {
-    Ref root = doc_.root(), traces = kNoRef;
-    if (!doc_.is(root, Kind::kDict) || !doc_.find(root, "device_traces", traces) || !doc_.is(traces, Kind::kList))
+    const Document& doc = parse_.document();
+    Ref root = doc.root(), traces = kNoRef;
+    if (!doc.is(root, Kind::kDict) || !doc.find(root, "device_traces", traces) || !doc.is(traces, Kind::kList))
       return fail("it holds no 'device_traces' list");
     if (!read_traces(traces)) return false;
     sink_ = &out;
-    for (auto& [device, d] : devices_)
-      for (const Entry& e : d.entries) {
+    for (auto& [device, d] : devices_) {
+      if (!d.entries) continue;  // segments only: no trace
+      const Entry* e;
+      while ((e = d.entries->peek(error_))) {
         now_ =
-            e.time_us < 0 ? kUntimedEvent : static_cast<uint64_t>(std::max<int64_t>(0, e.time_us * 1000 - offset_ns));
-        apply(e, d.live);
+            e->time_us < 0 ? kUntimedEvent : static_cast<uint64_t>(std::max<int64_t>(0, e->time_us * 1000 - offset_ns));
+        apply(*e, d.live);
+        d.entries->pop();
       }
+      if (!d.entries->ok()) return fail(error_);
+    }
     return true;
   }
 
@@ -153,27 +202,27 @@ class Importer {
   }
   int64_t integer(Ref dict, std::string_view key, int64_t fallback = 0) const {
     Ref v;
-    return doc_.find(dict, key, v) && doc_.is(v, Kind::kInt) ? doc_.integer(v) : fallback;
+    return doc().find(dict, key, v) && doc().is(v, Kind::kInt) ? doc().integer(v) : fallback;
   }
   bool has_int(Ref dict, std::string_view key) const {
     Ref v;
-    return doc_.find(dict, key, v) && doc_.is(v, Kind::kInt);
+    return doc().find(dict, key, v) && doc().is(v, Kind::kInt);
   }
   std::string_view text(Ref dict, std::string_view key) const {
     Ref v;
-    return doc_.find(dict, key, v) ? doc_.text(v) : std::string_view();
+    return doc().find(dict, key, v) ? doc().text(v) : std::string_view();
   }
   Ref list(Ref dict, std::string_view key) const {
     Ref v;
-    return doc_.find(dict, key, v) && doc_.is(v, Kind::kList) ? v : kNoRef;
+    return doc().find(dict, key, v) && doc().is(v, Kind::kList) ? v : kNoRef;
   }
   bool device_ok(int64_t device) { return device >= 0 && device < kMaxDevices; }
 
   bool read_segments(Ref segments) {
     size_t n = 0;
-    for (Ref seg : doc_.items(segments)) {
+    for (Ref seg : doc().items(segments)) {
       std::string which = "segment " + std::to_string(n++);
-      if (!doc_.is(seg, Kind::kDict)) return fail(which + " is not a dict");
+      if (!doc().is(seg, Kind::kDict)) return fail(which + " is not a dict");
       if (!has_int(seg, "address") || !has_int(seg, "total_size"))
         return fail(which + " has no 'address' or 'total_size'");
       int64_t device = integer(seg, "device");
@@ -182,14 +231,14 @@ class Importer {
       Range r;
       r.size = static_cast<uint64_t>(integer(seg, "total_size"));
       r.stream = static_cast<uint64_t>(integer(seg, "stream"));
-      r.frames = list(seg, "frames");
+      r.stack = stack_of(doc(), list(seg, "frames"), stacks_);
       Ref v;
-      r.expandable = doc_.find(seg, "is_expandable", v) && doc_.integer(v) != 0;
+      r.expandable = doc().find(seg, "is_expandable", v) && doc().integer(v) != 0;
       devices_[static_cast<int32_t>(device)].reserved[base] = r;
       // Blocks tile the segment in address order; up to 2.0 they carry no address of their own.
       uint64_t addr = base;
-      for (Ref b : doc_.items(list(seg, "blocks"))) {
-        if (!doc_.is(b, Kind::kDict) || !has_int(b, "size")) return fail(which + " has a block without a 'size'");
+      for (Ref b : doc().items(list(seg, "blocks"))) {
+        if (!doc().is(b, Kind::kDict) || !has_int(b, "size")) return fail(which + " has a block without a 'size'");
         uint64_t size = static_cast<uint64_t>(integer(b, "size"));
         if (has_int(b, "address")) addr = static_cast<uint64_t>(integer(b, "address"));
         std::string_view state = text(b, "state");
@@ -201,11 +250,12 @@ class Importer {
           if (has_int(b, "requested_size") && integer(b, "requested_size") > 0)
             block.size = static_cast<uint64_t>(integer(b, "requested_size"));
           block.pending = state != "active_allocated";
-          block.frames = list(b, "frames");
-          block.category = text(b, "category");
+          Ref frames = list(b, "frames");
+          if (!text(b, "category").empty()) block.category = w_.intern_string(text(b, "category"));
           Ref history = list(b, "history");
-          if (block.frames == kNoRef && history != kNoRef && !doc_.items(history).empty())
-            block.frames = list(doc_.items(history).front(), "frames");
+          if (frames == kNoRef && history != kNoRef && !doc().items(history).empty())
+            frames = list(doc().items(history).front(), "frames");
+          block.stack = stack_of(doc(), frames, stacks_);
           devices_[static_cast<int32_t>(device)].blocks[addr] = block;
         }
         addr += size;
@@ -216,26 +266,27 @@ class Importer {
 
   bool read_traces(Ref traces) {
     int32_t device = 0;
-    for (Ref trace : doc_.items(traces)) {
+    for (Ref trace : doc().items(traces)) {
       if (device >= kMaxDevices) return fail("it has traces of more than " + std::to_string(kMaxDevices) + " devices");
-      if (!doc_.is(trace, Kind::kList)) return fail("the trace of device " + std::to_string(device) + " is not a list");
-      size_t n = 0;
-      for (Ref t : doc_.items(trace)) {
-        if (!doc_.is(t, Kind::kDict))
-          return fail("entry " + std::to_string(n) + " of device " + std::to_string(device) + "'s trace is not a dict");
-        ++n;
-        Entry e;
-        e.action = torch_action(text(t, "action"));
-        e.device = device;
-        e.addr = static_cast<uint64_t>(integer(t, "addr"));
-        e.size = static_cast<uint64_t>(integer(t, "size"));
-        e.stream = static_cast<uint64_t>(integer(t, "stream"));
-        e.device_free = static_cast<uint64_t>(integer(t, "device_free", static_cast<int64_t>(e.addr)));
-        if (has_int(t, "time_us")) e.time_us = integer(t, "time_us");
-        e.frames = list(t, "frames");
-        e.category = text(t, "category");
-        timed_ = timed_ || e.time_us >= 0;
-        devices_[device].entries.push_back(e);
+      if (!doc().is(trace, Kind::kList))
+        return fail("the trace of device " + std::to_string(device) + " is not a list");
+      // Its entries were taken as they came; what is left in it was not one (a dict without an
+      // action is skipped, as an action this table does not know).
+      for (Ref t : doc().items(trace))
+        if (!doc().is(t, Kind::kDict))
+          return fail("an entry of device " + std::to_string(device) + "'s trace is not a dict");
+      Device& d = devices_[device];
+      auto taken = traces_.find(trace);
+      if (taken != traces_.end()) {
+        Trace& t = taken->second;
+        d.start = std::move(t.start);
+        timed_ = timed_ || t.first_time_us != UINT64_MAX;
+        first_time_us_ = std::min(first_time_us_, t.first_time_us);
+        d.entries = std::make_unique<EntryStream>(*this, device, std::move(t.head));
+        if (t.end > t.resume.offset) d.entries->resume(parse_, t.resume, t.end);
+        traces_.erase(taken);
+      } else {
+        d.entries = std::make_unique<EntryStream>(*this, device, std::vector<Entry>());
       }
       ++device;
     }
@@ -246,8 +297,8 @@ class Importer {
   // one, whatever the devices.
   void read_annotations(Ref annotations) {
     std::set<std::tuple<bool, std::string, int64_t>> seen;
-    for (Ref a : doc_.items(annotations)) {
-      if (!doc_.is(a, Kind::kDict) || !has_int(a, "time_us")) continue;
+    for (Ref a : doc().items(annotations)) {
+      if (!doc().is(a, Kind::kDict) || !has_int(a, "time_us")) continue;
       std::string_view stage = text(a, "stage");
       if (stage != "START" && stage != "END") continue;
       Annotation annotation{stage == "START", std::string(text(a, "name")), integer(a, "time_us")};
@@ -256,44 +307,32 @@ class Importer {
     }
   }
 
-  // Walks each device's trace backwards from the final state to the one before its first entry.
+  // What was live before each device's trace began (StartState, from the first pass).
   void reconstruct_start() {
-    auto nothing = [](uint64_t, const Range&) {};
     for (auto& [device, d] : devices_) {
-      d.start_reserved = d.reserved;
-      d.start_blocks = d.blocks;
-      for (auto e = d.entries.rbegin(); e != d.entries.rend(); ++e) {
-        if (!e->action) continue;
-        switch (*e->action) {
-          case Action::kAlloc: d.start_blocks.erase(e->addr); break;
-          case Action::kFreeRequested:
-            if (auto b = d.start_blocks.find(e->addr); b != d.start_blocks.end()) b->second.pending = false;
-            break;
-          case Action::kFreeCompleted: d.start_blocks[e->addr] = Block{e->size, e->frames, true, e->category}; break;
-          case Action::kSegmentAlloc:
-          case Action::kSegmentMap: carve(d.start_reserved, e->addr, e->size, nothing, nothing); break;
-          case Action::kSegmentFree:
-          case Action::kSegmentUnmap:
-            d.start_reserved[e->addr] = Range{e->size, e->action == Action::kSegmentUnmap, e->frames, e->stream};
-            break;
-          default: break;
-        }
-      }
+      d.start_reserved = d.start.reserved(d.reserved);
+      d.start_blocks = d.start.blocks(d.blocks);
     }
   }
 
-  uint64_t stack_of(Ref frames) {
+  // The stack FRAMES (a list in DOC) names, interned; a list the pickle shares is read once.
+  uint64_t stack_of(const Document& doc, Ref frames, StackCache& cache) {
     if (frames == kNoRef) return 0;
-    auto [it, fresh] = stacks_.try_emplace(frames, 0);
+    auto [it, fresh] = cache.try_emplace(frames, 0);
     if (!fresh) return it->second;
     std::vector<uint64_t> ids;
-    for (Ref f : doc_.items(frames)) {
+    auto text = [&](Ref f, std::string_view key) {
+      Ref v;
+      return doc.find(f, key, v) ? doc.text(v) : std::string_view();
+    };
+    for (Ref f : doc.items(frames)) {
       if (ids.size() == kMaxFramesPerStack) break;
-      if (!doc_.is(f, Kind::kDict)) continue;
+      if (!doc.is(f, Kind::kDict)) continue;
       std::string_view name = text(f, "name"), file = text(f, "filename");
       if (viewer_omits(name, file)) continue;
       if (file == "??") file = {};
-      int64_t line = integer(f, "line");
+      Ref v;
+      int64_t line = doc.find(f, "line", v) && doc.is(v, Kind::kInt) ? doc.integer(v) : 0;
       FrameInfo info;
       info.python = is_python_file(file);
       info.function = name;
@@ -305,7 +344,7 @@ class Importer {
     return it->second;
   }
 
-  void emit(Api api, int32_t device, uint64_t addr, uint64_t size, uint64_t stream = 0, Ref frames = kNoRef) {
+  void emit(Api api, int32_t device, uint64_t addr, uint64_t size, uint64_t stream = 0, uint64_t stack = 0) {
     Event e;
     e.t_ns = now_;
     e.api = api;
@@ -315,7 +354,7 @@ class Importer {
     e.addr = addr;
     e.size = size;
     e.stream = stream;
-    if (e.op() == Op::kAlloc) e.stack_id = stack_of(frames);
+    if (e.op() == Op::kAlloc) e.stack_id = stack;
     put(e);
   }
   void put(const Event& e) {
@@ -324,24 +363,25 @@ class Importer {
     else
       w_.add(e);
   }
-  void emit_named(Api api, uint64_t addr, std::string_view name) {
+  // NAME: a string the writer interned.
+  void emit_named(Api api, uint64_t addr, uint64_t name) {
     Event e;
     e.t_ns = now_;
     e.api = api;
     e.kind = api_info(api).kind;
     e.layer = api_info(api).layer;
     e.addr = addr;
-    e.name = w_.intern_string(name);
+    e.name = name;
     put(e);
   }
   void emit_block(int32_t device, uint64_t addr, const Block& b) {
-    emit(Api::kTorchAlloc, device, addr, b.size, 0, b.frames);
-    if (!b.category.empty()) emit_named(Api::kTorchCategory, addr, b.category);
+    emit(Api::kTorchAlloc, device, addr, b.size, 0, b.stack);
+    if (b.category) emit_named(Api::kTorchCategory, addr, b.category);
   }
   void reserve(int32_t device, uint64_t addr, const Range& r, bool with_heap) {
-    emit(Api::kSnapshotSegment, device, addr, r.size, r.stream, r.frames);
+    emit(Api::kSnapshotSegment, device, addr, r.size, r.stream, r.stack);
     if (with_heap)
-      emit(r.expandable ? Api::kTorchSegmentMap : Api::kTorchSegmentAlloc, device, addr, r.size, r.stream, r.frames);
+      emit(r.expandable ? Api::kTorchSegmentMap : Api::kTorchSegmentAlloc, device, addr, r.size, r.stream, r.stack);
   }
   // Reserved memory that went: its pieces freed, what stays of them reserved again.
   void release(int32_t device, Ranges& live, uint64_t addr, uint64_t size) {
@@ -354,17 +394,17 @@ class Importer {
     if (!e.action) return;
     switch (*e.action) {
       case Action::kAlloc:
-        emit(Api::kTorchAlloc, e.device, e.addr, e.size, e.stream, e.frames);
-        if (!e.category.empty()) emit_named(Api::kTorchCategory, e.addr, e.category);
+        emit(Api::kTorchAlloc, e.device, e.addr, e.size, e.stream, e.stack);
+        if (e.category) emit_named(Api::kTorchCategory, e.addr, e.category);
         break;
       case Action::kFreeRequested: emit(Api::kTorchFree, e.device, e.addr, e.size, e.stream); break;
       case Action::kFreeCompleted: emit(Api::kTorchFreeCompleted, e.device, e.addr, e.size, e.stream); break;
       case Action::kSegmentAlloc:
       case Action::kSegmentMap: {
-        Range r{e.size, e.action == Action::kSegmentMap, e.frames, e.stream};
+        Range r{e.size, e.action == Action::kSegmentMap, e.stack, e.stream};
         if (sink_) {  // a history: the reserved layer was recorded live
           emit(r.expandable ? Api::kTorchSegmentMap : Api::kTorchSegmentAlloc, e.device, e.addr, r.size, r.stream,
-               r.frames);
+               r.stack);
           break;
         }
         live[e.addr] = r;
@@ -388,7 +428,7 @@ class Importer {
         o.stream = e.stream;
         o.result = kOutOfMemoryResult;
         o.device_free = e.device_free;
-        o.stack_id = stack_of(e.frames);
+        o.stack_id = e.stack;
         put(o);
         break;
       }
@@ -396,27 +436,18 @@ class Importer {
     }
   }
 
-  void write() {
+  // Writes the trace. False with ERROR set when the second pass finds the pickle not as the
+  // first read it.
+  bool write() {
     // Every device's entries, and the annotations, in one order: by time when the snapshot has
     // times, else as listed, device by device.
-    struct Item {
-      int64_t time_us;
-      int32_t device;  // -1: an annotation
-      size_t index;
-    };
-    std::vector<Item> order;
-    for (auto& [device, d] : devices_)
-      for (size_t i = 0; i < d.entries.size(); ++i) order.push_back({d.entries[i].time_us, device, i});
-    if (timed_) {
-      for (size_t i = 0; i < annotations_.size(); ++i) order.push_back({annotations_[i].time_us, -1, i});
-      std::stable_sort(order.begin(), order.end(), [](const Item& a, const Item& b) { return a.time_us < b.time_us; });
-    }
-    int64_t origin_us = 0;
-    for (const Item& item : order)
-      if (item.time_us >= 0) {
-        origin_us = item.time_us;
-        break;
-      }
+    std::stable_sort(annotations_.begin(), annotations_.end(),
+                     [](const Annotation& a, const Annotation& b) { return a.time_us < b.time_us; });
+    uint64_t first_us = first_time_us_;
+    if (timed_)
+      for (const Annotation& a : annotations_)
+        if (a.time_us >= 0) first_us = std::min(first_us, static_cast<uint64_t>(a.time_us));
+    int64_t origin_us = timed_ && first_us <= INT64_MAX ? static_cast<int64_t>(first_us) : 0;
 
     pb::TraceHeader header;
     header.set_memtrace_version(MEMTRACE_VERSION);
@@ -453,25 +484,52 @@ class Importer {
         blocks_below(addr + r.size);
       }
       blocks_below(UINT64_MAX);
+      d.start_reserved = {};
+      d.start_blocks = {};
     }
-    uint64_t n = 0;
-    for (const Item& item : order) {
-      uint64_t t = timed_ ? (item.time_us >= origin_us ? static_cast<uint64_t>(item.time_us - origin_us) * 1000 : 0)
-                          : ++n * 1000;
+    // The devices' entries merged: the earliest next (the lower device on a tie, annotations after
+    // entries of the same time); each device's in the order PyTorch listed them.
+    uint64_t n = 0, applied = 0;
+    size_t next_annotation = 0;
+    bool any_entry = false;
+    for (;;) {
+      Device* from = nullptr;
+      const Entry* next = nullptr;
+      for (auto& [device, d] : devices_) {
+        if (!d.entries) continue;  // segments only: no trace
+        const Entry* e = d.entries->peek(error_);
+        if (!d.entries->ok()) return fail(error_);
+        if (!e || (next && (!timed_ || e->time_us >= next->time_us))) continue;
+        from = &d;
+        next = e;
+      }
+      bool annotation = timed_ && next_annotation < annotations_.size() &&
+                        (!next || annotations_[next_annotation].time_us < next->time_us);
+      if (!next && !annotation) break;
+      int64_t time_us = annotation ? annotations_[next_annotation].time_us : next->time_us;
+      uint64_t t = timed_ ? (time_us >= origin_us ? static_cast<uint64_t>(time_us - origin_us) * 1000 : 0) : ++n * 1000;
       now_ = std::max(now_, t);
-      if (item.device < 0) {
-        const Annotation& a = annotations_[item.index];
-        emit_named(a.start ? Api::kShimRangePush : Api::kShimRangePop, 0, a.name);
+      if (annotation) {
+        const Annotation& a = annotations_[next_annotation++];
+        emit_named(a.start ? Api::kShimRangePush : Api::kShimRangePop, 0, w_.intern_string(a.name));
         continue;
       }
-      Device& d = devices_[item.device];
-      apply(d.entries[item.index], d.live);
+      any_entry = true;
+      Entry e = *next;
+      from->entries->pop();
+      apply(e, from->live);
+      if (++applied % 4096 == 0) {  // what no device's stream reads again
+        size_t below = SIZE_MAX;
+        for (auto& [device, d] : devices_)
+          if (d.entries) below = std::min(below, d.entries->position());
+        if (below != SIZE_MAX) release_below(below);
+      }
     }
 
     pb::Footer footer;
     footer.set_end_ns(now_);
     footer.set_end_reason("the end of the snapshot");
-    if (!timed_ && !order.empty())
+    if (!timed_ && any_entry)
       footer.add_notices(
           "this PyTorch snapshot records no times (PyTorch before 2.3): its events are shown 1 us apart, in order");
     if (early_blocks || early_segments)
@@ -479,52 +537,111 @@ class Importer {
                          " blocks were live before PyTorch began recording this snapshot's trace: they are shown "
                          "from its start, with the stacks the snapshot kept");
     w_.finish(footer);
+    return true;
   }
+
+  // A device's entries in order: the first batch, kept by the first pass, then the rest read
+  // again from the pickle as they are asked for.
+  class EntryStream : public pickle::ItemSink {
+   public:
+    EntryStream(Importer& importer, int32_t device, std::vector<Entry> head)
+        : importer_(importer), device_(device), buffer_(head.begin(), head.end()) {
+      for (Entry& e : buffer_) e.device = device;
+    }
+    void resume(const pickle::StreamingParse& parse, const pickle::ResumePoint& at, size_t end) {
+      stacks_ = importer_.stacks_;  // the first pass's: the values this parse starts from are the same
+      cursor_ = parse.resume_list(at, end, *this);
+    }
+    // The next entry, or null at the end or on a problem (then ok() is false and ERROR says why).
+    const Entry* peek(std::string& error) {
+      while (buffer_.empty() && ok_ && cursor_ && !cursor_->done()) ok_ = cursor_->next(error);
+      return buffer_.empty() ? nullptr : &buffer_.front();
+    }
+    void pop() { buffer_.pop_front(); }
+    bool ok() const { return ok_; }
+    // The first byte it may still read (SIZE_MAX: none).
+    size_t position() const { return cursor_ && !cursor_->done() ? cursor_->position() : SIZE_MAX; }
+
+    bool take(const Document& doc, Ref list, Ref item) override {
+      if (!cursor_ || list != cursor_->list()) return false;
+      std::optional<Entry> e = entry_from(
+          doc, item, importer_.w_, [&](const Document& d, Ref f) { return importer_.stack_of(d, f, stacks_); },
+          [](const Entry&) { return true; });
+      if (!e) return false;
+      e->device = device_;
+      buffer_.push_back(*e);
+      return true;
+    }
+    void forget_from(Ref first) override { stacks_.erase(stacks_.lower_bound(first), stacks_.end()); }
+
+   private:
+    Importer& importer_;
+    int32_t device_;
+    std::deque<Entry> buffer_;
+    std::unique_ptr<pickle::ListCursor> cursor_;
+    StackCache stacks_;
+    bool ok_ = true;
+  };
 
   struct Device {
     Ranges reserved, start_reserved, live;
     std::map<uint64_t, Block> blocks, start_blocks;
-    std::vector<Entry> entries;
+    snapshot::StartState start;
+    std::unique_ptr<EntryStream> entries;
   };
   struct Annotation {
     bool start;
     std::string name;
     int64_t time_us;
   };
+  // The first pass's view of a list of entries (a device's trace, once read_traces knows which).
+  struct Trace {
+    std::vector<Entry> head;  // its first batch
+    bool head_complete = false;
+    pickle::ResumePoint resume;  // after the first batch
+    size_t end = 0;              // after the last
+    snapshot::StartState start;
+    uint64_t first_time_us = UINT64_MAX;
+  };
 
-  const Document& doc_;
+  // Tells done_with_ of the bytes before OFFSET, a few MiB at a time.
+  void release_below(size_t offset) {
+    constexpr size_t kStep = 8 << 20;
+    if (!done_with_ || offset < released_ + kStep) return;
+    done_with_(released_, offset);
+    released_ = offset;
+  }
+
+  pickle::StreamingParse parse_;
   const std::string& path_;
   TraceWriter& w_;
   std::string& error_;
+  ReleaseBytes done_with_;
+  size_t released_ = 0;
   std::map<int32_t, Device> devices_;
   std::vector<Annotation> annotations_;
-  std::unordered_map<Ref, uint64_t> stacks_;
+  StackCache stacks_;            // the first pass's
+  std::map<Ref, Trace> traces_;  // by the list the first pass read them in
   bool timed_ = false;
+  uint64_t first_time_us_ = UINT64_MAX;
   uint64_t now_ = 0;
   std::vector<Event>* sink_ = nullptr;  // a history's events go here, not to the writer
 };
 
 }  // namespace
 
-bool import_torch_snapshot(std::string_view bytes, const std::string& path, TraceWriter& writer, std::string& error) {
-  Document doc;
-  std::string problem;
-  if (!pickle::parse(bytes, doc, problem)) {
-    error = path + ": not a readable pickle: " + problem;
-    return false;
-  }
-  return Importer(doc, path, writer, error).run();
+bool import_torch_snapshot(std::string_view bytes, const std::string& path, TraceWriter& writer, std::string& error,
+                           const ReleaseBytes& done_with) {
+  Importer importer(bytes, path, writer, error, done_with);
+  return importer.parse() && importer.run();
 }
 
 bool read_torch_history(std::string_view bytes, const std::string& path, uint64_t origin_monotonic_ns,
                         TraceWriter& writer, std::vector<Event>& out, TorchHistoryReading& reading,
                         std::string& error) {
-  Document doc;
-  std::string problem;
-  if (!pickle::parse(bytes, doc, problem)) {
-    error = path + ": not a readable pickle: " + problem;
-    return false;
-  }
+  Importer importer(bytes, path, writer, error);
+  if (!importer.parse()) return false;
+  const Document& doc = importer.doc();
   Ref root = doc.root(), clock = kNoRef, value = kNoRef;
   auto integer = [&](Ref dict, std::string_view key) {
     Ref v;
@@ -540,7 +657,7 @@ bool read_torch_history(std::string_view bytes, const std::string& path, uint64_
   reading.ring_wrapped = integer(root, "memtrace_ring_wrapped") > 0;
   if (doc.find(root, "memtrace_when", value)) reading.when = std::string(doc.text(value));
   size_t before = out.size();
-  if (!Importer(doc, path, writer, error).history(offset, out)) return false;
+  if (!importer.history(offset, out)) return false;
   for (size_t i = before; i < out.size(); ++i) reading.untimed |= out[i].t_ns == kUntimedEvent;
   return true;
 }

@@ -8,6 +8,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -67,6 +69,77 @@ class Document {
 // Parses BYTES as one pickle (protocols 0 to 5). False with ERROR set (one sentence naming the
 // byte offset) when it is not one, or asks for anything but plain data.
 bool parse(std::string_view bytes, Document& out, std::string& error);
+
+// Where a streaming parse stood after a batch of a list's items: enough to parse on from there
+// (StreamingParse::resume_list).
+struct ResumePoint {
+  size_t offset = 0;      // the next opcode
+  size_t memo_count = 0;  // memo entries put so far (MEMOIZE puts at this index)
+};
+
+// A reader that takes the items of lists as they are added (StreamingParse), so that a large
+// pickle need not be held: TAKE is offered each item added to a list; an item it takes is not
+// kept in the list, and once a whole batch of items (one APPENDS) is taken, what was built for
+// them alone is forgotten. Values the pickle reads back later through its memo are kept.
+class ItemSink {
+ public:
+  virtual ~ItemSink() = default;
+  // Whether the reader took ITEM, being added to LIST: DOC's values are valid until it returns.
+  virtual bool take(const Document& doc, Ref list, Ref item) = 0;
+  // The values from FIRST on are forgotten: a Ref the sink kept from there means something else now.
+  virtual void forget_from(Ref first) { (void)first; }
+  // After a batch of LIST's items of which it took some: where the parse is now.
+  virtual void batch_done(Ref list, const ResumePoint& here) {
+    (void)list;
+    (void)here;
+  }
+};
+
+class Parser;
+class ListCursor;
+
+// A parse whose memory grows with what its sink does not take (and with the values the pickle
+// shares through its memo), not with the file. Walks the opcodes once first, building nothing,
+// to learn which memo entries are ever read back.
+class StreamingParse {
+ public:
+  // DONE_WITH(begin, end), when given, is told of the bytes the first walk is done with.
+  explicit StreamingParse(std::string_view bytes,
+                          const std::function<void(size_t begin, size_t end)>& done_with = nullptr);
+  ~StreamingParse();
+  // Parses the whole pickle as parse() does, offering list items to SINK. False with ERROR set
+  // (one sentence naming the byte offset) as parse().
+  bool run(ItemSink& sink, std::string& error);
+  // What run() kept: all but what the sink took.
+  const Document& document() const;
+  // After run(): the items of one list again, from AT (a batch_done of it) to END (the offset its
+  // last batch_done gave), offered to SINK as a new empty list, with the values and memo run() left.
+  std::unique_ptr<ListCursor> resume_list(const ResumePoint& at, size_t end, ItemSink& sink) const;
+
+ private:
+  std::string_view bytes_;
+  std::unique_ptr<struct MemoReads> reads_;
+  std::unique_ptr<Parser> parser_;
+};
+
+class ListCursor {
+ public:
+  ~ListCursor();
+  // The list as the sink is offered its items.
+  Ref list() const;
+  // Parses on until a batch of the list's items was offered, or to its end. False with ERROR set
+  // when the bytes there are not what they were.
+  bool next(std::string& error);
+  bool done() const;
+  // The byte it reads next.
+  size_t position() const;
+
+ private:
+  friend class StreamingParse;
+  explicit ListCursor(std::unique_ptr<Parser> parser, size_t end);
+  std::unique_ptr<Parser> parser_;
+  size_t end_;
+};
 
 // Whether BYTES start as a pickle of protocol 2 or later does (what PyTorch writes).
 bool looks_like_pickle(std::string_view bytes);

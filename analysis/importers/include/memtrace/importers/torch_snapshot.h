@@ -7,6 +7,7 @@
 // live at the start.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,7 +22,11 @@ inline constexpr const char* kTorchSnapshotSource = "PyTorch memory snapshot";
 // reserved layer (its segments) and the allocated layer (blocks handed to tensors, and the
 // segments as the heaps they lie in), each event with its frames. False with ERROR set (one
 // sentence) when BYTES is not a pickle of plain data, or not a PyTorch memory snapshot.
-bool import_torch_snapshot(std::string_view bytes, const std::string& path, TraceWriter& writer, std::string& error);
+// DONE_WITH(begin, end), when given, is told of byte ranges of BYTES the import will not read
+// again soon (a file mapping can let them go; the import may read them again later).
+using ReleaseBytes = std::function<void(size_t begin, size_t end)>;
+bool import_torch_snapshot(std::string_view bytes, const std::string& path, TraceWriter& writer, std::string& error,
+                           const ReleaseBytes& done_with = nullptr);
 
 // What one reading of PyTorch's own recorder held (torch_history.h).
 struct TorchHistoryReading {
