@@ -66,6 +66,12 @@ __attribute__((constructor)) void start_shim_where_site_does_not() {
     return;  // memtrace.record starts the shim itself
   g_run_string = reinterpret_cast<int (*)(const char*)>(::dlsym(RTLD_DEFAULT, "PyRun_SimpleString"));
   if (!g_run_string || !::dlsym(RTLD_DEFAULT, "Py_IsInitialized")) return;  // no Python in this program
+  // Before 3.7, Py_IsInitialized is true from the start of Py_Initialize (CPython 3.6
+  // Python/pylifecycle.c sets `initialized = 1` before builtins and importlib exist), and a pending
+  // call run then breaks the interpreter's start. Those Pythons get the shim from site alone.
+  auto version = reinterpret_cast<const char* (*)()>(::dlsym(RTLD_DEFAULT, "Py_GetVersion"));
+  const char* v = version ? version() : nullptr;  // "3.6.15 (default, ...": a constant, no interpreter needed
+  if (!v || v[0] < '3' || (v[0] == '3' && v[1] == '.' && std::atoi(v + 2) < 7)) return;
   std::string folder = shim_folder();
   if (folder.empty() || folder.find('\'') != std::string::npos) return;
   g_start_code = new std::string(
