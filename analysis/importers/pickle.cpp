@@ -342,14 +342,12 @@ class Parser {
   // Streaming again from where FROM left a list: its values and memo, a new empty list on the stack.
   Parser(const Parser& from, const ResumePoint& at, ItemSink& sink)
       : in_(from.in_),
-        owned_(from.doc_),
         doc_(owned_),
         pos_(std::min(at.offset, from.in_.size())),
         sink_(&sink),
         reads_(from.reads_),
-        memo_(from.memo_),
-        put_ids_(from.in_.size() + 1),
-        puts_(from.puts_) {
+        put_ids_(from.in_.size() + 1) {
+    keep_memo_of(from);
     put_ids_.start_at(at.memo_count);
     push_list(Kind::kList);
     resumed_list_ = stack_.back();
@@ -463,14 +461,22 @@ class Parser {
   struct Mark {
     size_t stack;
     Checkpoint at;
-    bool tainted = false;  // a value from before it was given something built after it
+    Ref lowest_target = Document::kNoValue;  // the oldest container given items since it
+    // Whether a value from before it was given something built after it.
+    bool tainted() const { return lowest_target < at.nodes; }
   };
   bool pop_mark(size_t& mark, Mark* popped = nullptr) {
     if (marks_.empty()) return bad("an opcode needs a MARK that is not there");
     mark = marks_.back().stack;
     if (popped) *popped = marks_.back();
-    marks_.pop_back();
+    drop_mark();
     return true;
+  }
+  // What was given items inside the innermost mark was given them inside the one around it too.
+  void drop_mark() {
+    Ref lowest = marks_.back().lowest_target;
+    marks_.pop_back();
+    if (!marks_.empty()) marks_.back().lowest_target = std::min(marks_.back().lowest_target, lowest);
   }
   void push_mark() {
     Checkpoint at{doc_.nodes_.size(), doc_.strings_.size(), doc_.lists_.size(), doc_.dicts_.size(), puts_.size()};
@@ -482,7 +488,7 @@ class Parser {
   }
   bool add_items(Ref target, size_t from, const Mark* batch = nullptr) {
     Document::Node& n = doc_.nodes_[target];
-    for (size_t m = marks_.size(); m-- > 0 && marks_[m].at.nodes > target;) marks_[m].tainted = true;
+    if (!marks_.empty()) marks_.back().lowest_target = std::min(marks_.back().lowest_target, target);
     if (n.kind == Kind::kList && sink_) return offer_items(target, from, batch);
     if (n.kind == Kind::kList || n.kind == Kind::kSet) {
       auto& items = doc_.lists_[n.index];
@@ -526,7 +532,7 @@ class Parser {
       doc_.lists_[doc_.nodes_[list].index].push_back(stack_[i]);
     }
     stack_.resize(from);
-    if (batch && all_taken && !batch->tainted && batch->at.nodes < doc_.nodes_.size()) forget_since(batch->at);
+    if (batch && all_taken && !batch->tainted() && batch->at.nodes < doc_.nodes_.size()) forget_since(batch->at);
     if (!any_taken) return true;
     offered_ = true;
     sink_->batch_done(list, ResumePoint{pos_, put_ids_.count()});
@@ -573,8 +579,54 @@ class Parser {
     doc_.strings_.resize(strings);
     doc_.lists_.resize(lists);
     doc_.dicts_.resize(dicts);
-    for (size_t i = at.puts; i < puts_.size(); ++i) memo_.slot(puts_[i]) = to(memo_.slot(puts_[i]));
+    // Each index once: one put twice holds the value of its last put, moved once.
+    std::unordered_set<uint64_t> relocated;
+    for (size_t i = at.puts; i < puts_.size(); ++i)
+      if (relocated.insert(puts_[i]).second) memo_.slot(puts_[i]) = to(memo_.slot(puts_[i]));
     sink_->forget_from(static_cast<Ref>(at.nodes));
+  }
+  // Streaming again: of FROM's values, those its memo keeps (all that can be read back), copied.
+  void keep_memo_of(const Parser& from) {
+    const Document& d = from.doc_;
+    std::unordered_map<Ref, Ref> moved;
+    std::vector<Ref> kept, todo;
+    std::vector<uint64_t> indices(from.puts_);
+    std::sort(indices.begin(), indices.end());
+    indices.erase(std::unique(indices.begin(), indices.end()), indices.end());
+    for (uint64_t index : indices) todo.push_back(*from.memo_.find(index));
+    while (!todo.empty()) {
+      Ref r = todo.back();
+      todo.pop_back();
+      if (!moved.emplace(r, 0).second) continue;
+      kept.push_back(r);
+      const Document::Node& n = d.nodes_[r];
+      if (n.kind == Kind::kList || n.kind == Kind::kTuple || n.kind == Kind::kSet)
+        todo.insert(todo.end(), d.lists_[n.index].begin(), d.lists_[n.index].end());
+      if (n.kind == Kind::kDict)
+        for (auto [k, v] : d.dicts_[n.index]) todo.insert(todo.end(), {k, v});
+    }
+    std::sort(kept.begin(), kept.end());
+    for (size_t i = 0; i < kept.size(); ++i) moved[kept[i]] = static_cast<Ref>(i);
+    for (Ref r : kept) {
+      Document::Node n = d.nodes_[r];
+      if (n.kind == Kind::kString || n.kind == Kind::kBytes) {
+        doc_.strings_.push_back(d.strings_[n.index]);
+        n.index = static_cast<uint32_t>(doc_.strings_.size() - 1);
+      } else if (n.kind == Kind::kList || n.kind == Kind::kTuple || n.kind == Kind::kSet) {
+        doc_.lists_.push_back(d.lists_[n.index]);
+        for (Ref& item : doc_.lists_.back()) item = moved.at(item);
+        n.index = static_cast<uint32_t>(doc_.lists_.size() - 1);
+      } else if (n.kind == Kind::kDict) {
+        doc_.dicts_.push_back(d.dicts_[n.index]);
+        for (auto& [k, v] : doc_.dicts_.back()) k = moved.at(k), v = moved.at(v);
+        n.index = static_cast<uint32_t>(doc_.dicts_.size() - 1);
+      }
+      doc_.nodes_.push_back(n);
+    }
+    for (uint64_t index : indices) {
+      memo_.put(index, moved.at(*from.memo_.find(index)));
+      puts_.push_back(index);
+    }
   }
   bool memo_put(uint64_t index) {
     if (stack_.empty()) return bad("PUT with nothing on the stack");
@@ -708,7 +760,7 @@ class Parser {
       case kMark: push_mark(); return true;
       case kPop:
         if (!marks_.empty() && marks_.back().stack == stack_.size()) {  // POP of a mark, as Python allows
-          marks_.pop_back();
+          drop_mark();
           return true;
         }
         if (!need(1)) return false;

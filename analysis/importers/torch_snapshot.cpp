@@ -275,9 +275,9 @@ class Importer : public pickle::ItemSink {
       for (Ref t : doc().items(trace))
         if (!doc().is(t, Kind::kDict))
           return fail("an entry of device " + std::to_string(device) + "'s trace is not a dict");
-      Device& d = devices_[device];
       auto taken = traces_.find(trace);
-      if (taken != traces_.end()) {
+      if (taken != traces_.end()) {  // a device with entries (PyTorch lists every device, idle or not)
+        Device& d = devices_[device];
         Trace& t = taken->second;
         d.start = std::move(t.start);
         timed_ = timed_ || t.first_time_us != UINT64_MAX;
@@ -285,8 +285,6 @@ class Importer : public pickle::ItemSink {
         d.entries = std::make_unique<EntryStream>(*this, device, std::move(t.head));
         if (t.end > t.resume.offset) d.entries->resume(parse_, t.resume, t.end);
         traces_.erase(taken);
-      } else {
-        d.entries = std::make_unique<EntryStream>(*this, device, std::vector<Entry>());
       }
       ++device;
     }
@@ -549,7 +547,7 @@ class Importer : public pickle::ItemSink {
       for (Entry& e : buffer_) e.device = device;
     }
     void resume(const pickle::StreamingParse& parse, const pickle::ResumePoint& at, size_t end) {
-      stacks_ = importer_.stacks_;  // the first pass's: the values this parse starts from are the same
+      // Its own stack cache: the parse starts from a copy of the first's shared values, renumbered.
       cursor_ = parse.resume_list(at, end, *this);
     }
     // The next entry, or null at the end or on a problem (then ok() is false and ERROR says why).
