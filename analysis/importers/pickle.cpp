@@ -538,22 +538,29 @@ class Parser {
     sink_->batch_done(list, ResumePoint{pos_, put_ids_.count()});
     return true;
   }
-  void forget_since(const Checkpoint& at) {
-    std::unordered_map<Ref, Ref> moved;  // kept value -> where it goes
-    std::vector<Ref> kept, todo;
-    for (size_t i = at.puts; i < puts_.size(); ++i) todo.push_back(memo_.slot(puts_[i]));
+  // The values of D that TODO's reach, from FIRST on, in order; each a key of MOVED.
+  static std::vector<Ref> reachable(const Document& d, std::vector<Ref> todo, Ref first,
+                                    std::unordered_map<Ref, Ref>& moved) {
+    std::vector<Ref> kept;
     while (!todo.empty()) {
       Ref r = todo.back();
       todo.pop_back();
-      if (r < at.nodes || !moved.emplace(r, 0).second) continue;
+      if (r < first || !moved.emplace(r, 0).second) continue;
       kept.push_back(r);
-      const Document::Node& n = doc_.nodes_[r];
+      const Document::Node& n = d.nodes_[r];
       if (n.kind == Kind::kList || n.kind == Kind::kTuple || n.kind == Kind::kSet)
-        todo.insert(todo.end(), doc_.lists_[n.index].begin(), doc_.lists_[n.index].end());
+        todo.insert(todo.end(), d.lists_[n.index].begin(), d.lists_[n.index].end());
       if (n.kind == Kind::kDict)
-        for (auto [k, v] : doc_.dicts_[n.index]) todo.insert(todo.end(), {k, v});
+        for (auto [k, v] : d.dicts_[n.index]) todo.insert(todo.end(), {k, v});
     }
     std::sort(kept.begin(), kept.end());
+    return kept;
+  }
+  void forget_since(const Checkpoint& at) {
+    std::unordered_map<Ref, Ref> moved;  // kept value -> where it goes
+    std::vector<Ref> todo;
+    for (size_t i = at.puts; i < puts_.size(); ++i) todo.push_back(memo_.slot(puts_[i]));
+    std::vector<Ref> kept = reachable(doc_, std::move(todo), static_cast<Ref>(at.nodes), moved);
     Ref next = static_cast<Ref>(at.nodes);
     for (Ref r : kept) moved[r] = next++;
     auto to = [&](Ref r) { return r < at.nodes ? r : moved.at(r); };
@@ -589,23 +596,12 @@ class Parser {
   void keep_memo_of(const Parser& from) {
     const Document& d = from.doc_;
     std::unordered_map<Ref, Ref> moved;
-    std::vector<Ref> kept, todo;
+    std::vector<Ref> todo;
     std::vector<uint64_t> indices(from.puts_);
     std::sort(indices.begin(), indices.end());
     indices.erase(std::unique(indices.begin(), indices.end()), indices.end());
     for (uint64_t index : indices) todo.push_back(*from.memo_.find(index));
-    while (!todo.empty()) {
-      Ref r = todo.back();
-      todo.pop_back();
-      if (!moved.emplace(r, 0).second) continue;
-      kept.push_back(r);
-      const Document::Node& n = d.nodes_[r];
-      if (n.kind == Kind::kList || n.kind == Kind::kTuple || n.kind == Kind::kSet)
-        todo.insert(todo.end(), d.lists_[n.index].begin(), d.lists_[n.index].end());
-      if (n.kind == Kind::kDict)
-        for (auto [k, v] : d.dicts_[n.index]) todo.insert(todo.end(), {k, v});
-    }
-    std::sort(kept.begin(), kept.end());
+    std::vector<Ref> kept = reachable(d, std::move(todo), 0, moved);
     for (size_t i = 0; i < kept.size(); ++i) moved[kept[i]] = static_cast<Ref>(i);
     for (Ref r : kept) {
       Document::Node n = d.nodes_[r];
