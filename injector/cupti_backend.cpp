@@ -516,6 +516,7 @@ void subscribe() {
 // A forked child has the parent's subscription in memory but no CUDA of its own: its interposers
 // record, and CUPTI is never touched again there.
 void forget_cupti_in_child() {
+  new (&g_cupti_mutex) std::mutex;  // a parent thread may have been handing CUPTI over at the fork
   g_activity.on = false;
   g_subscriber = nullptr;
   g_cupti_pid = 0;

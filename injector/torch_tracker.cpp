@@ -168,6 +168,10 @@ SegmentCheck check_segment(uint64_t addr, uint64_t size) {
 // (a steady job reserves no new segment).
 std::mutex g_known_segments_mutex;
 std::map<uint64_t, uint64_t>* g_known_segments = new std::map<uint64_t, uint64_t>();  // start -> end
+__attribute__((constructor)) void hold_known_segments_across_fork() {
+  ::pthread_atfork([] { g_known_segments_mutex.lock(); }, [] { g_known_segments_mutex.unlock(); },
+                   [] { g_known_segments_mutex.unlock(); });
+}
 
 bool inside_known_segment(uint64_t addr, uint64_t size) {
   std::lock_guard lock(g_known_segments_mutex);

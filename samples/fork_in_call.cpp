@@ -1,6 +1,9 @@
 // fork while other threads are inside recorded calls: one thread keeps allocating (deep native
 // stacks, so the unwinder is mid-walk much of the time) and marking, another keeps registering
-// NVTX strings (memtrace keeps them under a lock), while the main thread forks --forks N children. Each child
+// NVTX strings (memtrace keeps them under a lock), a third allocates stream-ordered and asks the
+// pool what it holds (as PyTorch's cudaMallocAsync backend does for its statistics: the driver's
+// pool lock, and memtrace's own samples of the device, are taken all the time), while the main
+// thread forks --forks N children. Each child
 // allocates, registers a string and exits. A child that has not finished within 20 s is hung (a lock a vanished thread
 // held): it is killed and reported, and the program fails.
 //   fork_in_call [--forks N]
@@ -12,7 +15,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -40,12 +46,32 @@ void allocate_forever() {
   }
 }
 
+void allocate_from_pool_forever() {
+  cudaMemPool_t pool = nullptr;
+  if (cudaDeviceGetDefaultMemPool(&pool, 0) != cudaSuccess) return;
+  while (!g_stop.load(std::memory_order_relaxed)) {
+    void* p = nullptr;
+    if (cudaMallocAsync(&p, 8192, nullptr) == cudaSuccess) cudaFreeAsync(p, nullptr);
+    uint64_t reserved = 0, used = 0;
+    cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &reserved);
+    cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used);
+  }
+}
+
 void register_forever() {
   char name[32];
   for (long i = 0; !g_stop.load(std::memory_order_relaxed); ++i) {
     std::snprintf(name, sizeof name, "string %ld", i % 1024);
     nvtxDomainRegisterStringA(g_domain, name);
   }
+}
+
+// Where a hung child waits, for whoever reads the failure: its stack, when gdb is installed.
+void describe_hung(pid_t child) {
+  if (::access("/usr/bin/gdb", X_OK) != 0) return;
+  std::string command =
+      "/usr/bin/gdb -batch -nx -p " + std::to_string(child) + " -ex 'thread apply all bt' 1>&2 2>/dev/null";
+  if (std::system(command.c_str()) != 0) std::fprintf(stderr, "fork_in_call: gdb could not show the child\n");
 }
 
 }  // namespace
@@ -57,6 +83,7 @@ int main(int argc, char** argv) {
   std::vector<std::thread> threads;
   threads.emplace_back(allocate_forever);
   threads.emplace_back(register_forever);
+  threads.emplace_back(allocate_from_pool_forever);
 
   int hung = 0, failed = 0;
   for (long i = 0; i < forks; ++i) {
@@ -75,6 +102,7 @@ int main(int argc, char** argv) {
     while (::waitpid(child, &status, WNOHANG) == 0) {
       if (std::chrono::steady_clock::now() > deadline) {
         std::fprintf(stderr, "fork_in_call: child %d (fork %ld) hung\n", child, i);
+        describe_hung(child);
         ::kill(child, SIGKILL);
         ::waitpid(child, &status, 0);
         ++hung;

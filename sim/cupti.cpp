@@ -5,6 +5,7 @@
 // hands MEMORY2 activity records over in buffers the tool supplies, when it flushes them.
 // cuptiFinalize aborts: memtrace must never call it (it would tear CUPTI down under other tools).
 #include <cupti.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -83,6 +84,17 @@ void on_memory(int released, int memory_kind, uint64_t address, uint64_t bytes, 
   std::lock_guard lock(a.mutex);
   a.pending.push_back(r);
 }
+
+// A forked child: the subscription stays (the stand-in keeps calling the subscriber there, as
+// memtrace's fork handling expects of CUPTI's copy in memory), but no lock a parent thread held
+// at the fork stays held, and its parent's activity records are not the child's.
+void reset_after_fork() {
+  new (&g_mutex) std::mutex;
+  Activity& a = activity();
+  new (&a.mutex) std::mutex;
+  a.pending.clear();
+}
+__attribute__((constructor)) void install_fork_handler() { ::pthread_atfork(nullptr, nullptr, reset_after_fork); }
 
 void install_hooks() {
   memtrace_sim_set_api_callback(on_api);

@@ -3,6 +3,7 @@
 #include <cuda.h>
 #include <cupti.h>
 #include <dlfcn.h>
+#include <pthread.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -188,6 +189,22 @@ struct Pools {
 Pools& pools() {
   static Pools* p = new Pools;
   return *p;
+}
+// A forked child starts with a fresh device (device_model.cpp): its pools hold nothing of its
+// parent's, and their lock is free (a parent thread asking the pool's use at the fork held it,
+// and the child's first sample of the device waited forever). A real driver never leaves a child
+// hanging: it refuses a CUDA its parent initialized with CUDA_ERROR_NOT_INITIALIZED.
+void reset_pools_after_fork() {
+  Pools& p = pools();
+  new (&p.mutex) std::mutex;
+  p.in_use.clear();
+  p.kept.clear();
+  p.release_threshold.clear();
+  p.used_high.clear();
+  p.reserved_high.clear();
+}
+__attribute__((constructor)) void install_pools_fork_handler() {
+  ::pthread_atfork(nullptr, nullptr, reset_pools_after_fork);
 }
 // With the pools' mutex held.
 bool pools_keep_freed_memory(int device) {

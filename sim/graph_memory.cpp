@@ -6,6 +6,7 @@
 // (a free node); one whose allocation would outlive its launch is refused at instantiation.
 #include <cuda.h>
 #include <cupti.h>
+#include <pthread.h>
 
 #include <map>
 #include <mutex>
@@ -20,6 +21,16 @@ constexpr int kDriverApi = CUPTI_CB_DOMAIN_DRIVER_API;
 
 std::mutex g_graphs_mutex;                           // graphs' allocation lists, and:
 std::map<uint64_t, uint64_t> g_unfreed_allocations;  // address -> size, of every graph
+
+// A forked child has a fresh device (device_model.cpp): no graph memory of its parent's, and the
+// lock free (a parent thread may have held it at the fork).
+void reset_graphs_after_fork() {
+  new (&g_graphs_mutex) std::mutex;
+  g_unfreed_allocations.clear();
+}
+__attribute__((constructor)) void install_graphs_fork_handler() {
+  ::pthread_atfork(nullptr, nullptr, reset_graphs_after_fork);
+}
 
 uint64_t span_of(uint64_t size) {
   return (size + sim::kVmmGranularity - 1) / sim::kVmmGranularity * sim::kVmmGranularity;
