@@ -28,6 +28,7 @@ Command add_verify_command(CLI::App& app);
 Command add_html_command(CLI::App& app);
 Command add_attach_command(CLI::App& app);
 Command add_detach_command(CLI::App& app);
+Command add_summarize_command(CLI::App& app);
 Command add_record_command(CLI::App& app);  // hidden: memtrace.record's collector
 
 }  // namespace memtrace::cli

@@ -50,7 +50,7 @@ SiteGrouping grouping_named(const std::string& name) {
                             : SiteGrouping::kUser;
 }
 
-bool load_analyses(const char* command, AnalysisCli& a, std::vector<ProcessAnalysis>& out, std::string* why) {
+bool apply_analysis_cli(const char* command, AnalysisCli& a, std::string* why) {
   if (a.by == "category" && std::string(command) != "peak") {
     std::fprintf(stderr, "memtrace %s: --by category: only memtrace peak groups by category\n", command);
     if (why) *why = "--by category: only memtrace peak groups by category";
@@ -68,6 +68,11 @@ bool load_analyses(const char* command, AnalysisCli& a, std::vector<ProcessAnaly
     }
     a.options.step_pattern = a.step;
   }
+  return true;
+}
+
+bool load_analyses(const char* command, AnalysisCli& a, std::vector<ProcessAnalysis>& out, std::string* why) {
+  if (!apply_analysis_cli(command, a, why)) return false;
   std::vector<std::string> warnings;
   std::string error;
   bool ok = analyze_path(a.path, a.options, a.jobs, out, warnings, error);

@@ -20,8 +20,9 @@ inline constexpr int kExitUsage = 2;
 
 // What every command that reads a run takes as its path.
 inline constexpr const char* kRunPathHelp =
-    "An output folder (all its processes), one .memtrace file, or a PyTorch memory snapshot (the .pickle "
-    "torch.cuda.memory._dump_snapshot writes)";
+    "An output folder (all its processes; a job's folder of nodes' folders), one .memtrace file, a trace's summary "
+    "(.memsum: memtrace summarize), or a PyTorch memory snapshot (the .pickle torch.cuda.memory._dump_snapshot "
+    "writes)";
 
 struct AnalysisCli {
   std::string path, by = "user", step;
@@ -38,6 +39,9 @@ void add_jobs_option(CLI::App* cmd, unsigned& jobs);
 void add_analysis_options(CLI::App* cmd, AnalysisCli& a, bool sites = true);
 SiteGrouping grouping_named(const std::string& name);
 
+// Applies A's --by and --step to its options; prints why and returns false when they are wrong
+// (and puts why in WHY, when given).
+bool apply_analysis_cli(const char* command, AnalysisCli& a, std::string* why = nullptr);
 // Analyzes what A names (its --by and --step applied to its options); prints why and returns
 // false when it cannot (and puts why in WHY, when given).
 bool load_analyses(const char* command, AnalysisCli& a, std::vector<ProcessAnalysis>& out, std::string* why = nullptr);

@@ -47,7 +47,10 @@ bool holds_traces(const std::string& dir) {
   return false;
 }
 
-std::vector<std::string> find_traces(const std::string& path, std::string& error) {
+namespace {
+
+// The traces under PATH and, with SUMMARIES, the summaries without a trace beside them.
+std::vector<std::string> find_in(const std::string& path, bool summaries, std::string& error) {
   std::error_code ec;
   fs::file_status status = fs::status(path, ec);
   if (ec || !fs::exists(status)) {
@@ -55,17 +58,43 @@ std::vector<std::string> find_traces(const std::string& path, std::string& error
     return {};
   }
   if (!fs::is_directory(status)) return {path};
-  std::vector<std::string> traces;
+  std::vector<std::string> found;
+  size_t summaries_seen = 0;
   for (auto it = fs::recursive_directory_iterator(path, fs::directory_options::skip_permission_denied, ec);
-       !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
-    if (it->path().extension() == kTraceExtension && it->is_regular_file()) traces.push_back(it->path().string());
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (!it->is_regular_file()) continue;
+    const fs::path& file = it->path();
+    if (file.extension() == kTraceExtension) {
+      found.push_back(file.string());
+    } else if (file.extension() == kSummaryExtension) {
+      ++summaries_seen;
+      fs::path trace = file;
+      std::error_code exists_error;
+      if (summaries && !fs::exists(trace.replace_extension(kTraceExtension), exists_error))
+        found.push_back(file.string());
+    }
+  }
   if (ec) {
     error = "cannot read folder " + path + ": " + ec.message();
     return {};
   }
-  if (traces.empty()) error = "no .memtrace traces in " + path + " (did the program use CUDA?)";
-  std::sort(traces.begin(), traces.end());
-  return traces;
+  if (found.empty())
+    error = summaries_seen ? path +
+                                 " holds summaries of traces only (memtrace summarize): this needs the events, in "
+                                 "the traces themselves"
+                           : "no .memtrace traces in " + path + " (did the program use CUDA?)";
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+}  // namespace
+
+std::vector<std::string> find_traces(const std::string& path, std::string& error) {
+  return find_in(path, false, error);
+}
+
+std::vector<std::string> find_traces_and_summaries(const std::string& path, std::string& error) {
+  return find_in(path, true, error);
 }
 
 std::vector<std::string> find_snapshots(const std::string& path, std::string& error) {

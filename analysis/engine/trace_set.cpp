@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "memtrace/engine/process_analysis.h"
+#include "memtrace/engine/summary.h"
 #include "memtrace/format/run_folder.h"
 #include "memtrace/importers/pickle.h"
 #include "memtrace/importers/torch_snapshot.h"
@@ -95,6 +96,13 @@ std::unique_ptr<TraceReader> open_torch_snapshot(const std::string& path, std::s
   return TraceReader::open(trace, path, error);
 }
 
+// Whether the file at PATH is a summary (memtrace summarize), read in its trace's place.
+bool is_summary_file(const std::string& path) {
+  char head[8] = {};
+  std::ifstream in(path, std::ios::binary);
+  return in.read(head, sizeof head) && is_summary_header(std::string_view(head, sizeof head));
+}
+
 }  // namespace
 
 std::unique_ptr<TraceReader> open_trace(const std::string& path, std::string& error) {
@@ -108,6 +116,10 @@ std::unique_ptr<TraceReader> open_trace(const std::string& path, std::string& er
     in.read(head, sizeof head);
   }
   if (pickle::looks_like_pickle(std::string_view(head, sizeof head))) return open_torch_snapshot(path, error);
+  if (is_summary_header(std::string_view(head, sizeof head))) {
+    error = path + " is a summary of a trace (memtrace summarize): this needs the events, in the trace itself";
+    return nullptr;
+  }
   std::unique_ptr<TraceReader> reader = TraceReader::open(path, error);
   if (!reader && !run_folder::is_memtrace_header(std::string_view(head, sizeof head)))
     error += ", nor a PyTorch memory snapshot (a pickle)";
@@ -120,42 +132,46 @@ unsigned usable_cores() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
-bool analyze_path(const std::string& path, const AnalysisOptions& options, unsigned jobs,
-                  std::vector<ProcessAnalysis>& out, std::vector<std::string>& warnings, std::string& error) {
-  std::vector<std::string> traces = run_folder::find_traces(path, error);
-  if (traces.empty()) return false;
-  // Each worker takes the next trace not yet taken. A worker's memory is one process's replay at a
-  // time; the analyses it leaves are what the commands show, kept as one by one.
-  struct Result {
-    ProcessAnalysis analysis;
-    bool ok = false;
-    std::string error;
-  };
-  std::vector<Result> results(traces.size());
+size_t for_each_on_cores(size_t count, unsigned jobs, const std::function<bool(size_t)>& work) {
   std::atomic<size_t> next{0};
-  std::atomic<size_t> first_failed{traces.size()};  // no trace after one that failed is begun
-  auto work = [&] {
-    for (size_t i; (i = next.fetch_add(1)) < traces.size();) {
+  std::atomic<size_t> first_failed{count};  // nothing after one that failed is begun
+  auto worker = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < count;) {
       if (i > first_failed.load()) break;
-      Result& r = results[i];
-      r.ok = analyze_process(traces[i], options, r.analysis, r.error);
-      if (r.ok) continue;
+      if (work(i)) continue;
       for (size_t failed = first_failed.load(); i < failed && !first_failed.compare_exchange_weak(failed, i);) {
       }
     }
   };
   if (jobs == 0) jobs = usable_cores();
-  jobs = static_cast<unsigned>(std::min<size_t>(jobs, traces.size()));
+  jobs = static_cast<unsigned>(std::min<size_t>(jobs, count));
   std::vector<std::thread> workers;
-  for (unsigned w = 1; w < jobs; ++w) workers.emplace_back(work);
-  work();
+  for (unsigned w = 1; w < jobs; ++w) workers.emplace_back(worker);
+  worker();
   for (std::thread& t : workers) t.join();
+  return first_failed.load();
+}
 
-  for (const Result& r : results)
-    if (!r.ok) {
-      error = r.error;
-      return false;
-    }
+bool analyze_path(const std::string& path, const AnalysisOptions& options, unsigned jobs,
+                  std::vector<ProcessAnalysis>& out, std::vector<std::string>& warnings, std::string& error) {
+  std::vector<std::string> traces = run_folder::find_traces_and_summaries(path, error);
+  if (traces.empty()) return false;
+  // Each worker takes the next trace not yet taken. A worker's memory is one process's replay at a
+  // time; the analyses it leaves are what the commands show, kept as one by one.
+  struct Result {
+    ProcessAnalysis analysis;
+    std::string error;
+  };
+  std::vector<Result> results(traces.size());
+  size_t failed = for_each_on_cores(traces.size(), jobs, [&](size_t i) {
+    Result& r = results[i];
+    return is_summary_file(traces[i]) ? read_summary(traces[i], options, r.analysis, r.error)
+                                      : analyze_process(traces[i], options, r.analysis, r.error);
+  });
+  if (failed < traces.size()) {
+    error = results[failed].error;
+    return false;
+  }
   size_t first = out.size();
   for (size_t i = 0; i < traces.size(); ++i) {
     ProcessAnalysis& p = results[i].analysis;

@@ -410,6 +410,60 @@ TEST(Ranks, AJobFolderIsEveryRanksTraces) {
   }
 }
 
+// A job of four nodes: each summarizes its own folder where its traces are (memtrace summarize,
+// as the job's launcher runs it on every node) and sends only the summaries; the job's folder of
+// summaries gives the peak, leaks, report and check its traces give, and what needs the events
+// says so.
+TEST(Ranks, ANodesSummariesAreReadAsItsTraces) {
+  const std::string traces = e2e::temp_dir("job_traces"), summaries = e2e::temp_dir("job_summaries");
+  for (int node = 0; node < 4; ++node) {
+    const std::string folder = "/node" + std::to_string(node);
+    for (int local = 0; local < 2; ++local) {
+      const int rank = node * 2 + local;
+      e2e::Result r = e2e::run({e2e::kMemtrace, "run", "--sim", "--append", "-o", traces + folder, "--",
+                                e2e::sample_path("train_loop"), "--steps", std::to_string(2 + rank % 3)},
+                               {"RANK=" + std::to_string(rank), "LOCAL_RANK=" + std::to_string(local), "WORLD_SIZE=8"});
+      ASSERT_EQ(r.status, 0) << r.err;
+    }
+    e2e::Result s = e2e::run({e2e::kMemtrace, "summarize", traces + folder});
+    ASSERT_EQ(s.status, 0) << s.err;
+    EXPECT_NE(s.err.find("2 summaries beside the traces"), std::string::npos) << s.err;
+    std::filesystem::create_directories(summaries + folder);
+    for (const auto& entry : std::filesystem::directory_iterator(traces + folder))
+      if (entry.path().extension() == ".memsum")
+        std::filesystem::copy_file(entry.path(), summaries + folder + "/" + entry.path().filename().string());
+  }
+  auto same_but_folder = [&](std::string text) {
+    for (size_t at; (at = text.find(summaries)) != std::string::npos;) text.replace(at, summaries.size(), traces);
+    return text;
+  };
+  for (std::vector<std::string> command : {std::vector<std::string>{"peak", "--json"},
+                                           {"leaks", "--json"},
+                                           {"report", "--json"},
+                                           {"peak"},
+                                           {"check", "--max-peak", "1GiB", "--json"}}) {
+    std::vector<std::string> from_traces{e2e::kMemtrace}, from_summaries{e2e::kMemtrace};
+    from_traces.insert(from_traces.end(), command.begin(), command.end());
+    from_summaries.insert(from_summaries.end(), command.begin(), command.end());
+    from_traces.push_back(traces);
+    from_summaries.push_back(summaries);
+    e2e::Result t = e2e::run(from_traces), s = e2e::run(from_summaries);
+    ASSERT_EQ(t.status, 0) << command[0] << ": " << t.err;
+    EXPECT_EQ(s.status, 0) << command[0] << ": " << s.err;
+    EXPECT_EQ(same_but_folder(s.out), t.out) << command[0];
+  }
+  nlohmann::json peak = e2e::command_json({e2e::kMemtrace, "peak", "--json", summaries});
+  ASSERT_EQ(peak["processes"].size(), 8u);
+  for (int rank = 0; rank < 8; ++rank) EXPECT_EQ(peak["processes"][rank]["rank"], rank);
+
+  e2e::Result exported = e2e::run({e2e::kMemtrace, "export", "--format", "jsonl", summaries});
+  EXPECT_EQ(exported.status, 2);
+  EXPECT_NE(exported.err.find("summaries of traces only"), std::string::npos) << exported.err;
+  e2e::Result other = e2e::run({e2e::kMemtrace, "peak", "--top", "3", summaries});
+  EXPECT_EQ(other.status, 2);
+  EXPECT_NE(other.err.find("memtrace summarize --by user --top 3"), std::string::npos) << other.err;
+}
+
 }  // namespace
 
 namespace {

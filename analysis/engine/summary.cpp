@@ -1,0 +1,297 @@
+#include "memtrace/engine/summary.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+
+#include "memtrace/format/run_folder.h"
+
+// std::optional as null or its value (nlohmann 3.11.2 has no serializer of its own for it).
+namespace nlohmann {
+template <typename T>
+struct adl_serializer<std::optional<T>> {
+  static void to_json(json& j, const std::optional<T>& v) {
+    if (v)
+      j = *v;
+    else
+      j = nullptr;
+  }
+  static void from_json(const json& j, std::optional<T>& v) {
+    if (j.is_null())
+      v.reset();
+    else
+      v = j.get<T>();
+  }
+};
+}  // namespace nlohmann
+
+namespace memtrace {
+
+// Every field of what a summary keeps, by its name. A struct that gains a field fails to build
+// here until the field is listed (sizes checked below) and kMagic's last byte says the layout changed.
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Site, api, stack_id)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(FrameView, id, python, function, file, line, module, offset, address,
+                                                inlined)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ApiCounts, calls, failed, bytes, interrupted, last_failure)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SiteTotal, site, group, bytes, count, location, stack, named_frame,
+                                                stack_flags)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(OutsideParts, pools_held, graphs_reserved, other_processes,
+                                                other_processes_known)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(CategoryTotal, category, bytes, count)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(DeviceReport, device, name, total_bytes, uuid, peak_bytes, peak_time_ns,
+                                                live_at_exit_bytes, live_at_exit_count, peak_sites, exit_sites,
+                                                peak_tid, peak_step, peak_phase, peak_categories, device_samples,
+                                                outside_reserved_at_peak_bytes, outside_sampled_at_ns,
+                                                device_used_max_sampled_bytes, outside_parts_at_peak,
+                                                first_sample_bytes, first_sample_ns, first_sampled,
+                                                before_recording_bytes, before_recording_count)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(OomEvent, t_ns, api, size, device, device_free_bytes,
+                                                device_total_bytes)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TorchCounterCheck, figure, pytorch, memtrace)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TorchCounters, device, when, t_ns, figures, checks, reset_seen)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ProcessReport, pid, command, host, rank, local_rank, world_size,
+                                                imported_from, joined_by, exit_status, end_reason, trace_path, complete,
+                                                problem, events, dropped_events, longest_wait_ns, notices,
+                                                captured_events, cupti_events, activity_records, incomplete_records,
+                                                unmatched_frees, pinned_host_peak_bytes, end_time_ns, calls, devices,
+                                                oom_events, snapshots, counts, pytorch_counters)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ShownStack, site, location, stack, named_frame, user_group)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(FreeSpace, heap_bytes, free_bytes, largest_free)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(FragmentationPoint, when, t_ns, device, reserved_bytes, allocated_bytes,
+                                                space, request_bytes)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(PhaseRange, start_ns, end_ns, tid, depth, name)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SiteGrowth, device, layer, site, group, bytes_per_step, first_step,
+                                                steps_rising, intervals, bytes_at_last_boundary, location, stack,
+                                                named_frame)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TimelinePoint, t_ns, max_bytes, last_bytes)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TimelineSeries, device, layer, points)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(AllocationSpan, start_ns, end_ns, bytes, addr, device, layer, api,
+                                                stack_id, tid)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ProcessAnalysis, report, allocated, has_allocated, pytorch,
+                                                categories_known, step_starts, first_change_ns, last_change_ns,
+                                                last_alloc_ns, expandable_segments, step_pattern, ranges,
+                                                ranges_dropped, step_boundaries, growth, reserved_growth, has_heaps,
+                                                fragmentation, timeline, free_in_heaps, device_used,
+                                                last_device_sample_ns, timeline_bucket_ns, largest, allocations_seen,
+                                                stacks)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(AnalysisOptions, top_sites, grouping, keep_cuda_frames, step_pattern,
+                                                timeline, labels, largest_allocations)
+
+namespace {
+
+// The sizes of the structs listed above as they were when their fields were listed (x86-64,
+// libstdc++): a new field changes a size and stops the build here.
+static_assert(sizeof(FrameView) == 144 && sizeof(SiteTotal) == 112 && sizeof(DeviceReport) == 336 &&
+                  sizeof(ProcessReport) == 560 && sizeof(ProcessAnalysis) == 1504 && sizeof(SiteGrowth) == 136 &&
+                  sizeof(AnalysisOptions) == 72 && sizeof(TorchCounters) == 128 && sizeof(OomEvent) == 48 &&
+                  sizeof(FragmentationPoint) == 96 && sizeof(AllocationSpan) == 56 && sizeof(ShownStack) == 88,
+              "a field was added to what a summary keeps: list it in summary.cpp and raise the version in kMagic");
+
+// "MEMSUM", 0 and the layout's version; then each entry: its options as JSON, and its analysis as
+// JSON compressed with zstd (a command unpacks only the entry it reads), each after its size (8
+// bytes, little-endian).
+constexpr char kMagic[8] = {'M', 'E', 'M', 'S', 'U', 'M', '\0', '\1'};
+
+void append_sized(std::string& out, std::string_view part) {
+  uint64_t size = part.size();
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>(size >> (8 * i)));
+  out.append(part);
+}
+
+bool take_sized(std::string_view& in, std::string_view& part) {
+  if (in.size() < 8) return false;
+  uint64_t size = 0;
+  for (int i = 0; i < 8; ++i) size |= uint64_t(static_cast<unsigned char>(in[i])) << (8 * i);
+  in.remove_prefix(8);
+  if (size > in.size()) return false;
+  part = in.substr(0, size);
+  in.remove_prefix(size);
+  return true;
+}
+
+bool same_sites(const AnalysisOptions& a, const AnalysisOptions& b) {
+  return a.top_sites == b.top_sites && a.grouping == b.grouping && a.keep_cuda_frames == b.keep_cuda_frames &&
+         a.labels.value_or(a.grouping) == b.labels.value_or(b.grouping);
+}
+
+std::string grouping_name(SiteGrouping g) {
+  switch (g) {
+    case SiteGrouping::kPython: return "python";
+    case SiteGrouping::kNative: return "native";
+    case SiteGrouping::kStack: return "stack";
+    case SiteGrouping::kApi: return "api";
+    case SiteGrouping::kUser: break;
+  }
+  return "user";
+}
+
+std::string describe(const AnalysisOptions& o) {
+  if (o.largest_allocations) return "the HTML page";
+  std::string text = "--by " + grouping_name(o.grouping) + " --top " + std::to_string(o.top_sites);
+  if (o.keep_cuda_frames) text += " --keep-cuda-frames";
+  if (o.step_pattern != kDefaultStepPattern) text += " --step '" + o.step_pattern + "'";
+  return text;
+}
+
+// Leaves out what an analysis under WANTED would not have made.
+void trim_to(const AnalysisOptions& wanted, ProcessAnalysis& a) {
+  if (!wanted.timeline) {
+    a.timeline.clear();
+    a.free_in_heaps.clear();
+    a.device_used.clear();
+    a.last_device_sample_ns = 0;
+    a.timeline_bucket_ns = 0;
+  }
+  if (!wanted.largest_allocations) {
+    a.largest.clear();
+    a.allocations_seen = 0;
+    a.stacks.clear();
+  }
+}
+
+bool read_file(const std::string& path, std::string& bytes, std::string& error) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    error = "cannot read " + path + ": " + std::strerror(errno);
+    return false;
+  }
+  bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return true;
+}
+
+}  // namespace
+
+bool is_summary_header(std::string_view head) { return head.size() >= 6 && std::memcmp(head.data(), kMagic, 6) == 0; }
+
+std::string summary_path_of(const std::string& trace_path) {
+  std::string path = trace_path;
+  if (path.size() >= run_folder::kTraceExtension.size() &&
+      path.compare(path.size() - run_folder::kTraceExtension.size(), std::string::npos, run_folder::kTraceExtension) ==
+          0)
+    path.resize(path.size() - run_folder::kTraceExtension.size());
+  return path + std::string(run_folder::kSummaryExtension);
+}
+
+std::string trace_path_of(const std::string& summary_path) {
+  std::string path = summary_path;
+  if (path.size() >= run_folder::kSummaryExtension.size() &&
+      path.compare(path.size() - run_folder::kSummaryExtension.size(), std::string::npos,
+                   run_folder::kSummaryExtension) == 0)
+    path.resize(path.size() - run_folder::kSummaryExtension.size());
+  return path + std::string(run_folder::kTraceExtension);
+}
+
+bool write_summary(const std::string& path, const std::vector<SummaryEntry>& entries, std::string& error) {
+  std::string bytes(kMagic, sizeof kMagic);
+  for (const SummaryEntry& e : entries) {
+    const std::string options = nlohmann::json(e.options).dump();
+    const std::string text = nlohmann::json(e.analysis).dump();
+    std::string packed(ZSTD_compressBound(text.size()), '\0');
+    size_t n = ZSTD_compress(packed.data(), packed.size(), text.data(), text.size(), 9);
+    if (ZSTD_isError(n)) {
+      error = std::string("cannot compress a summary: ") + ZSTD_getErrorName(n);
+      return false;
+    }
+    packed.resize(n);
+    append_sized(bytes, options);
+    append_sized(bytes, packed);
+  }
+  // Beside it, then renamed over it: a summary read while another is written is whole.
+  std::string temporary = path + ".tmp-XXXXXX";
+  int fd = ::mkstemp(temporary.data());
+  bool ok = fd >= 0;
+  for (size_t done = 0; ok && done < bytes.size();) {
+    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    ok = n > 0;
+    if (ok) done += static_cast<size_t>(n);
+  }
+  if (fd >= 0) ok = ::fchmod(fd, 0644) == 0 && ::close(fd) == 0 && ok;
+  ok = ok && ::rename(temporary.c_str(), path.c_str()) == 0;
+  if (!ok) {
+    error = "cannot write " + path + ": " + std::strerror(errno);
+    if (fd >= 0) ::unlink(temporary.c_str());
+  }
+  return ok;
+}
+
+bool read_summary(const std::string& path, const AnalysisOptions& wanted, ProcessAnalysis& out, std::string& error) {
+  std::string bytes;
+  if (!read_file(path, bytes, error)) return false;
+  if (bytes.size() < sizeof kMagic || !is_summary_header(bytes)) {
+    error = path + " is not a memtrace summary";
+    return false;
+  }
+  if (bytes[7] != kMagic[7]) {
+    error = path + " is a summary of another memtrace's layout (" + std::to_string(int(bytes[7])) +
+            "; this one reads " + std::to_string(int(kMagic[7])) + "): make it again with this memtrace's summarize";
+    return false;
+  }
+  const std::string damaged = path + " is a damaged summary";
+  std::vector<std::string> made_with;
+  std::string_view rest = std::string_view(bytes).substr(sizeof kMagic);
+  try {
+    while (!rest.empty()) {
+      std::string_view options_text, packed;
+      if (!take_sized(rest, options_text) || !take_sized(rest, packed)) {
+        error = damaged;
+        return false;
+      }
+      AnalysisOptions options = nlohmann::json::parse(options_text).get<AnalysisOptions>();
+      made_with.push_back(describe(options));
+      const bool serves = same_sites(options, wanted) && options.step_pattern == wanted.step_pattern &&
+                          (options.timeline || !wanted.timeline) &&
+                          (!wanted.largest_allocations || options.largest_allocations == wanted.largest_allocations);
+      if (!serves) continue;
+      unsigned long long size = ZSTD_getFrameContentSize(packed.data(), packed.size());
+      if (size == ZSTD_CONTENTSIZE_ERROR || size == ZSTD_CONTENTSIZE_UNKNOWN || size > (1ull << 30)) {
+        error = damaged;
+        return false;
+      }
+      std::string text(size, '\0');
+      if (size_t n = ZSTD_decompress(text.data(), text.size(), packed.data(), packed.size());
+          ZSTD_isError(n) || n != size) {
+        error = damaged;
+        return false;
+      }
+      out = nlohmann::json::parse(text).get<ProcessAnalysis>();
+      trim_to(wanted, out);
+      out.report.trace_path = trace_path_of(path);
+      return true;
+    }
+  } catch (const nlohmann::json::exception& e) {
+    error = damaged + " (" + e.what() + ")";
+    return false;
+  }
+  std::string had;
+  for (const std::string& m : made_with) had += (had.empty() ? "" : " and for ") + m;
+  error = path + " is a summary made for " + (had.empty() ? "nothing" : had) + ", not for " + describe(wanted) +
+          ": make one with memtrace summarize " +
+          (wanted.largest_allocations ? "--html --largest " + std::to_string(wanted.largest_allocations)
+                                      : describe(wanted)) +
+          ", or read the traces themselves";
+  return false;
+}
+
+bool summarize_trace(const std::string& trace_path, const std::vector<AnalysisOptions>& options, size_t& bytes,
+                     std::string& error) {
+  std::vector<SummaryEntry> entries(options.size());
+  for (size_t i = 0; i < options.size(); ++i) {
+    entries[i].options = options[i];
+    if (!analyze_process(trace_path, options[i], entries[i].analysis, error)) return false;
+  }
+  const std::string path = summary_path_of(trace_path);
+  if (!write_summary(path, entries, error)) return false;
+  struct stat st {};
+  bytes = ::stat(path.c_str(), &st) == 0 ? static_cast<size_t>(st.st_size) : 0;
+  return true;
+}
+
+}  // namespace memtrace
