@@ -94,15 +94,39 @@ static_assert(sizeof(FrameView) == 144 && sizeof(SiteTotal) == 112 && sizeof(Dev
                   sizeof(FragmentationPoint) == 96 && sizeof(AllocationSpan) == 56 && sizeof(ShownStack) == 88,
               "a field was added to what a summary keeps: list it in summary.cpp and raise the version in kMagic");
 
-// "MEMSUM", 0 and the layout's version; then each entry: its options as JSON, and its analysis as
-// JSON compressed with zstd (a command unpacks only the entry it reads), each after its size (8
-// bytes, little-endian).
+// "MEMSUM", 0 and the layout's version; then each entry in three parts, each after its size (8
+// bytes, little-endian): its options as JSON; its analysis but the timeline, and the timeline's
+// fields, each as MessagePack compressed with zstd. A command unpacks only the entry it reads, and
+// its timeline only when it draws one.
 constexpr char kMagic[8] = {'M', 'E', 'M', 'S', 'U', 'M', '\0', '\1'};
 
 void append_sized(std::string& out, std::string_view part) {
   uint64_t size = part.size();
   for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>(size >> (8 * i)));
   out.append(part);
+}
+
+// The fields only the timeline needs: a part of their own, unpacked only when asked for.
+constexpr const char* kTimelineFields[] = {"timeline", "free_in_heaps", "device_used", "last_device_sample_ns",
+                                           "timeline_bucket_ns"};
+
+bool pack(const std::vector<uint8_t>& in, std::string& out, std::string& error) {
+  out.resize(ZSTD_compressBound(in.size()));
+  size_t n = ZSTD_compress(out.data(), out.size(), in.data(), in.size(), 9);
+  if (ZSTD_isError(n)) {
+    error = std::string("cannot compress a summary: ") + ZSTD_getErrorName(n);
+    return false;
+  }
+  out.resize(n);
+  return true;
+}
+
+bool unpack(std::string_view packed, std::vector<uint8_t>& out) {
+  unsigned long long size = ZSTD_getFrameContentSize(packed.data(), packed.size());
+  if (size == ZSTD_CONTENTSIZE_ERROR || size == ZSTD_CONTENTSIZE_UNKNOWN || size > (1ull << 30)) return false;
+  out.resize(size);
+  size_t n = ZSTD_decompress(out.data(), out.size(), packed.data(), packed.size());
+  return !ZSTD_isError(n) && n == size;
 }
 
 bool take_sized(std::string_view& in, std::string_view& part) {
@@ -191,17 +215,18 @@ std::string trace_path_of(const std::string& summary_path) {
 bool write_summary(const std::string& path, const std::vector<SummaryEntry>& entries, std::string& error) {
   std::string bytes(kMagic, sizeof kMagic);
   for (const SummaryEntry& e : entries) {
-    const std::string options = nlohmann::json(e.options).dump();
-    const std::string text = nlohmann::json(e.analysis).dump();
-    std::string packed(ZSTD_compressBound(text.size()), '\0');
-    size_t n = ZSTD_compress(packed.data(), packed.size(), text.data(), text.size(), 9);
-    if (ZSTD_isError(n)) {
-      error = std::string("cannot compress a summary: ") + ZSTD_getErrorName(n);
-      return false;
+    nlohmann::json analysis = e.analysis, timeline = nlohmann::json::object();
+    for (const char* key : kTimelineFields) {
+      timeline[key] = std::move(analysis[key]);
+      analysis.erase(key);
     }
-    packed.resize(n);
-    append_sized(bytes, options);
-    append_sized(bytes, packed);
+    std::string packed_analysis, packed_timeline;
+    if (!pack(nlohmann::json::to_msgpack(analysis), packed_analysis, error) ||
+        !pack(nlohmann::json::to_msgpack(timeline), packed_timeline, error))
+      return false;
+    append_sized(bytes, nlohmann::json(e.options).dump());
+    append_sized(bytes, packed_analysis);
+    append_sized(bytes, packed_timeline);
   }
   // Beside it, then renamed over it: a summary read while another is written is whole.
   std::string temporary = path + ".tmp-XXXXXX";
@@ -239,8 +264,8 @@ bool read_summary(const std::string& path, const AnalysisOptions& wanted, Proces
   std::string_view rest = std::string_view(bytes).substr(sizeof kMagic);
   try {
     while (!rest.empty()) {
-      std::string_view options_text, packed;
-      if (!take_sized(rest, options_text) || !take_sized(rest, packed)) {
+      std::string_view options_text, packed_analysis, packed_timeline;
+      if (!take_sized(rest, options_text) || !take_sized(rest, packed_analysis) || !take_sized(rest, packed_timeline)) {
         error = damaged;
         return false;
       }
@@ -250,18 +275,14 @@ bool read_summary(const std::string& path, const AnalysisOptions& wanted, Proces
                           (options.timeline || !wanted.timeline) &&
                           (!wanted.largest_allocations || options.largest_allocations == wanted.largest_allocations);
       if (!serves) continue;
-      unsigned long long size = ZSTD_getFrameContentSize(packed.data(), packed.size());
-      if (size == ZSTD_CONTENTSIZE_ERROR || size == ZSTD_CONTENTSIZE_UNKNOWN || size > (1ull << 30)) {
+      std::vector<uint8_t> analysis_bytes, timeline_bytes;
+      if (!unpack(packed_analysis, analysis_bytes) || (wanted.timeline && !unpack(packed_timeline, timeline_bytes))) {
         error = damaged;
         return false;
       }
-      std::string text(size, '\0');
-      if (size_t n = ZSTD_decompress(text.data(), text.size(), packed.data(), packed.size());
-          ZSTD_isError(n) || n != size) {
-        error = damaged;
-        return false;
-      }
-      out = nlohmann::json::parse(text).get<ProcessAnalysis>();
+      nlohmann::json analysis = nlohmann::json::from_msgpack(analysis_bytes);
+      if (wanted.timeline) analysis.update(nlohmann::json::from_msgpack(timeline_bytes));
+      out = analysis.get<ProcessAnalysis>();
       trim_to(wanted, out);
       out.report.trace_path = trace_path_of(path);
       return true;

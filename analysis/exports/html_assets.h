@@ -9,6 +9,8 @@ namespace memtrace::html_assets {
 extern const std::string_view kPage;
 extern const std::string_view kScript;
 extern const std::string_view kStyle;
+extern const std::string_view kJobPage;
+extern const std::string_view kJobScript;
 extern const std::string_view kUplotScript;
 extern const std::string_view kUplotStyle;
 extern const std::string_view kUplotLicense;

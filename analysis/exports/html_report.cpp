@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "html_assets.h"
+#include "html_fill.h"
 #include "memtrace/base/units.h"
 #include "memtrace/engine/growth.h"
 #include "memtrace/views/report_render.h"
@@ -297,12 +298,13 @@ bool html_report_available() { return false; }
 bool html_report_available() { return true; }
 #endif
 
-std::string html_page(const json& data) {
+std::string fill_page(std::string_view page_template, const json& data,
+                      std::initializer_list<std::pair<std::string_view, std::string_view>> more) {
   // Inside <script>, "</script" would end it early and "<!--" changes how it is parsed: no '<' at
   // all, then (it can only stand inside a JSON string, where \u003c means it).
   std::string text = data.dump(-1, ' ', false, json::error_handler_t::replace);
   for (size_t at = 0; (at = text.find('<', at)) != std::string::npos; at += 6) text.replace(at, 1, "\\u003c");
-  std::string page(html_assets::kPage);
+  std::string page(page_template);
   std::string license(html_assets::kUplotLicense);
   for (size_t at = 0; (at = license.find_first_of("&<>", at)) != std::string::npos; at += 4)
     license.replace(at, 1, license[at] == '&' ? "&amp;" : license[at] == '<' ? "&lt;" : "&gt;");
@@ -310,9 +312,13 @@ std::string html_page(const json& data) {
   replace(page, "/*@UPLOT_STYLE@*/", html_assets::kUplotStyle);
   replace(page, "/*@STYLE@*/", html_assets::kStyle);
   replace(page, "/*@UPLOT_SCRIPT@*/", html_assets::kUplotScript);
-  replace(page, "/*@SCRIPT@*/", html_assets::kScript);
+  for (const auto& [mark, with] : more) replace(page, mark, with);
   replace(page, "@DATA@", text);
   return page;
+}
+
+std::string html_page(const json& data) {
+  return fill_page(html_assets::kPage, data, {{"/*@SCRIPT@*/", html_assets::kScript}});
 }
 
 }  // namespace memtrace

@@ -3,8 +3,9 @@
 // `memtrace peak --json`'s; hovering an allocation shows its stack; the flame graph at the peak
 // sums to the peak; zooming into a step shows the allocations that step made (counted from
 // `memtrace export --format jsonl`). The PyTorch training sample (the stand-in PyTorch) shows its
-// allocated layer, with Python frames; a run of five processes gets a tab each, each with its own
-// peak. Screenshots of the pages are left in OUT.
+// allocated layer, with Python frames; a run of five processes gets the job page, each process
+// linked to a page of its own with its own peak; a job of 256 ranks gets a small job page with the
+// outlier first. Screenshots of the pages are left in OUT.
 //   node report_test.mjs MEMTRACE SAMPLES_DIR OUT PYTHON
 //   node report_test.mjs --time PAGE.html   (load time of one page, for the 100M-event figure;
 //                                            its screenshot beside it)
@@ -181,29 +182,80 @@ async function torchPage(b, memtrace, python, out) {
   await page.close();
 }
 
-// Five processes (workers forked and spawned): a tab each, each showing its own peak.
+// The peak a process's own page shows (its reserved layer's card), after opening PAGE_FILE.
+async function pagePeak(b, pageFile) {
+  const { page, errors } = await open(b, pageFile);
+  const shown = await page.evaluate(() => {
+    const p = window.memtrace.data.processes[0];
+    const card = document.querySelector('.peak[data-layer="reserved"]');
+    const back = document.getElementById('job-link');
+    return { pid: p.pid, rank: p.rank, bytes: card ? Number(card.dataset.peakBytes) : -1, back: back ? back.href : '' };
+  });
+  await page.close();
+  return { ...shown, errors };
+}
+
+// Five processes (workers forked and spawned): the job page, a row each, each linked to its own
+// page, which shows that process's peak.
 async function processesPage(b, memtrace, python, out) {
   const { dir, pageFile } = record(memtrace, 'workers', [python, path.join(sources, 'workers.py')], out);
   const peak = JSON.parse(run(memtrace, ['peak', '--json', path.join(dir, 'traces')]));
   const { page, errors } = await open(b, pageFile);
-  const tabs = await page.$$('#tabs button');
-  check(tabs.length === peak.processes.length && tabs.length === 5, `workers: ${tabs.length} tabs for ${peak.processes.length} processes`);
+  const links = await page.$$eval('#peaks a.process', (as) => as.map((a) => a.href));
+  check(links.length === peak.processes.length && links.length === 5, `workers: ${links.length} processes linked for ${peak.processes.length}`);
   let matched = 0;
-  for (let i = 0; i < tabs.length; i++) {
-    await tabs[i].click();
-    const shown = await page.evaluate(() => {
-      const p = window.memtrace.data.processes[window.memtrace.state.process];
-      const card = document.querySelector('.peak[data-layer="reserved"]');
-      return { pid: p.pid, bytes: card ? Number(card.dataset.peakBytes) : -1 };
-    });
+  for (const link of links) {
+    const shown = await pagePeak(b, new URL(link).pathname);
     const expected = peak.processes.find((p) => p.pid === shown.pid);
-    if (expected && expected.devices[0].peak_bytes === shown.bytes) matched++;
+    if (expected && expected.devices[0].peak_bytes === shown.bytes && shown.back === pathToFileURL(pageFile).href &&
+        shown.errors.length === 0) matched++;
   }
-  check(matched === tabs.length, `workers: each tab shows its process's peak (${matched} of ${tabs.length})`);
-  const imbalance = await page.$eval('#ranks', (e) => e.innerText);
+  check(matched === links.length, `workers: each process's page shows its peak and links back (${matched} of ${links.length})`);
+  const imbalance = await page.$eval('#imbalance', (e) => e.innerText);
   check(imbalance.includes('imbalance'), 'workers: the processes side by side, with the imbalance');
   check(errors.length === 0, `workers: no console errors ${errors.join(' | ')}`);
   await page.screenshot({ path: path.join(out, 'workers.png'), fullPage: true });
+  await page.close();
+}
+
+// A job of 256 ranks, one of them (rank 77) leaking its way to a peak far above the others': the
+// job page stays small, shows a row each in rank order, the imbalance as peak --json says it,
+// rank 77 first among the peaks; hovering its row names it, and clicking it opens its own page.
+async function jobPage(b, memtrace, samples, out) {
+  const ranks = 256, outlier = 77;
+  const loop = `for i in $(seq 0 ${ranks - 1}); do steps=2; leak=0; if [ $i = ${outlier} ]; then steps=9; leak=65536; fi; ` +
+    `RANK=$i WORLD_SIZE=${ranks} ${path.join(samples, 'train_loop')} --steps $steps --leak-kib $leak & done; wait`;
+  const { dir, pageFile } = record(memtrace, 'job', ['/bin/sh', '-c', loop], out);
+  const peak = JSON.parse(run(memtrace, ['peak', '--json', path.join(dir, 'traces')]));
+  const bytes = statSync(pageFile).size;
+  const { page, errors, ms } = await open(b, pageFile);
+  console.log(`job: ${ranks} ranks, the job page ${bytes} bytes, drawn in ${ms} ms`);
+  check(errors.length === 0, `job: no console errors ${errors.join(' | ')}`);
+  check(bytes < 1024 * 1024, `job: the page is small (${bytes} bytes for ${ranks} ranks)`);
+  const shown = await page.evaluate(() => ({
+    ranks: window.memtrace.data.processes.map((p) => p.rank),
+    peaks: window.memtrace.data.processes.map((p) => p.peak_bytes),
+    first: document.querySelector('#peaks tr:nth-child(2) td').innerText,
+    imbalance: Number(document.getElementById('imbalance').dataset.imbalance),
+    rows: document.querySelector('#heat canvas').height,
+  }));
+  check(shown.ranks.length === ranks && shown.ranks.every((r, i) => r === i), `job: ${shown.ranks.length} rows, in rank order`);
+  const expected = peak.processes.map((p) => Math.max(0, ...p.devices.map((d) => d.peak_bytes)));
+  check(shown.peaks.every((v, i) => v === expected[i]), 'job: every rank\'s peak is peak --json\'s');
+  check(Math.abs(shown.imbalance - peak.all_processes.imbalance) < 1e-9,
+    `job: the imbalance ${shown.imbalance} is peak --json's ${peak.all_processes.imbalance}`);
+  check(shown.first === 'rank ' + outlier, `job: the outlier first among the peaks (${shown.first})`);
+  const at = await page.evaluate((r) => window.memtrace.rowAt(r), outlier);
+  await page.mouse.move(at.x, at.y);
+  const tip = await page.$eval('#tooltip', (e) => ({ hidden: e.hidden, text: e.innerText }));
+  check(!tip.hidden && tip.text.includes('rank ' + outlier + ' of ' + ranks), `job: hovering row ${outlier} names it: ${tip.text.split('\n')[0]}`);
+  await page.screenshot({ path: path.join(out, 'job.png'), fullPage: false });
+  await Promise.all([page.waitForNavigation({ waitUntil: 'load' }), page.mouse.click(at.x, at.y)]);
+  await page.waitForFunction(() => window.memtrace && window.memtrace.ready, { timeout: 60000 });
+  const opened = await page.evaluate(() => ({ rank: window.memtrace.data.processes[0].rank,
+    bytes: Number(document.querySelector('.peak[data-layer="reserved"]').dataset.peakBytes) }));
+  check(opened.rank === outlier && opened.bytes === expected[outlier],
+    `job: clicking row ${outlier} opens its page (rank ${opened.rank}, peak ${opened.bytes})`);
   await page.close();
 }
 
@@ -223,6 +275,7 @@ try {
     await samplePage(b, memtrace, 'train_loop', [path.join(samples, 'train_loop'), '--steps', '20', '--leak-kib', '2048'], out);
     await torchPage(b, memtrace, python, out);
     await processesPage(b, memtrace, python, out);
+    await jobPage(b, memtrace, samples, out);
     console.log(failures ? `${failures} check(s) failed` : 'every check holds');
   }
 } finally {

@@ -462,6 +462,25 @@ TEST(Ranks, ANodesSummariesAreReadAsItsTraces) {
   e2e::Result other = e2e::run({e2e::kMemtrace, "peak", "--top", "3", summaries});
   EXPECT_EQ(other.status, 2);
   EXPECT_NE(other.err.find("memtrace summarize --by user --top 3"), std::string::npos) << other.err;
+
+  // The job page needs only what every summary has; a rank's own page needs summarize --html.
+  const std::string page = summaries + "/job.html", pages = summaries + "/job-processes";
+  e2e::Result html = e2e::run({e2e::kMemtrace, "html", summaries, "-o", page});
+  ASSERT_EQ(html.status, 0) << html.err;
+  EXPECT_NE(html.err.find("8 processes have no page of their own"), std::string::npos) << html.err;
+  EXPECT_TRUE(std::filesystem::is_empty(pages));
+  e2e::Result again = e2e::run({e2e::kMemtrace, "summarize", "--html", traces + "/node2"});
+  ASSERT_EQ(again.status, 0) << again.err;
+  for (const auto& entry : std::filesystem::directory_iterator(traces + "/node2"))
+    if (entry.path().extension() == ".memsum")
+      std::filesystem::copy_file(entry.path(), summaries + "/node2/" + entry.path().filename().string(),
+                                 std::filesystem::copy_options::overwrite_existing);
+  html = e2e::run({e2e::kMemtrace, "html", summaries, "-o", page});
+  ASSERT_EQ(html.status, 0) << html.err;
+  EXPECT_NE(html.err.find("6 processes have no page of their own"), std::string::npos) << html.err;
+  EXPECT_TRUE(std::filesystem::exists(pages + "/rank-00004.html"));
+  EXPECT_TRUE(std::filesystem::exists(pages + "/rank-00005.html"));
+  EXPECT_FALSE(std::filesystem::exists(pages + "/rank-00003.html"));
 }
 
 }  // namespace

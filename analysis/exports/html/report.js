@@ -553,6 +553,12 @@
   function start() {
     $('version').textContent = data.version;
     const tabs = $('tabs');
+    if (data.job) {  // one process of a job: its page is one of many, beside the job's
+      const back = text('a', 'the job (' + data.job.processes + ' processes)');
+      back.href = data.job.page;
+      back.id = 'job-link';
+      tabs.appendChild(back);
+    }
     data.processes.forEach((p, i) => {
       const b = text('button', p.rank != null ? 'rank ' + p.rank : 'process ' + p.pid);
       b.title = p.heading;
