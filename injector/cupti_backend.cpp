@@ -292,7 +292,8 @@ Pending* pending_calls() {
   return static_cast<Pending*>(thread_block(ThreadBlock::kCuptiPending, sizeof(Pending) * kMaxPending));
 }
 
-void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* raw) {
+// A call CUPTI reported that no interposer holds: recorded when it is the outermost.
+__attribute__((noinline)) void handle_callback(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* raw) {
   const auto* data = static_cast<const CUpti_CallbackData*>(raw);
   const Handler* h = handler_for(domain, cbid);
   if (!h || !data) return;
@@ -327,6 +328,15 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
     }
   }
   errno = saved_errno;
+}
+
+void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* raw) {
+  // An interposer records this call, and every call made inside it (--backend auto): nothing to
+  // do, on entry or exit alike (the flag holds from before CUPTI's entry to after its exit, and no
+  // CUPTI call was pending when the interposer began: it records only outside them). Kept apart
+  // from the rest, so that this path costs a few instructions.
+  if (t_interposer_recording && t_cupti_depth == 0) return;
+  handle_callback(domain, cbid, raw);
 }
 
 // CUPTI, found at run time: memtrace links no CUDA library.
