@@ -1,7 +1,9 @@
 // Preloaded after memtrace's injector by a test: counts the scans of every loaded module
 // (dl_iterate_phdr) the injector makes, and writes the count at exit to $SCAN_COUNT_DIR/<pid>.
 // The injector is looked for in the caller's first frames, not only the immediate caller: a
-// sanitizer's runtime, preloaded first, intercepts dl_iterate_phdr in between.
+// sanitizer's runtime, preloaded first, intercepts dl_iterate_phdr in between, and the injector's
+// own dl_iterate_phdr (loader_guard.cpp) passes every call of the process on: frames of a
+// function named dl_iterate_phdr are passed over.
 #include <dlfcn.h>
 #include <execinfo.h>
 #include <link.h>
@@ -34,11 +36,13 @@ extern "C" __attribute__((visibility("default"))) int dl_iterate_phdr(int (*call
   static thread_local bool inside = false;  // backtrace may scan the modules itself
   if (!inside) {
     inside = true;
-    void* frames[4];
-    int n = ::backtrace(frames, 4);
+    void* frames[6];
+    int n = ::backtrace(frames, 6);
     for (int i = 1; i < n; ++i) {
       Dl_info info{};
-      if (::dladdr(frames[i], &info) && info.dli_fname && std::strstr(info.dli_fname, "libmemtrace_inject")) {
+      if (!::dladdr(frames[i], &info)) continue;
+      if (info.dli_sname && std::strstr(info.dli_sname, "dl_iterate_phdr")) continue;
+      if (info.dli_fname && std::strstr(info.dli_fname, "libmemtrace_inject")) {
         g_scans.fetch_add(1, std::memory_order_relaxed);
         break;
       }
