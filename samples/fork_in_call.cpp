@@ -9,19 +9,16 @@
 //   fork_in_call [--forks N]
 #include <cuda_runtime_api.h>
 #include <nvtx3/nvToolsExt.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <string>
 #include <thread>
 #include <vector>
 
+#include "fork_children.h"
 #include "sample_account.h"
 
 namespace {
@@ -66,14 +63,6 @@ void register_forever() {
   }
 }
 
-// Where a hung child waits, for whoever reads the failure: its stack, when gdb is installed.
-void describe_hung(pid_t child) {
-  if (::access("/usr/bin/gdb", X_OK) != 0) return;
-  std::string command =
-      "/usr/bin/gdb -batch -nx -p " + std::to_string(child) + " -ex 'thread apply all bt' 1>&2 2>/dev/null";
-  if (std::system(command.c_str()) != 0) std::fprintf(stderr, "fork_in_call: gdb could not show the child\n");
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -85,36 +74,16 @@ int main(int argc, char** argv) {
   threads.emplace_back(register_forever);
   threads.emplace_back(allocate_from_pool_forever);
 
-  int hung = 0, failed = 0;
-  for (long i = 0; i < forks; ++i) {
-    pid_t child = ::fork();
-    if (child < 0) {
-      std::perror("fork");
-      return 2;
-    }
-    if (child == 0) {
-      allocate_deep(5);
-      nvtxDomainRegisterStringA(g_domain, "child");
-      ::_exit(0);
-    }
-    int status = 0;
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (::waitpid(child, &status, WNOHANG) == 0) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        std::fprintf(stderr, "fork_in_call: child %d (fork %ld) hung\n", child, i);
-        describe_hung(child);
-        ::kill(child, SIGKILL);
-        ::waitpid(child, &status, 0);
-        ++hung;
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failed;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));  // let the threads get back into their calls
-  }
+  sample::ForkCounts counts = sample::fork_children(
+      "fork_in_call", forks,
+      [] {
+        allocate_deep(5);
+        nvtxDomainRegisterStringA(g_domain, "child");
+        return 0;
+      },
+      std::chrono::milliseconds(2));  // between forks, the threads get back into their calls
   g_stop = true;
   for (auto& t : threads) t.join();
-  std::printf("forks %ld hung %d failed %d\n", forks, hung, failed);
-  return hung || failed ? 1 : 0;
+  std::printf("forks %ld hung %d failed %d\n", forks, counts.hung, counts.failed);
+  return counts.hung || counts.failed ? 1 : 0;
 }

@@ -10,15 +10,13 @@
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 #include <link.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
-#include <chrono>
 #include <cstdio>
 #include <thread>
 
+#include "fork_children.h"
 #include "sample_account.h"
 
 namespace {
@@ -47,37 +45,16 @@ int main(int argc, char** argv) {
   void* first = nullptr;
   if (cudaMalloc(&first, 4096) == cudaSuccess) cudaFree(first);  // CUDA and memtrace ready first
   std::thread walker(walk_modules_forever);
-  int hung = 0, failed = 0;
-  for (long i = 0; i < forks; ++i) {
-    pid_t child = ::fork();
-    if (child < 0) {
-      std::perror("fork");
-      return 2;
-    }
-    if (child == 0) {
-      long visited = 0;
-      dl_iterate_phdr(slow_visit, &visited);
-      void* library = ::dlopen("libm.so.6", RTLD_NOW);
-      void* p = nullptr;
-      if (cudaMalloc(&p, 4096) == cudaSuccess) cudaFree(p);
-      ::_exit(visited > 0 && library ? 0 : 3);
-    }
-    int status = 0;
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (::waitpid(child, &status, WNOHANG) == 0) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        std::fprintf(stderr, "fork_in_loader: child %d (fork %ld) hung\n", child, i);
-        ::kill(child, SIGKILL);
-        ::waitpid(child, &status, 0);
-        ++hung;
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failed;
-  }
+  sample::ForkCounts counts = sample::fork_children("fork_in_loader", forks, [] {
+    long visited = 0;
+    dl_iterate_phdr(slow_visit, &visited);
+    void* library = ::dlopen("libm.so.6", RTLD_NOW);
+    void* p = nullptr;
+    if (cudaMalloc(&p, 4096) == cudaSuccess) cudaFree(p);
+    return visited > 0 && library ? 0 : 3;
+  });
   g_stop = true;
   walker.join();
-  std::printf("forks %ld hung %d failed %d\n", forks, hung, failed);
-  return hung || failed ? 1 : 0;
+  std::printf("forks %ld hung %d failed %d\n", forks, counts.hung, counts.failed);
+  return counts.hung || counts.failed ? 1 : 0;
 }

@@ -9,6 +9,7 @@ namespace memtrace::html_assets {
 extern const std::string_view kPage;
 extern const std::string_view kScript;
 extern const std::string_view kStyle;
+extern const std::string_view kCommonScript;
 extern const std::string_view kJobPage;
 extern const std::string_view kJobScript;
 extern const std::string_view kUplotScript;

@@ -1,5 +1,6 @@
-// A page template of the HTML report's (html/*.html) filled in: its data, the style, uPlot and its
-// licence where the template has their marks, and MORE (mark, text) pairs.
+// A page template of the HTML report's (html/*.html) filled in: its data, the style, the shared
+// script (common.js), uPlot and its licence where the template has their marks, and MORE (mark,
+// text) pairs.
 #pragma once
 
 #include <initializer_list>

@@ -312,6 +312,7 @@ std::string fill_page(std::string_view page_template, const json& data,
   replace(page, "/*@UPLOT_STYLE@*/", html_assets::kUplotStyle);
   replace(page, "/*@STYLE@*/", html_assets::kStyle);
   replace(page, "/*@UPLOT_SCRIPT@*/", html_assets::kUplotScript);
+  replace(page, "/*@COMMON_SCRIPT@*/", html_assets::kCommonScript);
   for (const auto& [mark, with] : more) replace(page, mark, with);
   replace(page, "@DATA@", text);
   return page;
