@@ -51,7 +51,7 @@ int write_job(HtmlCli& c, std::vector<ProcessAnalysis>& processes, const Analysi
   if (c.output != "-") {
     const std::string folder = pages_folder(c.output);
     std::error_code ec;
-    std::filesystem::create_directories(folder, ec);
+    std::filesystem::create_directory(folder, ec);  // beside the page: its folder must be there
     if (ec) {
       std::fprintf(stderr, "memtrace html: cannot make %s: %s\n", folder.c_str(), ec.message().c_str());
       return 1;
