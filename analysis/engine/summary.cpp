@@ -37,8 +37,24 @@ namespace memtrace {
 // Every field of what a summary keeps, by its name. A struct that gains a field fails to build
 // here until the field is listed (sizes checked below) and kMagic's last byte says the layout changed.
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Site, api, stack_id)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(FrameView, id, python, function, file, line, module, offset, address,
-                                                inlined)
+// Frames and the largest allocations come by the thousand (an HTML entry keeps 20,000 allocations
+// and every stack at the peak): each as an array, in the order of its fields, not an object.
+void to_json(nlohmann::json& j, const FrameView& f) {
+  j = nlohmann::json::array({f.id, f.python, f.function, f.file, f.line, f.module, f.offset, f.address, f.inlined});
+}
+void from_json(const nlohmann::json& j, FrameView& f) {
+  j.at(0).get_to(f.id), j.at(1).get_to(f.python), j.at(2).get_to(f.function), j.at(3).get_to(f.file);
+  j.at(4).get_to(f.line), j.at(5).get_to(f.module), j.at(6).get_to(f.offset), j.at(7).get_to(f.address);
+  j.at(8).get_to(f.inlined);
+}
+void to_json(nlohmann::json& j, const AllocationSpan& a) {
+  j = nlohmann::json::array({a.start_ns, a.end_ns, a.bytes, a.addr, a.device, a.layer, a.api, a.stack_id, a.tid});
+}
+void from_json(const nlohmann::json& j, AllocationSpan& a) {
+  j.at(0).get_to(a.start_ns), j.at(1).get_to(a.end_ns), j.at(2).get_to(a.bytes), j.at(3).get_to(a.addr);
+  j.at(4).get_to(a.device), j.at(5).get_to(a.layer), j.at(6).get_to(a.api), j.at(7).get_to(a.stack_id);
+  j.at(8).get_to(a.tid);
+}
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ApiCounts, calls, failed, bytes, interrupted, last_failure)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SiteTotal, site, group, bytes, count, location, stack, named_frame,
                                                 stack_flags)
@@ -72,8 +88,6 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SiteGrowth, device, layer, site,
                                                 named_frame)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TimelinePoint, t_ns, max_bytes, last_bytes)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TimelineSeries, device, layer, points)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(AllocationSpan, start_ns, end_ns, bytes, addr, device, layer, api,
-                                                stack_id, tid)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ProcessAnalysis, report, allocated, has_allocated, pytorch,
                                                 categories_known, step_starts, first_change_ns, last_change_ns,
                                                 last_alloc_ns, expandable_segments, step_pattern, ranges,
