@@ -48,6 +48,7 @@ std::string page_name(const ProcessAnalysis& p, std::set<std::string>& taken) {
 int write_job(HtmlCli& c, std::vector<ProcessAnalysis>& processes, const AnalysisOptions& page_options) {
   std::vector<std::string> pages(processes.size());
   size_t without = 0;
+  std::string why_without;  // the first process's reason
   if (c.output != "-") {
     const std::string folder = pages_folder(c.output);
     std::error_code ec;
@@ -82,10 +83,11 @@ int write_job(HtmlCli& c, std::vector<ProcessAnalysis>& processes, const Analysi
     }
     const std::string relative = std::filesystem::path(folder).filename().string();
     for (size_t i = 0; i < processes.size(); ++i) {
-      if (written[i])
+      if (written[i]) {
         pages[i] = relative + "/" + names[i];
-      else
-        ++without;
+      } else {
+        if (!without++) why_without = errors[i];
+      }
     }
   }
   if (!write_report_file("html", c.output, job_page(job_data(processes, pages)))) return 1;
@@ -95,10 +97,8 @@ int write_job(HtmlCli& c, std::vector<ProcessAnalysis>& processes, const Analysi
   else
     std::fprintf(stderr, "memtrace html: the job page only: each process's page is written beside it with -o FILE\n");
   if (without)
-    std::fprintf(stderr,
-                 "memtrace html: %zu processes have no page of their own: their summaries were made without --html "
-                 "(memtrace summarize --html)\n",
-                 without);
+    std::fprintf(stderr, "memtrace html: %zu processes have no page of their own (the first: %s)\n", without,
+                 why_without.c_str());
   return 0;
 }
 

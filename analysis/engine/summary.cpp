@@ -112,7 +112,7 @@ static_assert(sizeof(FrameView) == 144 && sizeof(SiteTotal) == 112 && sizeof(Dev
 // bytes, little-endian): its options as JSON; its analysis but the timeline, and the timeline's
 // fields, each as MessagePack compressed with zstd. A command unpacks only the entry it reads, and
 // its timeline only when it draws one.
-constexpr char kMagic[8] = {'M', 'E', 'M', 'S', 'U', 'M', '\0', '\1'};
+constexpr char kMagic[8] = {'M', 'E', 'M', 'S', 'U', 'M', '\0', '\2'};
 
 void append_sized(std::string& out, std::string_view part) {
   uint64_t size = part.size();

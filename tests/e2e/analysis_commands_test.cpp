@@ -468,6 +468,7 @@ TEST(Ranks, ANodesSummariesAreReadAsItsTraces) {
   e2e::Result html = e2e::run({e2e::kMemtrace, "html", summaries, "-o", page});
   ASSERT_EQ(html.status, 0) << html.err;
   EXPECT_NE(html.err.find("8 processes have no page of their own"), std::string::npos) << html.err;
+  EXPECT_NE(html.err.find("memtrace summarize --html"), std::string::npos) << html.err;
   EXPECT_TRUE(std::filesystem::is_empty(pages));
   e2e::Result again = e2e::run({e2e::kMemtrace, "summarize", "--html", traces + "/node2"});
   ASSERT_EQ(again.status, 0) << again.err;
