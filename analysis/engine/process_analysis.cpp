@@ -179,6 +179,7 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
   report.pid = h.pid();
   report.command.assign(h.command().begin(), h.command().end());
   report.host = h.host();
+  report.origin_unix_ns = h.origin_unix_ns();
   if (h.has_rank()) report.rank = h.rank();
   if (h.has_local_rank()) report.local_rank = h.local_rank();
   if (h.has_world_size()) report.world_size = h.world_size();

@@ -76,8 +76,8 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ProcessReport, pid, command, hos
                                                 imported_from, joined_by, exit_status, end_reason, trace_path, complete,
                                                 problem, events, dropped_events, longest_wait_ns, notices,
                                                 captured_events, cupti_events, activity_records, incomplete_records,
-                                                unmatched_frees, pinned_host_peak_bytes, end_time_ns, calls, devices,
-                                                oom_events, snapshots, counts, pytorch_counters)
+                                                unmatched_frees, pinned_host_peak_bytes, end_time_ns, origin_unix_ns,
+                                                calls, devices, oom_events, snapshots, counts, pytorch_counters)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ShownStack, site, location, stack, named_frame, user_group)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(FreeSpace, heap_bytes, free_bytes, largest_free)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(FragmentationPoint, when, t_ns, device, reserved_bytes, allocated_bytes,
@@ -103,7 +103,7 @@ namespace {
 // The sizes of the structs listed above as they were when their fields were listed (x86-64,
 // libstdc++): a new field changes a size and stops the build here.
 static_assert(sizeof(FrameView) == 144 && sizeof(SiteTotal) == 112 && sizeof(DeviceReport) == 336 &&
-                  sizeof(ProcessReport) == 560 && sizeof(ProcessAnalysis) == 1504 && sizeof(SiteGrowth) == 136 &&
+                  sizeof(ProcessReport) == 568 && sizeof(ProcessAnalysis) == 1520 && sizeof(SiteGrowth) == 136 &&
                   sizeof(AnalysisOptions) == 72 && sizeof(TorchCounters) == 128 && sizeof(OomEvent) == 48 &&
                   sizeof(FragmentationPoint) == 96 && sizeof(AllocationSpan) == 56 && sizeof(ShownStack) == 88,
               "a field was added to what a summary keeps: list it in summary.cpp and raise the version in kMagic");
@@ -112,7 +112,7 @@ static_assert(sizeof(FrameView) == 144 && sizeof(SiteTotal) == 112 && sizeof(Dev
 // bytes, little-endian): its options as JSON; its analysis but the timeline, and the timeline's
 // fields, each as MessagePack compressed with zstd. A command unpacks only the entry it reads, and
 // its timeline only when it draws one.
-constexpr char kMagic[8] = {'M', 'E', 'M', 'S', 'U', 'M', '\0', '\2'};
+constexpr char kMagic[8] = {'M', 'E', 'M', 'S', 'U', 'M', '\0', '\3'};
 
 void append_sized(std::string& out, std::string_view part) {
   uint64_t size = part.size();

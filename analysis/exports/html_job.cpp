@@ -34,18 +34,20 @@ std::string base64(const std::vector<uint8_t>& bytes) {
   return out;
 }
 
-// The process's reserved memory per column of [0, SPAN): the most any of its devices held then.
-std::vector<uint64_t> columns_of(const ProcessAnalysis& p, uint64_t span) {
+// The process's reserved memory per column of the job's time [0, SPAN), its own times counting from
+// START: the most any of its devices held then.
+std::vector<uint64_t> columns_of(const ProcessAnalysis& p, uint64_t start, uint64_t span) {
   std::vector<uint64_t> columns(kColumns, 0);
   const uint64_t bucket = std::max<uint64_t>(p.timeline_bucket_ns, 1);
   for (const TimelineSeries& s : p.timeline) {
     if (s.layer != Layer::kReserved) continue;
-    for (const TimelinePoint& point : s.points) {
-      if (point.t_ns >= span) break;
-      const uint64_t end = std::min(span, point.t_ns + bucket);
-      const size_t first = static_cast<size_t>(point.t_ns * kColumns / span);
+    for (const TimelinePoint& own : s.points) {
+      const uint64_t t = start + own.t_ns;
+      if (t >= span) break;
+      const uint64_t end = std::min(span, t + bucket);
+      const size_t first = static_cast<size_t>(t * kColumns / span);
       const size_t last = static_cast<size_t>(std::min<uint64_t>(kColumns - 1, (end - 1) * kColumns / span));
-      for (size_t c = first; c <= last; ++c) columns[c] = std::max(columns[c], point.max_bytes);
+      for (size_t c = first; c <= last; ++c) columns[c] = std::max(columns[c], own.max_bytes);
     }
   }
   return columns;
@@ -62,14 +64,29 @@ uint64_t reserved_peak(const ProcessAnalysis& p, uint64_t& at_ns) {
   return peak;
 }
 
+// Where each process's time 0 falls on the job's time axis: its run's origin on the wall clock, from
+// the earliest (each node's `memtrace run` starts on its own); all at 0 when one's is unknown.
+std::vector<uint64_t> starts_of(const std::vector<ProcessAnalysis>& processes) {
+  std::vector<uint64_t> starts(processes.size(), 0);
+  int64_t earliest = INT64_MAX;
+  for (const ProcessAnalysis& p : processes) {
+    if (p.report.origin_unix_ns <= 0) return starts;
+    earliest = std::min(earliest, p.report.origin_unix_ns);
+  }
+  for (size_t i = 0; i < processes.size(); ++i)
+    starts[i] = static_cast<uint64_t>(processes[i].report.origin_unix_ns - earliest);
+  return starts;
+}
+
 }  // namespace
 
 json job_data(const std::vector<ProcessAnalysis>& processes, const std::vector<std::string>& pages) {
+  const std::vector<uint64_t> starts = starts_of(processes);
   uint64_t span = 1, most = 0;
-  for (const ProcessAnalysis& p : processes) span = std::max(span, p.report.end_time_ns);
+  for (size_t i = 0; i < processes.size(); ++i) span = std::max(span, starts[i] + processes[i].report.end_time_ns);
   std::vector<std::vector<uint64_t>> rows;
-  for (const ProcessAnalysis& p : processes) {
-    rows.push_back(columns_of(p, span));
+  for (size_t i = 0; i < processes.size(); ++i) {
+    rows.push_back(columns_of(processes[i], starts[i], span));
     for (uint64_t v : rows.back()) most = std::max(most, v);
   }
   json out = {{"version", MEMTRACE_VERSION}, {"span_ns", span}, {"columns", kColumns}, {"scale_bytes", most}};
@@ -88,6 +105,7 @@ json job_data(const std::vector<ProcessAnalysis>& processes, const std::vector<s
               {"host", r.host},
               {"peak_bytes", peak},
               {"peak_ns", peak_at},
+              {"start_ns", starts[i]},
               {"end_ns", r.end_time_ns},
               {"live_at_end_bytes", live},
               {"ooms", r.oom_events.size()},

@@ -470,6 +470,14 @@ TEST(Ranks, ANodesSummariesAreReadAsItsTraces) {
   EXPECT_NE(html.err.find("8 processes have no page of their own"), std::string::npos) << html.err;
   EXPECT_NE(html.err.find("memtrace summarize --html"), std::string::npos) << html.err;
   EXPECT_TRUE(std::filesystem::is_empty(pages));
+  // The nodes' runs, one after another here, on one time axis: each node's ranks start later.
+  const std::string job = read_file(page);
+  const size_t data_at = job.find('>', job.find("<script id=\"memtrace-data\"")) + 1;
+  nlohmann::json data = nlohmann::json::parse(job.substr(data_at, job.find("</script>", data_at) - data_at));
+  ASSERT_EQ(data["processes"].size(), 8u);
+  EXPECT_EQ(data["processes"][0]["start_ns"], 0);
+  for (int rank = 2; rank < 8; rank += 2)
+    EXPECT_GT(data["processes"][rank]["start_ns"], data["processes"][rank - 2]["start_ns"]) << rank;
   e2e::Result again = e2e::run({e2e::kMemtrace, "summarize", "--html", traces + "/node2"});
   ASSERT_EQ(again.status, 0) << again.err;
   for (const auto& entry : std::filesystem::directory_iterator(traces + "/node2"))

@@ -67,10 +67,13 @@
     const ctx = canvas.getContext('2d');
     const image = ctx.createImageData(width, height);
     processes.forEach((p, r) => {
-      const endColumn = (p.end_ns / data.span_ns) * data.columns;
+      // Grey before it began and after it ended: on the job's time axis (html_job.cpp).
+      const startColumn = (p.start_ns / data.span_ns) * data.columns;
+      const endColumn = ((p.start_ns + p.end_ns) / data.span_ns) * data.columns;
       for (let x = 0; x < width; x++) {
         const column = Math.floor((x * data.columns) / width);
-        const rgb = column >= Math.ceil(endColumn) ? [200, 200, 200] : colour(rows[r][column]);
+        const outside = column < Math.floor(startColumn) || column >= Math.ceil(endColumn);
+        const rgb = outside ? [200, 200, 200] : colour(rows[r][column]);
         for (let y = r * rowHeight; y < (r + 1) * rowHeight; y++) {
           const at = (y * width + x) * 4;
           image.data[at] = rgb[0]; image.data[at + 1] = rgb[1]; image.data[at + 2] = rgb[2]; image.data[at + 3] = 255;
@@ -144,8 +147,8 @@
       const p = processes[hit.row];
       const t0 = (hit.column * data.span_ns) / data.columns, t1 = ((hit.column + 1) * data.span_ns) / data.columns;
       showTip(ev, [p.heading, 'up to ' + bytes((rows[hit.row][hit.column] / 255) * data.scale_bytes) +
-        ' from ' + duration(Math.round(t0)) + ' to ' + duration(Math.round(t1)), 'peak ' + bytes(p.peak_bytes) +
-        ' at ' + duration(p.peak_ns)]);
+        ' from ' + duration(Math.round(t0)) + ' to ' + duration(Math.round(t1)) + ' into the job', 'peak ' +
+        bytes(p.peak_bytes) + ' at ' + duration(p.peak_ns) + ' into its run']);
     });
     canvas.addEventListener('mouseleave', () => { tip.hidden = true; });
     canvas.addEventListener('click', (ev) => {

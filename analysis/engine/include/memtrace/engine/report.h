@@ -143,6 +143,9 @@ struct ProcessReport {
   uint64_t unmatched_frees = 0;
   uint64_t pinned_host_peak_bytes = 0;
   uint64_t end_time_ns = 0;
+  // Wall-clock time (ns since the epoch) of its run's time origin, which its times count from: what
+  // puts the ranks of nodes that started apart on one time axis (0: unknown).
+  int64_t origin_unix_ns = 0;
   std::map<Api, ApiCounts> calls;
   std::vector<DeviceReport> devices;  // by device ordinal
   std::vector<OomEvent> oom_events;
