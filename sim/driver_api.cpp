@@ -192,8 +192,9 @@ Pools& pools() {
 }
 // A forked child starts with a fresh device (device_model.cpp): its pools hold nothing of its
 // parent's, and their lock is free (a parent thread asking the pool's use at the fork held it,
-// and the child's first sample of the device waited forever). A real driver never leaves a child
-// hanging: it refuses a CUDA its parent initialized with CUDA_ERROR_NOT_INITIALIZED.
+// and the child's first sample of the device waited forever). With a real driver, CUDA used in a
+// forked child before exec is undefined (NVIDIA's CUDA C++ Guidelines 3.0.1, rule CUDA-1.6): the
+// simulated device, a test instrument, gives the child a device of its own and never hangs it.
 void reset_pools_after_fork() {
   Pools& p = pools();
   new (&p.mutex) std::mutex;
