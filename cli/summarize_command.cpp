@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "command.h"
+#include "memtrace/base/units.h"
 #include "memtrace/engine/summary.h"
 #include "memtrace/exports/html_report.h"
 #include "memtrace/format/run_folder.h"
@@ -19,12 +20,6 @@ struct SummarizeCli {
   bool html = false;
   size_t largest = HtmlOptions().largest_allocations;
 };
-
-std::string kib(size_t bytes) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f KiB", static_cast<double>(bytes) / 1024.0);
-  return text;
-}
 
 int summarize(SummarizeCli& c) {
   // The options every command reads (their --by, --top, --step; the timeline for timeline,
@@ -58,8 +53,8 @@ int summarize(SummarizeCli& c) {
   size_t total = 0;
   for (size_t b : bytes) total += b;
   std::fprintf(stderr, "memtrace summarize: %zu summar%s beside the traces in %s (%s, %s each)\n", traces.size(),
-               traces.size() == 1 ? "y" : "ies", a.path.c_str(), kib(total).c_str(),
-               kib(total / traces.size()).c_str());
+               traces.size() == 1 ? "y" : "ies", a.path.c_str(), format_bytes(total).c_str(),
+               format_bytes(total / traces.size()).c_str());
   return 0;
 }
 
