@@ -85,9 +85,11 @@ void on_memory(int released, int memory_kind, uint64_t address, uint64_t bytes, 
   a.pending.push_back(r);
 }
 
-// A forked child: the subscription stays (the stand-in keeps calling the subscriber there, as
-// memtrace's fork handling expects of CUPTI's copy in memory), but no lock a parent thread held
-// at the fork stays held, and its parent's activity records are not the child's.
+// A forked child: what real CUPTI does there is undefined, as is any CUDA use in a forked child
+// before exec (NVIDIA's CUDA C++ Guidelines 3.0.1, rule CUDA-1.6). The stand-in keeps its copy of
+// the subscription in memory and calls the subscriber, the harder case for memtrace (which must
+// then ignore it: cupti_backend.cpp, forget_cupti_in_child); no lock a parent thread held at the
+// fork stays held, and the parent's activity records are not the child's.
 void reset_after_fork() {
   new (&g_mutex) std::mutex;
   Activity& a = activity();

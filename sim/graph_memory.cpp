@@ -22,8 +22,9 @@ constexpr int kDriverApi = CUPTI_CB_DOMAIN_DRIVER_API;
 std::mutex g_graphs_mutex;                           // graphs' allocation lists, and:
 std::map<uint64_t, uint64_t> g_unfreed_allocations;  // address -> size, of every graph
 
-// A forked child has a fresh device (device_model.cpp): no graph memory of its parent's, and the
-// lock free (a parent thread may have held it at the fork).
+// A forked child has a fresh device (device_model.cpp; with a real driver CUDA before exec in a
+// forked child is undefined: NVIDIA's CUDA C++ Guidelines 3.0.1, CUDA-1.6): no graph memory of its
+// parent's, and the lock free (a parent thread may have held it at the fork).
 void reset_graphs_after_fork() {
   new (&g_graphs_mutex) std::mutex;
   g_unfreed_allocations.clear();
