@@ -76,6 +76,7 @@ void TracedProcess::mark_ended() {
   Work work;
   work.kind = Work::Kind::kEnded;
   work.thread_drops = ring_.thread_drops();
+  work.calls = ring_.calls_in_progress();
   submit(std::move(work));
   if (socket_ >= 0) {
     ::close(socket_);
@@ -195,7 +196,7 @@ void TracedProcess::handle(Work& work) {
       for (uint64_t seq : work.records.dropped) sequencer_.skip(seq, emit);
       work.records.replay(*this);
       break;
-    case Work::Kind::kEnded: ended_in_worker(work.thread_drops); break;
+    case Work::Kind::kEnded: ended_in_worker(work); break;
     case Work::Kind::kSnapshot: {
       const size_t before = snapshots_.paths().size();
       snapshots_.take(work.reason, work.time_ns, driver_.replay());
@@ -234,7 +235,8 @@ void TracedProcess::record(const RingEvent& raw) {
 // were reported before them, and a library unloaded later cannot change what they meant.
 void TracedProcess::on_event(RingEvent& event, const uint64_t* native, size_t native_count, const uint64_t* python,
                              size_t python_count, std::string_view name) {
-  in_flight_.erase(event.event.tid);
+  if (!in_flight_.empty()) in_flight_.erase(event.event.tid);
+  last_seq_[event.event.tid] = event.seq;
   // A name (marks, ranges, categories) goes in the string table now; the event carries its id.
   event.event.name = api_info(event.event.api).aux == AuxField::kName ? writer_->intern_string(name) : 0;
   event.event.stack_id =
@@ -270,27 +272,51 @@ void TracedProcess::on_device(int32_t ordinal, std::string name, uint64_t total_
 }
 
 // Calls the process was inside when it died: the device may have done them. They go in the
-// trace as interrupted, so nothing the device counted is missing from it. A call whose thread
-// dropped an event after it started is not one: that event ended it, and is counted as lost.
-void TracedProcess::ended_in_worker(const std::unordered_map<uint32_t, uint64_t>& thread_drops) {
+// trace as interrupted, so nothing the device counted is missing from it. A call whose record was
+// delivered, or dropped (counted as lost), is not one: for a thread with an in-call slot its seq
+// says so; for one without, a drop after the call started.
+void TracedProcess::ended_in_worker(const Work& ended) {
   sequencer_.flush([this](const RingEvent& e) { record(e); });
-  // Stopped on purpose, the process lives on: its calls in flight end after the trace does.
-  if (stopped_on_purpose_ && !in_flight_.empty())
-    on_notice(counted(in_flight_.size(), "call") + " in progress when recording stopped (" +
-              std::string(api_info(static_cast<Api>(in_flight_.begin()->second.first)).name) +
-              (in_flight_.size() > 1 ? ", ..." : "") + ") ended after it: not in this trace");
-  if (stopped_on_purpose_) in_flight_.clear();
+  struct Interrupted {
+    uint32_t tid;
+    Api api;
+    uint64_t t_ns;  // when it took its place in the order or started; 0: unknown (the trace's end)
+  };
+  std::vector<Interrupted> calls;
+  auto interrupted = [&calls](uint32_t tid, uint16_t api, uint64_t t_ns) {
+    calls.push_back({tid, api < static_cast<uint16_t>(Api::kCount) ? static_cast<Api>(api) : Api::kUnknown, t_ns});
+  };
   for (const auto& [tid, call] : in_flight_) {
-    if (auto drop = thread_drops.find(tid); drop != thread_drops.end() && drop->second > call.second) continue;
+    auto drop = ended.thread_drops.find(tid);
+    if (drop == ended.thread_drops.end() || drop->second <= call.second) interrupted(tid, call.first, call.second);
+  }
+  in_flight_.clear();
+  for (const CallInProgress& call : ended.calls) {
+    if (call.seq != 0) {
+      auto seen = last_seq_.find(call.tid);
+      if (seen != last_seq_.end() && seen->second + 1 >= call.seq) continue;
+      auto drop = ended.thread_drops.find(call.tid);
+      if (drop != ended.thread_drops.end() && drop->second >= call.t_ns) continue;
+    }
+    interrupted(call.tid, call.api, call.t_ns);
+  }
+  // Stopped on purpose, the process lives on: its calls in flight end after the trace does.
+  if (stopped_on_purpose_) {
+    if (!calls.empty())
+      on_notice(counted(calls.size(), "call") + " in progress when recording stopped (" +
+                std::string(api_info(calls.front().api).name) + (calls.size() > 1 ? ", ..." : "") +
+                ") ended after it: not in this trace");
+    return;
+  }
+  for (const Interrupted& call : calls) {
     RingEvent e;
-    e.event.tid = tid;
-    e.event.api = static_cast<Api>(call.first);
+    e.event.tid = call.tid;
+    e.event.api = call.api;
     e.event.kind = api_info(e.event.api).kind;
-    e.event.t_ns = call.second;
+    e.event.t_ns = call.t_ns;
     e.event.result = kInterruptedCall;
     record(e);
   }
-  in_flight_.clear();
 }
 
 void TracedProcess::finish_in_worker(Work& work) {

@@ -89,12 +89,13 @@ class TracedProcess : private RecordSink {
     std::string end_reason;
     pb::Footer footer;
     std::unordered_map<uint32_t, uint64_t> thread_drops;  // kEnded: RingConsumer::thread_drops()
+    std::vector<CallInProgress> calls;                    // kEnded: RingConsumer::calls_in_progress()
     std::string reply_to;  // memtrace.record's number for the command, when it waits for an answer
   };
   void submit(Work work);
   void work_loop();
   void handle(Work& work);
-  void ended_in_worker(const std::unordered_map<uint32_t, uint64_t>& thread_drops);
+  void ended_in_worker(const Work& ended);
   void finish_in_worker(Work& work);
   void reply(const std::string& to, const std::string& line);
 
@@ -130,8 +131,11 @@ class TracedProcess : private RecordSink {
   uint64_t origin_ns_;
   EventSequencer sequencer_;
   StackBuilder stacks_;
-  // Calls started and not yet recorded, by thread (a thread makes one recorded call at a time).
+  // Calls started and not yet recorded, by thread (a thread makes one recorded call at a time), of
+  // the threads that had no in-call slot (ring::StartedRecord).
   std::unordered_map<uint32_t, std::pair<uint16_t, uint64_t>> in_flight_;
+  // Each thread's latest event, by its seq: whether the call its in-call slot holds was recorded.
+  std::unordered_map<uint32_t, uint64_t> last_seq_;
   std::vector<std::string> notices_;  // for the footer, each once
   bool stopped_on_purpose_ = false;   // memtrace.stop, memtrace detach: the process lives on
   uint64_t last_t_ = 0;

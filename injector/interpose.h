@@ -30,7 +30,7 @@ class Call {
     event.kind = api_info(api).kind;
     if (active_) {
       t_interposer_recording = true;
-      publish_started(api, caller);
+      enter_call(api, caller);
     }
   }
   // A call CUPTI reported (cupti_backend.cpp), which no interposer holds: recorded, with no
@@ -40,7 +40,7 @@ class Call {
     event.api = api;
     event.kind = api_info(api).kind;
     event.flags |= kEventFromCupti;
-    if (active_) publish_started(api, caller);
+    if (active_) enter_call(api, caller);
   }
   // Whether an interposer records a call: memtrace's interposers are recording, the call is not
   // inside one CUPTI reports, and the session is up. Asked again once the session is up: its
@@ -51,6 +51,7 @@ class Call {
   }
 
   ~Call() {
+    if (active_) leave_call();
     if (counted_) --t_depth;
     if (counted_ && active_) t_interposer_recording = false;
   }
@@ -64,6 +65,7 @@ class Call {
   void stamp_before() {
     if (active_) {
       seq_ = stamp(event);
+      call_ordered(seq_, event.t_ns);
       stamped_ = true;
     }
   }
@@ -80,6 +82,7 @@ class Call {
       StackCapture stack;
       capture_stack(stack_options(), caller, stack);
       seq_ = stamp(event);  // after the real call returned the address, and after the stack walk
+      call_ordered(seq_, event.t_ns);
       publish(event, seq_, &stack);
       if (result == 0 && (event.kind == MemKind::kDevice || event.kind == MemKind::kVmmMapping))
         note_reserved(event.addr, event.size);
@@ -87,7 +90,10 @@ class Call {
           (event.kind == MemKind::kDevice || event.kind == MemKind::kManaged || event.kind == MemKind::kVmmPhysical))
         sample_device_memory(origin(), event.device, event.size);
     } else {
-      if (!stamped_) seq_ = stamp(event);
+      if (!stamped_) {
+        seq_ = stamp(event);
+        call_ordered(seq_, event.t_ns);
+      }
       publish(event, seq_, nullptr);
     }
     if (result == 0) describe_devices_once(origin());

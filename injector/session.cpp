@@ -40,6 +40,22 @@ std::atomic<int> g_devices_described{kNotDescribed};
 
 thread_local uint32_t t_tid __attribute__((tls_model("initial-exec"))) = 0;
 
+// This thread's in-call slot (ring::RingHeader::InCall) and the ring it is in; null with a ring:
+// the table had no room when this thread asked.
+thread_local ring::RingHeader::InCall* t_in_call __attribute__((tls_model("initial-exec"))) = nullptr;
+thread_local const ring::Producer* t_in_call_ring __attribute__((tls_model("initial-exec"))) = nullptr;
+// Gives the slot back at the thread's exit. Made when the library is loaded (before any fork).
+pthread_key_t g_in_call_key;
+bool g_in_call_key_made = false;
+void release_in_call(void* slot) {
+  ring::Producer::release_in_call(static_cast<ring::RingHeader::InCall*>(slot));
+  t_in_call = nullptr;
+  t_in_call_ring = nullptr;
+}
+__attribute__((constructor)) void make_in_call_key() {
+  g_in_call_key_made = ::pthread_key_create(&g_in_call_key, release_in_call) == 0;
+}
+
 uint32_t current_tid() {
   if (t_tid == 0) t_tid = static_cast<uint32_t>(::syscall(SYS_gettid));
   return t_tid;
@@ -119,6 +135,10 @@ void forget_parent_session() {
     g_state.store(kUninit, std::memory_order_relaxed);
   g_devices_described.store(kNotDescribed, std::memory_order_relaxed);
   t_tid = 0;
+  // The slot was in the parent's ring, unmapped now.
+  t_in_call = nullptr;
+  t_in_call_ring = nullptr;
+  if (g_in_call_key_made) ::pthread_setspecific(g_in_call_key, nullptr);
   forget_described_code();
   forget_reported_modules();
 }
@@ -274,14 +294,36 @@ void publish_module(uint64_t bias, uint64_t start, uint64_t end, std::string_vie
 
 const StackOptions& stack_options() { return g_stack_options; }
 
-void publish_started(Api api, uint64_t caller) {
+void enter_call(Api api, uint64_t caller) {
   if (g_state.load(std::memory_order_acquire) != kActive) return;
+  const ring::Producer* ring = &ring_now();
+  if (t_in_call_ring != ring) {  // this thread's first call in this ring
+    t_in_call_ring = ring;
+    t_in_call = ring_now().claim_in_call(current_tid());
+    if (t_in_call && g_in_call_key_made) ::pthread_setspecific(g_in_call_key, t_in_call);
+  }
+  if (ring::RingHeader::InCall* slot = t_in_call) {
+    slot->seq.store(0, std::memory_order_relaxed);
+    slot->api.store(static_cast<uint32_t>(api) + 1, std::memory_order_release);
+    return;
+  }
   ring::StartedRecord rec;
   rec.api = static_cast<uint16_t>(api);
   rec.tid = current_tid();
   rec.t_ns = ring::monotonic_ns();
   rec.caller = caller;
   deliver(ring::kSlotStarted, &rec, nullptr, 0);
+}
+
+void call_ordered(uint64_t seq, uint64_t t_ns) {
+  if (ring::RingHeader::InCall* slot = t_in_call) {
+    slot->t_ns.store(t_ns, std::memory_order_relaxed);
+    slot->seq.store(seq + 1, std::memory_order_release);
+  }
+}
+
+void leave_call() {
+  if (ring::RingHeader::InCall* slot = t_in_call) slot->api.store(0, std::memory_order_release);
 }
 
 void record_shim_mark(Api api, uint64_t addr, std::string_view name, int32_t device, uint64_t size) {

@@ -30,8 +30,13 @@ bool session_recording();
 // sequence number.
 uint64_t stamp(Event& event);
 
-// Says a recorded call of API is starting on this thread (see ring::StartedRecord).
-void publish_started(Api api, uint64_t caller);
+// The recorded call this thread is inside, for a process killed inside it (ring::RingHeader::InCall):
+// the thread enters a call of API, the call takes its place in the order (SEQ, at T_NS: stamp),
+// and the thread leaves it once the call's record was delivered or counted as dropped. A thread
+// the in-call table has no room for publishes a ring::StartedRecord as it enters instead.
+void enter_call(Api api, uint64_t caller);
+void call_ordered(uint64_t seq, uint64_t t_ns);
+void leave_call();
 
 // Hands a stamped event (sequence number SEQ), its stack if it has one, and its name (NVTX marks)
 // to the collector. Waits a bounded time if the ring is full; counts the event as dropped if it

@@ -122,6 +122,21 @@ size_t RingConsumer::drain(RecordSink& sink, bool producer_gone) {
   return events;
 }
 
+std::vector<CallInProgress> RingConsumer::calls_in_progress() const {
+  std::vector<CallInProgress> calls;
+  for (const auto& slot : ring_.header->in_calls) {
+    CallInProgress call;
+    call.tid = slot.tid.load(std::memory_order_acquire);
+    uint32_t api = slot.api.load(std::memory_order_acquire);
+    if (call.tid == 0 || api == 0 || api > UINT16_MAX) continue;
+    call.api = static_cast<uint16_t>(api - 1);
+    call.seq = slot.seq.load(std::memory_order_acquire);
+    call.t_ns = call.seq ? slot.t_ns.load(std::memory_order_acquire) : 0;
+    calls.push_back(call);
+  }
+  return calls;
+}
+
 std::unordered_map<uint32_t, uint64_t> RingConsumer::thread_drops() const {
   std::unordered_map<uint32_t, uint64_t> drops;
   for (const auto& slot : ring_.header->thread_drops) {

@@ -140,6 +140,27 @@ void Producer::count_dropped(uint64_t seq, uint32_t tid, bool counted) {
   h->dropped_events.fetch_add(1, std::memory_order_release);
 }
 
+RingHeader::InCall* Producer::claim_in_call(uint32_t tid) {
+  if (!ring_.ok() || tid == 0) return nullptr;
+  RingHeader* h = ring_.header;
+  for (size_t probe = 0; probe < kInCallSlots; ++probe) {
+    RingHeader::InCall& slot = h->in_calls[(tid + probe) % kInCallSlots];
+    uint32_t expected = 0;
+    if (slot.tid.load(std::memory_order_relaxed) == 0 &&
+        slot.tid.compare_exchange_strong(expected, tid, std::memory_order_acq_rel)) {
+      slot.api.store(0, std::memory_order_relaxed);
+      slot.seq.store(0, std::memory_order_relaxed);
+      return &slot;
+    }
+  }
+  return nullptr;
+}
+
+void Producer::release_in_call(RingHeader::InCall* slot) {
+  slot->api.store(0, std::memory_order_relaxed);
+  slot->tid.store(0, std::memory_order_release);
+}
+
 // Only thread TID writes the slot it claimed, so its time needs no more than a store.
 void Producer::note_thread_drop(uint32_t tid) {
   RingHeader* h = ring_.header;

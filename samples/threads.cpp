@@ -1,6 +1,6 @@
 // Many threads allocating at once through the runtime, the driver, VMM and stream-ordered calls,
 // so events from different threads interleave in the ring. Threads start and end while others run.
-//   threads [--threads T] [--iterations N]
+//   threads [--threads T] [--iterations N] [--together 1: all T threads run at once]
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
@@ -79,10 +79,11 @@ void worker(int index, long iterations) {
 int main(int argc, char** argv) {
   const int threads = static_cast<int>(sample::arg_value(argc, argv, "--threads", 8));
   const long iterations = sample::arg_value(argc, argv, "--iterations", 2000);
+  const bool together = sample::arg_value(argc, argv, "--together", 0) != 0;
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back(worker, t, iterations);
-    if (t % 2 == 1) {  // some threads end while others are still starting
+    if (!together && t % 2 == 1) {  // some threads end while others are still starting
       pool.front().join();
       pool.erase(pool.begin());
     }

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "harness.h"
+#include "memtrace/ring/protocol.h"
 
 namespace {
 
@@ -201,7 +202,8 @@ namespace {
 
 // Starts `memtrace run --sim -o DIR/traces OPTIONS -- threads ...` with a small ring, its output
 // (and the program's) in DIR/out and DIR/err; returns memtrace's pid.
-pid_t start_threads(const std::string& dir, const std::vector<std::string>& options, const char* iterations) {
+pid_t start_threads(const std::string& dir, const std::vector<std::string>& options, const char* iterations,
+                    const std::string& threads = "2", const std::vector<std::string>& more = {}) {
   fs::create_directories(dir);
   pid_t pid = ::fork();
   if (pid == 0) {
@@ -210,9 +212,11 @@ pid_t start_threads(const std::string& dir, const std::vector<std::string>& opti
     ::setenv("MEMTRACE_SIM_LEDGER", (dir + "/ledger-%p.txt").c_str(), 1);
     std::vector<std::string> args{e2e::kMemtrace, "run", "--sim", "-o", dir + "/traces"};
     args.insert(args.end(), options.begin(), options.end());
-    for (const char* a : {"--", "", "--threads", "2", "--iterations"}) args.emplace_back(a);
-    args[args.size() - 4] = e2e::sample_path("threads");
+    for (const std::string& a : {std::string("--"), e2e::sample_path("threads"), std::string("--threads"), threads,
+                                 std::string("--iterations")})
+      args.push_back(a);
     args.emplace_back(iterations);
+    args.insert(args.end(), more.begin(), more.end());
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -466,9 +470,64 @@ TEST(Endings, KilledAtRandomMomentsNothingTheDeviceCountedIsMissing) {
   }
 }
 
-}  // namespace
+// The calls each thread is inside when the process dies come from its in-call slot (the ring's
+// header) or, for a thread the table had no room for, from the record it published as it entered
+// the call. Made certain here: with memtrace stopped, the ring fills and every thread waits for
+// room inside a call; killed then, each call the device did must be in the trace, done or
+// interrupted, and no call more.
+void kill_while_every_thread_waits(const std::string& dir, const std::string& threads, uint64_t& interrupted) {
+  pid_t memtrace = start_threads(dir, {"--max-stall", "600s"}, "100000000", threads, {"--together", "1"});
+  std::string ledger_path;
+  while (ledger_path.empty()) {
+    for (const auto& e : fs::directory_iterator(dir))
+      if (e.path().filename().string().rfind("ledger-", 0) == 0) ledger_path = e.path().string();
+    if (ledger_path.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const pid_t program = std::stoi(fs::path(ledger_path).filename().string().substr(7));
+  ::kill(memtrace, SIGSTOP);
+  // Waits until the device counts no more calls: every thread is waiting for room in the ring.
+  auto ledger_text = [&] {
+    std::ifstream in(ledger_path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  std::string before = ledger_text();
+  for (int unchanged = 0; unchanged < 3;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::string now = ledger_text();
+    unchanged = now == before ? unchanged + 1 : 0;
+    before = now;
+  }
+  ::kill(program, SIGKILL);
+  ::kill(memtrace, SIGCONT);
+  ASSERT_EQ(wait_status(memtrace), 128 + SIGKILL);
+  const e2e::Ledger ledger = e2e::read_ledgers(dir).begin()->second;
+  json p = e2e::report_json(dir + "/traces")["processes"][0];
+  interrupted = 0;
+  for (const auto& [api, counts] : ledger.apis) {
+    const json& traced = p["events"][api];
+    uint64_t calls = traced.is_null() ? 0 : traced["calls"].get<uint64_t>();
+    uint64_t cut = traced.is_null() ? 0 : traced["interrupted"].get<uint64_t>();
+    interrupted += cut;
+    EXPECT_EQ(counts.calls, calls + cut) << api << ": each call the device did is in the trace, done or interrupted";
+  }
+  EXPECT_EQ(p["dropped_events"].get<uint64_t>(), 0u);
+}
 
-namespace {
+TEST(Endings, KilledWhileEveryThreadWaitsInsideACallTheCallsAreInTheTrace) {
+  uint64_t interrupted = 0;
+  kill_while_every_thread_waits(e2e::temp_dir("killed-waiting"), "2", interrupted);
+  EXPECT_EQ(interrupted, 2u) << "both threads died inside a call";
+}
+
+// More threads than the in-call table has slots (ring::kInCallSlots): those without one are
+// followed by the records they publish as they enter a call. (Those usually wait for room to
+// publish that record, before the device does the call: nothing of theirs is interrupted then.)
+TEST(Endings, KilledWhileMoreThreadsThanInCallSlotsWaitTheCallsAreInTheTrace) {
+  const std::string threads = std::to_string(memtrace::ring::kInCallSlots + 16);
+  uint64_t interrupted = 0;
+  kill_while_every_thread_waits(e2e::temp_dir("killed-waiting-many"), threads, interrupted);
+  EXPECT_GE(interrupted, memtrace::ring::kInCallSlots / 2) << "most threads died inside a call";
+}
 
 TEST(Collector, HostileProgramCannotCrashItOrWriteElsewhere) {
   std::string dir = e2e::temp_dir("hostile");

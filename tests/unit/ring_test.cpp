@@ -8,6 +8,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
 
@@ -140,6 +141,31 @@ TEST(RingProducer, EachThreadsLatestDropIsKnownForAsManyThreadsAsItHasRoomFor) {
   EXPECT_EQ(drops.size(), ring::kThreadDropSlots) << "every slot taken, each by one thread";
   EXPECT_EQ(drops.count(7), 1u);
   EXPECT_EQ(ring.consumer->dropped_events(), 3u + ring::kThreadDropSlots) << "all counted, placed or not";
+}
+
+TEST(RingProducer, EachThreadHasAnInCallSlotWhileTheTableHasRoom) {
+  TestRing ring(64 << 10);
+  ring::RingHeader::InCall* first = ring.producer.claim_in_call(7);
+  ASSERT_NE(first, nullptr);
+  EXPECT_TRUE(ring.consumer->calls_in_progress().empty()) << "claimed, in no call yet";
+  first->api.store(static_cast<uint32_t>(Api::kCudaFree) + 1);
+  first->t_ns.store(1234);
+  first->seq.store(42);
+  std::vector<CallInProgress> calls = ring.consumer->calls_in_progress();
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].tid, 7u);
+  EXPECT_EQ(calls[0].api, static_cast<uint16_t>(Api::kCudaFree));
+  EXPECT_EQ(calls[0].seq, 42u);
+  EXPECT_EQ(calls[0].t_ns, 1234u);
+
+  std::vector<ring::RingHeader::InCall*> others;
+  for (uint32_t tid = 1000; tid < 1000 + ring::kInCallSlots - 1; ++tid)
+    others.push_back(ring.producer.claim_in_call(tid));
+  EXPECT_EQ(std::count(others.begin(), others.end(), nullptr), 0) << "a slot for every thread while there is room";
+  EXPECT_EQ(ring.producer.claim_in_call(5000), nullptr) << "the table is full: that thread publishes records instead";
+  ring::Producer::release_in_call(first);
+  EXPECT_TRUE(ring.consumer->calls_in_progress().empty()) << "a thread that exited is in no call";
+  EXPECT_EQ(ring.producer.claim_in_call(5000), first) << "its slot is free again";
 }
 
 TEST(RingProducer, AConsumerThatHungUpIsNoticedInsteadOfWaitedFor) {

@@ -30,6 +30,15 @@ struct RingEvent {
   Event event;
 };
 
+// A thread's recorded call in progress (RingHeader::InCall). SEQ is the call's place in the order
+// plus one, 0 when it took none yet; T_NS the time it took it then.
+struct CallInProgress {
+  uint32_t tid = 0;
+  uint16_t api = 0;
+  uint64_t seq = 0;
+  uint64_t t_ns = 0;
+};
+
 // What a drained ring hands over, record by record, in ring order.
 class RecordSink {
  public:
@@ -66,6 +75,10 @@ class RingConsumer {
   // When each thread's latest dropped event was dropped, by tid (CLOCK_MONOTONIC), for the
   // threads the ring had room to note.
   std::unordered_map<uint32_t, uint64_t> thread_drops() const;
+  // The calls the in-call table says threads are inside (RingHeader::InCall), as its slots hold
+  // them now: for a process that died, the calls it died inside, unless their record was
+  // delivered or dropped first (their seq says which).
+  std::vector<CallInProgress> calls_in_progress() const;
 
  private:
   bool deliver(const unsigned char* first, uint32_t slots, uint64_t tail, RecordSink& sink);

@@ -44,6 +44,11 @@ class Producer {
   // device) is not COUNTED as a lost event: nothing the program did is missing.
   void count_dropped(uint64_t seq, uint32_t tid, bool counted = true);
 
+  // A free slot of the in-call table, now thread TID's (RingHeader::InCall); null when every slot
+  // is taken. The thread gives it back with release_in_call when it exits.
+  RingHeader::InCall* claim_in_call(uint32_t tid);
+  static void release_in_call(RingHeader::InCall* slot);
+
  private:
   bool consumer_gone() const;
   void note_thread_drop(uint32_t tid);

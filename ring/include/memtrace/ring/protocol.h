@@ -31,9 +31,11 @@
 namespace memtrace::ring {
 
 inline constexpr uint64_t kMagic = 0x31474e495254454dull;  // "METRING1"
-inline constexpr uint32_t kVersion = 4;
+inline constexpr uint32_t kVersion = 5;
 inline constexpr size_t kSlotBytes = 128;
-inline constexpr size_t kHeaderBytes = 4096;
+inline constexpr size_t kInCallSlots = 512;
+// The header's page, then the in-call table (RingHeader::InCall, a cache line each).
+inline constexpr size_t kHeaderBytes = 4096 + kInCallSlots * 64;
 inline constexpr size_t kDefaultDataBytes = 8u << 20;
 inline constexpr size_t kDroppedLogSize = 256;
 inline constexpr size_t kThreadDropSlots = 64;
@@ -81,8 +83,20 @@ struct RingHeader {
     std::atomic<uint64_t> t_ns;  // when it was dropped (CLOCK_MONOTONIC)
   } thread_drops[kThreadDropSlots];
   std::atomic<uint64_t> thread_drops_unplaced;
+  // Each thread's recorded call in progress, so that a process killed inside one leaves it behind
+  // (the call's own record comes only after it returns). A thread claims a slot on its first
+  // recorded call (tid 0: free) and frees it when it exits; only that thread writes it, with plain
+  // stores: cheaper than a record per call, which is what a thread that found no free slot
+  // publishes instead (StartedRecord). A cache line each, so that threads do not share one.
+  struct alignas(64) InCall {
+    std::atomic<uint32_t> tid;
+    std::atomic<uint32_t> api;   // the call's Api plus one; 0 between calls
+    std::atomic<uint64_t> seq;   // once the call took its place in the order, its seq plus one; else 0
+    std::atomic<uint64_t> t_ns;  // the time it took then (CLOCK_MONOTONIC)
+  };
+  alignas(4096) InCall in_calls[kInCallSlots];
 };
-static_assert(sizeof(RingHeader) <= kHeaderBytes);
+static_assert(sizeof(RingHeader) <= kHeaderBytes && kHeaderBytes % 4096 == 0);
 static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free,
               "ring atomics must be lock-free to work across processes");
 
@@ -140,8 +154,8 @@ struct CodeRecord {
 };
 static_assert(sizeof(CodeRecord) == kSlotBytes);
 
-// A thread is about to make a recorded call: published before the real call, so that a process
-// killed inside it leaves a trace of the call (the call's own record comes after it returns).
+// A thread that has no in-call slot (RingHeader::InCall) is about to make a recorded call:
+// published before the real call, so that a process killed inside it leaves a trace of the call.
 struct StartedRecord {
   std::atomic<uint32_t> state;
   uint16_t api;
@@ -219,7 +233,7 @@ inline ssize_t send_with_fd(int sock, const void* data, size_t size, int fd) {
   return n;
 }
 
-// A mapped ring: the header page and the data region mapped twice in a row.
+// A mapped ring: the header (kHeaderBytes) and the data region mapped twice in a row.
 struct Mapping {
   RingHeader* header = nullptr;
   unsigned char* data = nullptr;
