@@ -123,6 +123,23 @@ class Suite:
                      f"{p:.0f} without memtrace, {f:.0f} stacks off", f"{o / p:.2f}x", "<= 1000 ns with its stack",
                      o <= 1000, f"memtrace run --sim -- python3 bench/python_stack_bench.py {calls} {gil}")
 
+    # 11. PyTorch's tensors: each one a block the caching allocator hands out from a segment it holds
+    # (no CUDA call), recorded through its trace tracker (the allocated layer), with its stack.
+    def torch_tensors(self):
+        count = self.scale(100_000, 10_000)
+        argv = [sys.executable, f"{ROOT}/bench/torch_tensor_bench.py", str(count)]
+        env = self.env(extra={"PYTHONPATH": f"{self.build}/lib/sim/torch/site-packages"})
+        ns = lambda out: json.loads(out)["ns_per_tensor"]
+        plain, on = [], []
+        for _ in range(self.scale(3, 1)):
+            plain.append(ns(self.run(argv, env=env)[0]))
+            on.append(ns(self.traced("tensors", argv, env=env)[0]))
+        p, o = statistics.median(plain), statistics.median(on)
+        self.row("11. PyTorch tensors (the allocated layer), 15 deep", f"{o:.0f} ns/tensor with stacks ({o - p:.0f} added)",
+                 f"{p:.0f} without memtrace (the stand-in PyTorch)", f"{o / p:.2f}x", "<= 600 ns added, stack included",
+                 o - p <= 600, f"memtrace run --sim -- python3 bench/torch_tensor_bench.py {count} (stand-in PyTorch, "
+                 "sim/torch; medians of 3)")
+
     # 3. Trace size: the training loop, and a random mix beside heaptrack's file.
     def trace_size(self):
         steps = self.scale(55_552, 5_000)  # 18 events a step: about a million
@@ -328,11 +345,11 @@ def main():
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", default=os.path.join(ROOT, "bench", "RESULTS.md"))
     parser.add_argument("--only", help="comma-separated rows to run (recording,python,trace_size,analysis,"
-                                       "threads,snapshot,end_to_end,attach_residue,folder,snapshot_read)")
+                                       "threads,snapshot,end_to_end,attach_residue,folder,snapshot_read,torch_tensors)")
     args = parser.parse_args()
     suite = Suite(args.build, args.quick)
     steps = ["recording", "python", "trace_size", "analysis", "threads", "snapshot", "end_to_end", "attach_residue",
-             "folder", "snapshot_read"]
+             "folder", "snapshot_read", "torch_tensors"]
     if args.only:
         steps = [s for s in steps if s in args.only.split(",")]
     started = time.time()
