@@ -184,9 +184,9 @@ void sample_other_processes(uint64_t caller, int device, uint64_t used, uint64_t
 
 }  // namespace
 
-void sample_device_memory(uint64_t caller, int device, uint64_t bytes) {
+void sample_device_memory(uint64_t caller, int device, uint64_t bytes, uint64_t now_ns) {
   if (device < 0 || device >= kSampledDevices) return;
-  const uint64_t now = ring::monotonic_ns();
+  const uint64_t now = now_ns ? now_ns : ring::monotonic_ns();
   std::atomic<uint64_t>& last = g_last_sample[device];
   uint64_t before = last.load(std::memory_order_relaxed);
   if (before && now - before < sample_interval_ns() && bytes < kAlwaysSampledBytes) return;

@@ -88,7 +88,7 @@ class Call {
         note_reserved(event.addr, event.size);
       if (result == 0 &&
           (event.kind == MemKind::kDevice || event.kind == MemKind::kManaged || event.kind == MemKind::kVmmPhysical))
-        sample_device_memory(origin(), event.device, event.size);
+        sample_device_memory(origin(), event.device, event.size, event.t_ns);
     } else {
       if (!stamped_) {
         seq_ = stamp(event);

@@ -73,8 +73,9 @@ bool query_device_memory(uint64_t caller, uint64_t& free_bytes, uint64_t& total_
 
 // Samples the memory in use on DEVICE (the device layer) after an allocation of BYTES there, at
 // most once a millisecond per device unless it is a large one, when DEVICE is the current
-// context's (cuMemGetInfo asks about that one) (device_query.cpp).
-void sample_device_memory(uint64_t caller, int device, uint64_t bytes);
+// context's (cuMemGetInfo asks about that one) (device_query.cpp). NOW_NS: the time now
+// (CLOCK_MONOTONIC), by default read here; an allocation passes its event's, read already.
+void sample_device_memory(uint64_t caller, int device, uint64_t bytes, uint64_t now_ns = 0);
 
 // What NVML says of this process on the device with UUID: the bytes it has in use there (nvml.cpp).
 enum class NvmlAnswer { kAbsent, kNotListed, kListed };  // no NVML to ask, or it cannot say; not listed; listed
