@@ -1,0 +1,95 @@
+"""Instructions per event, counted by callgrind: the stable measure on these machines, where wall
+times move by 15-20% from run to run. Each figure is the difference between a run on 2N events
+and one on N, divided by N, so start-up and exit cancel out. Prints a table and writes it to
+FILE (default bench/INSTRUCTIONS.md).
+
+  python3 bench/callgrind.py BUILD_DIR [--out FILE]
+
+Recording: alloc_free_pairs (30 frames deep) on the simulated device, the whole process counted
+(the simulated CUDA libraries and libc too: what memtrace makes them do is its cost as well),
+with memtrace (stacks off, stacks on) and alone. Analysis: `memtrace peak` and `memtrace leaks`
+on trace_generator's traces, every thread counted. Needs valgrind."""
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def instructions(argv, env=None):
+    """The instructions callgrind counted for ARGV (its program, under valgrind somewhere in ARGV)."""
+    r = subprocess.run(argv, env=env, capture_output=True, text=True)
+    refs = re.findall(r"I\s+refs:\s+([\d,]+)", r.stderr)
+    if r.returncode != 0 or not refs:
+        sys.exit(f"callgrind.py: {' '.join(argv)} failed ({r.returncode}):\n{r.stderr[-2000:]}")
+    return sum(int(n.replace(",", "")) for n in refs)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("build")
+    parser.add_argument("--out", default=os.path.join(ROOT, "bench", "INSTRUCTIONS.md"))
+    args = parser.parse_args()
+    if not shutil.which("valgrind"):
+        sys.exit("callgrind.py: needs valgrind (apt-get install valgrind)")
+    build = os.path.abspath(args.build)
+    memtrace = f"{build}/bin/memtrace"
+    work = tempfile.mkdtemp(prefix="memtrace-callgrind-")
+    callgrind = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
+    env = dict(os.environ, MEMTRACE_SIM_UNBACKED="1",
+               LD_LIBRARY_PATH=f"{build}/lib/sim" + (":" + os.environ["LD_LIBRARY_PATH"]
+                                                     if os.environ.get("LD_LIBRARY_PATH") else ""))
+    rows, started = [], time.time()
+    try:
+        pairs = 20_000
+        program = lambda n: [*callgrind, f"{build}/bin/alloc_free_pairs", "--pairs", str(n)]
+        per_pair = {}
+        for name, options in (("alone", None), ("stacks off", ["--no-native-stacks", "--no-python-stacks"]),
+                              ("stacks on", [])):
+            counts = []
+            for n in (pairs, 2 * pairs):
+                if options is None:
+                    counts.append(instructions(program(n), env))
+                else:
+                    out = os.path.join(work, f"rec-{len(counts)}")
+                    shutil.rmtree(out, ignore_errors=True)
+                    counts.append(instructions([memtrace, "run", "--sim", *options, "-o", out, "--", *program(n)], env))
+            per_pair[name] = (counts[1] - counts[0]) / pairs
+        for name in ("stacks off", "stacks on"):
+            rows.append((f"recording, {name}: memtrace's added instructions per event (an allocation or a free)",
+                         f"{(per_pair[name] - per_pair['alone']) / 2:.0f}",
+                         f"alloc_free_pairs alone: {per_pair['alone'] / 2:.0f} per event"))
+        events = 1_000_000
+        traces = []
+        for n in (events, 2 * events):
+            trace = os.path.join(work, f"t{n}.memtrace")
+            subprocess.run([f"{build}/bin/trace_generator", trace, "--events", str(n)], check=True,
+                           capture_output=True)
+            traces.append(trace)
+        for command in ("peak", "leaks"):
+            counts = [instructions([*callgrind, memtrace, command, t]) for t in traces]
+            rows.append((f"analysis: memtrace {command}, instructions per event", f"{(counts[1] - counts[0]) / events:.0f}",
+                         "trace_generator traces, every thread"))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    lines = ["| measure | instructions | note |", "|---|---|---|"] + [f"| {a} | {b} | {c} |" for a, b, c in rows]
+    table = "\n".join(lines)
+    print(table)
+    with open(args.out, "w") as f:
+        f.write("# Instructions per event (callgrind)\n\n")
+        f.write(f"`python3 bench/callgrind.py BUILD` on {time.strftime('%Y-%m-%d')}, "
+                f"{(time.time() - started) / 60:.1f} minutes: the difference between runs on 2N and N events, "
+                "over N. Stable from run to run, unlike wall times; the steps that changed them, with "
+                "their figures before and after, are in the closing notes of the issues that made them.\n\n")
+        f.write(table + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
