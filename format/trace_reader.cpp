@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "chunk_source.h"
 #include "memtrace/format/framing.h"
@@ -65,6 +66,16 @@ TraceReader::TraceReader(std::FILE* file, std::string path) : file_(file), path_
 TraceReader::~TraceReader() {
   source_.reset();  // its thread reads file_
   std::fclose(file_);
+  writer_finished();
+}
+
+void TraceReader::writer_finished() {
+  if (!writer_finish_) return;
+  std::string problem = std::exchange(writer_finish_, nullptr)();
+  if (!problem.empty() && !footer_) {
+    corrupt_ = true;
+    problem_ = problem;
+  }
 }
 
 void TraceReader::fail(uint64_t offset, const std::string& what) {
@@ -180,15 +191,22 @@ bool TraceReader::decode_batch(const pb::EventBatch& b, std::vector<Event>& out)
 bool TraceReader::next(Event& event) {
   // A used-up batch keeps its size: handed back to the source, it is decoded over in place.
   while (next_event_ >= events_.size()) {
-    if (done_) return false;
+    if (done_) {
+      writer_finished();
+      return false;
+    }
     if (!read_chunk()) {
       if (!done_) {  // clean end of file without a footer
         done_ = true;
         problem_ = "trace ends early at byte " + std::to_string(offset_) + "; read up to there";
       }
+      writer_finished();
       return false;
     }
-    if (!take_chunk()) return false;
+    if (!take_chunk()) {
+      writer_finished();
+      return false;
+    }
   }
   event = events_[next_event_++];
   return true;

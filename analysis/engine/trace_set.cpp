@@ -1,6 +1,7 @@
 #include "memtrace/engine/trace_set.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -9,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -71,29 +73,62 @@ class MappedFile {
   size_t size_ = 0;
 };
 
-// A PyTorch snapshot becomes a trace in memory (a memfd), read back as any trace is.
+// A PyTorch snapshot becomes a trace written into a pipe, by a thread of its own, while it is
+// read as any trace is: the import and the analysis run at once, and the trace is never whole in
+// memory. What keeps the snapshot from being imported is found before the thread starts.
 std::unique_ptr<TraceReader> open_torch_snapshot(const std::string& path, std::string& error) {
-  MappedFile file;
-  if (!file.open(path, error)) return nullptr;
-  int fd = ::memfd_create("memtrace-torch-snapshot", MFD_CLOEXEC);
-  int writer_fd = fd >= 0 ? ::dup(fd) : -1;
-  if (writer_fd < 0) {
+  struct Import {
+    MappedFile file;
+    std::unique_ptr<TraceWriter> writer;
+    std::unique_ptr<TorchSnapshotImport> import;
+    std::thread thread;
+    bool written = false;
+  };
+  auto state = std::make_shared<Import>();
+  if (!state->file.open(path, error)) return nullptr;
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
     error = "cannot read " + path + ": " + std::strerror(errno);
-    if (fd >= 0) ::close(fd);
     return nullptr;
   }
-  // Not compressed: it is read back at once, from memory.
-  std::unique_ptr<TraceWriter> writer = TraceWriter::create_on(writer_fd, path, error, 0);
-  bool ok = writer && import_torch_snapshot(file.bytes(), path, *writer, error,
-                                            [&](size_t begin, size_t end) { file.release(begin, end); });
-  writer.reset();
-  std::FILE* trace = ok ? ::fdopen(fd, "rb") : nullptr;
+  // Not compressed: it is read at once, from the pipe.
+  state->writer = TraceWriter::create_on(fds[1], path, error, 0);
+  std::FILE* trace = state->writer ? ::fdopen(fds[0], "rb") : nullptr;
   if (!trace) {
-    if (ok) error = "cannot read " + path + ": " + std::strerror(errno);
-    ::close(fd);
+    if (state->writer) error = "cannot read " + path + ": " + std::strerror(errno);
+    ::close(fds[0]);
     return nullptr;
   }
-  return TraceReader::open(trace, path, error);
+  Import* s = state.get();
+  s->import = std::make_unique<TorchSnapshotImport>(s->file.bytes(), path, *s->writer,
+                                                    [s](size_t begin, size_t end) { s->file.release(begin, end); });
+  if (!s->import->check()) {
+    error = s->import->error();
+    std::fclose(trace);
+    return nullptr;
+  }
+  s->thread = std::thread([s] {
+    // A reader that went early closes the pipe: its writes then fail (EPIPE) rather than raise
+    // SIGPIPE, which is this thread's to block.
+    sigset_t pipe_signal;
+    sigemptyset(&pipe_signal);
+    sigaddset(&pipe_signal, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_signal, nullptr);
+    s->written = s->import->write();
+    s->writer.reset();  // the end of the pipe: the reader sees the end of the trace
+  });
+  auto finish = [state]() -> std::string {
+    if (state->thread.joinable()) state->thread.join();
+    return state->written ? std::string() : state->import->error();
+  };
+  std::unique_ptr<TraceReader> reader = TraceReader::open(trace, path, error);
+  if (!reader) {
+    std::string problem = finish();  // the reader closed the pipe: the writer stops
+    if (!problem.empty()) error = problem;
+    return nullptr;
+  }
+  reader->read_while_written(finish);
+  return reader;
 }
 
 // Whether the file at PATH is a summary (memtrace summarize), read in its trace's place.

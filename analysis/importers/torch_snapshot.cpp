@@ -150,7 +150,11 @@ class Importer : public pickle::ItemSink {
     traces_.erase(traces_.lower_bound(first), traces_.end());  // only a list built inside an entry
   }
 
-  bool run() {
+  bool run() { return prepare() && write_events(); }
+
+  // After parse(): what the second pass needs, read and checked (the segments, which entries each
+  // device's trace holds); false, with the error set, for a snapshot that cannot be imported.
+  bool prepare() {
     const Document& doc = parse_.document();
     Ref root = doc.root(), segments = kNoRef, traces = kNoRef, annotations = kNoRef;
     if (doc.is(root, Kind::kList)) {
@@ -168,8 +172,10 @@ class Importer : public pickle::ItemSink {
     if (traces != kNoRef && !read_traces(traces)) return false;
     if (annotations != kNoRef) read_annotations(annotations);
     reconstruct_start();
-    return write() && (!w_.failed() || fail(w_.error()));
+    return true;
   }
+  // After prepare(): the trace, header to footer.
+  bool write_events() { return write() && (!w_.failed() || fail(w_.error())); }
 
   // The allocated layer's events of a history the Python shim collected (its device_traces), with
   // their stacks interned in the writer, for merge_torch_history: each at its time_us less
@@ -516,7 +522,8 @@ class Importer : public pickle::ItemSink {
       Entry e = *next;
       from->entries->pop();
       apply(e, from->live);
-      if (++applied % 4096 == 0) {  // what no device's stream reads again
+      if (++applied % 4096 == 0) {                 // what no device's stream reads again
+        if (w_.failed()) return fail(w_.error());  // no one reads on (the pipe's reader went)
         size_t below = SIZE_MAX;
         for (auto& [device, d] : devices_)
           if (d.entries) below = std::min(below, d.entries->position());
@@ -633,6 +640,22 @@ bool import_torch_snapshot(std::string_view bytes, const std::string& path, Trac
   Importer importer(bytes, path, writer, error, done_with);
   return importer.parse() && importer.run();
 }
+
+struct TorchSnapshotImport::State {
+  std::string error;
+  Importer importer;
+  State(std::string_view bytes, const std::string& path, TraceWriter& writer, const ReleaseBytes& done_with)
+      : importer(bytes, path, writer, error, done_with) {}
+};
+
+TorchSnapshotImport::TorchSnapshotImport(std::string_view bytes, const std::string& path, TraceWriter& writer,
+                                         const ReleaseBytes& done_with)
+    : state_(std::make_unique<State>(bytes, path, writer, done_with)) {}
+TorchSnapshotImport::~TorchSnapshotImport() = default;
+
+bool TorchSnapshotImport::check() { return state_->importer.parse() && state_->importer.prepare(); }
+bool TorchSnapshotImport::write() { return state_->importer.write_events(); }
+const std::string& TorchSnapshotImport::error() const { return state_->error; }
 
 bool read_torch_history(std::string_view bytes, const std::string& path, uint64_t origin_monotonic_ns,
                         TraceWriter& writer, std::vector<Event>& out, TorchHistoryReading& reading,

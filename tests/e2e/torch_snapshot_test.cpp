@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "harness.h"
+#include "memtrace/engine/trace_set.h"
 
 namespace {
 
@@ -377,6 +378,32 @@ std::pair<int, long> run_measured(const std::vector<std::string>& argv, const st
 
 // People's snapshots run to gigabytes: one is read in the memory the README states (made here by
 // exporting a generated recording; nothing stored).
+// A snapshot is imported by a thread of its own into a pipe while it is read. A reader that goes
+// before the end lets that thread go: it neither waits on the full pipe nor dies of SIGPIPE (this
+// test would hang, or die with it); one that reads to the end gets the whole trace.
+TEST(LargeSnapshots, AReaderThatStopsEarlyLetsTheImportGo) {
+  const std::string dir = e2e::temp_dir("stops-early");
+  const std::string path = dir + "/snapshot.pickle";
+  e2e::Result made = e2e::run({MEMTRACE_PYTHON, MEMTRACE_E2E_SOURCE "/make_snapshot.py", path, "--entries", "20000"});
+  ASSERT_EQ(made.status, 0) << made.err;
+  for (int read : {0, 1, 5000}) {
+    std::string error;
+    std::unique_ptr<memtrace::TraceReader> reader = memtrace::open_trace(path, error);
+    ASSERT_TRUE(reader) << error;
+    memtrace::Event event;
+    for (int i = 0; i < read; ++i) ASSERT_TRUE(reader->next(event)) << i;
+  }
+  std::string error;
+  std::unique_ptr<memtrace::TraceReader> reader = memtrace::open_trace(path, error);
+  ASSERT_TRUE(reader) << error;
+  memtrace::Event event;
+  uint64_t events = 0;
+  while (reader->next(event)) ++events;
+  EXPECT_TRUE(reader->footer().has_value()) << reader->problem();
+  EXPECT_EQ(reader->footer()->events(), events);
+  EXPECT_GT(events, 20000u);
+}
+
 TEST(LargeSnapshots, AGigabyteSnapshotIsReadInBoundedMemory) {
   const std::string generator = MEMTRACE_BUILD_DIR "/bin/trace_generator";
   if (!fs::exists(generator)) GTEST_SKIP() << "trace_generator is built with the benchmarks (MEMTRACE_BUILD_BENCH)";

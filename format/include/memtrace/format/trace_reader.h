@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -36,6 +37,11 @@ class TraceReader {
   // Reads (checks, unpacks, parses) the next chunks ahead on a thread of its own while the
   // caller decodes and uses the events: for a long pass over the whole trace.
   void prefetch();
+  // For a trace read while it is written (a pipe): FINISH waits for its writer to end and says
+  // what went wrong there (empty: nothing). Called once the trace ends, or as the reader goes
+  // (after the file is closed, so that a writer held up by a full pipe is let go); where the trace
+  // ends early, the writer's problem is the reader's, since it is why.
+  void read_while_written(std::function<std::string()> finish) { writer_finish_ = std::move(finish); }
 
   // After next() returned false: whether the trace ended with its footer, and what was wrong if
   // not. A cut trace is not corrupt: it says where it ends early, and what came before is good.
@@ -62,9 +68,11 @@ class TraceReader {
   bool decode_events(const pb::EventBatch& batch);
   bool decode_batch(const pb::EventBatch& batch, std::vector<Event>& out);
   void fail(uint64_t offset, const std::string& what);
+  void writer_finished();
 
   std::FILE* file_;
   std::string path_;
+  std::function<std::string()> writer_finish_;
   uint64_t offset_ = 0;        // bytes consumed so far
   uint64_t chunk_offset_ = 0;  // where the current chunk starts
   pb::TraceHeader header_;

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,6 +28,24 @@ inline constexpr const char* kTorchSnapshotSource = "PyTorch memory snapshot";
 using ReleaseBytes = std::function<void(size_t begin, size_t end)>;
 bool import_torch_snapshot(std::string_view bytes, const std::string& path, TraceWriter& writer, std::string& error,
                            const ReleaseBytes& done_with = nullptr);
+
+// The same in two steps, for a reader that reads the trace while it is written (on another
+// thread): check() reads the snapshot through and says now what keeps it from being imported;
+// write() then writes the trace into WRITER, header to footer. Each false with error() set (one
+// sentence). BYTES, PATH and WRITER outlive it.
+class TorchSnapshotImport {
+ public:
+  TorchSnapshotImport(std::string_view bytes, const std::string& path, TraceWriter& writer,
+                      const ReleaseBytes& done_with = nullptr);
+  ~TorchSnapshotImport();
+  bool check();
+  bool write();
+  const std::string& error() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 // What one reading of PyTorch's own recorder held (torch_history.h).
 struct TorchHistoryReading {
