@@ -94,7 +94,9 @@ __attribute__((constructor)) void start_shim_where_site_does_not() {
       "        spec.loader.exec_module(module)\n"
       "        module._started_by_injector()\n"
       "    def after_imports(frame, event, arg):\n"
-      "        if event == 'return' and frame.f_code.co_name == '_find_and_load' and not importing():\n"
+      "        if '_memtrace_shim' in sys.modules:\n"  // started meanwhile (a later try): nothing to wait for
+      "            sys.setprofile(None)\n"
+      "        elif event == 'return' and frame.f_code.co_name == '_find_and_load' and not importing():\n"
       "            sys.setprofile(None)\n"
       "            try:\n"
       "                start()\n"

@@ -248,6 +248,25 @@ TEST_P(PythonFlags, TheShimStartsWithoutSiteOrPythonPath) {
   expect_counters_agree(r);
 }
 
+// Started where site does not start it, the shim may have waited for an import to end with a
+// profile function (sys.setprofile): it must not stay behind once the shim runs, or every Python
+// call of the program would run it.
+TEST_P(PythonFlags, TheShimLeavesNoProfileFunctionBehind) {
+  const std::string dir = e2e::temp_dir("no-profile");
+  const std::string script = dir + "/script.py";
+  std::ofstream(script) << "import sys, time\n"
+                           "while '_memtrace_shim' not in sys.modules:\n"
+                           "    time.sleep(0.01)\n"
+                           "def call():\n"
+                           "    return 1\n"
+                           "call()\n"
+                           "print('profile function:', sys.getprofile())\n";
+  e2e::Result r = e2e::run(
+      {e2e::kMemtrace, "run", "--sim", "-o", dir + "/traces", "--", GetParam().python.path, GetParam().flag, script});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("profile function: None"), std::string::npos) << r.out;
+}
+
 std::vector<Flagged> flagged_pythons() {
   std::vector<Flagged> out;
   for (const e2e::Python& p : e2e::readable_pythons())
