@@ -127,7 +127,8 @@ std::atomic<uint64_t> g_codes_generation{1};  // a new collector (fork) has seen
 struct CachedCode {
   uint64_t address = 0, fingerprint = 0, id = 0, generation = 0;
 };
-constexpr size_t kCacheSlots = 256;
+constexpr int kCacheBits = 8;
+constexpr size_t kCacheSlots = size_t(1) << kCacheBits;
 // This thread's cache (thread_block: too large for static TLS when the injector is loaded late).
 CachedCode* code_cache() {
   return static_cast<CachedCode*>(thread_block(ThreadBlock::kPythonCodeCache, sizeof(CachedCode) * kCacheSlots));
@@ -154,7 +155,9 @@ uint64_t code_id(uint64_t code, CachedCode* cache) {
   if (!read_code(l, m, code, fields)) return 0;
   const uint64_t print = fingerprint(fields), generation = g_codes_generation.load(std::memory_order_relaxed);
   CachedCode unused;
-  CachedCode& cached = cache ? cache[(code >> 4) & (kCacheSlots - 1)] : unused;
+  // The address's bits mixed: code objects lie at strides (a page, an arena's size classes) that
+  // would put several of one stack in the same slot, each evicting the other at every stack.
+  CachedCode& cached = cache ? cache[(code * 0x9E3779B97F4A7C15ull) >> (64 - kCacheBits)] : unused;
   if (cached.address == code && cached.fingerprint == print && cached.generation == generation) return cached.id;
 
   std::lock_guard lock(g_codes_mutex);
