@@ -78,6 +78,7 @@ class MappedFile {
 // memory. What keeps the snapshot from being imported is found before the thread starts.
 std::unique_ptr<TraceReader> open_torch_snapshot(const std::string& path, std::string& error) {
   struct Import {
+    std::string path;  // the import names it, from its thread, after the caller's may be gone
     MappedFile file;
     std::unique_ptr<TraceWriter> writer;
     std::unique_ptr<TorchSnapshotImport> import;
@@ -85,6 +86,7 @@ std::unique_ptr<TraceReader> open_torch_snapshot(const std::string& path, std::s
     bool written = false;
   };
   auto state = std::make_shared<Import>();
+  state->path = path;
   if (!state->file.open(path, error)) return nullptr;
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) {
@@ -100,7 +102,7 @@ std::unique_ptr<TraceReader> open_torch_snapshot(const std::string& path, std::s
     return nullptr;
   }
   Import* s = state.get();
-  s->import = std::make_unique<TorchSnapshotImport>(s->file.bytes(), path, *s->writer,
+  s->import = std::make_unique<TorchSnapshotImport>(s->file.bytes(), s->path, *s->writer,
                                                     [s](size_t begin, size_t end) { s->file.release(begin, end); });
   if (!s->import->check()) {
     error = s->import->error();
