@@ -110,6 +110,19 @@ const char* refused(uint8_t op) {
   }
 }
 
+// The bits set in X: the popcnt instruction where the build may use it, else a few inline
+// instructions (std::popcount is a call into libgcc on x86-64's baseline, a hot one in rank()).
+inline uint32_t popcount64(uint64_t x) {
+#if defined(__POPCNT__)
+  return static_cast<uint32_t>(__builtin_popcountll(x));
+#else
+  x = x - ((x >> 1) & 0x5555555555555555ull);
+  x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+  x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0full;
+  return static_cast<uint32_t>((x * 0x0101010101010101ull) >> 56);
+#endif
+}
+
 // A set of memo indices: bits up to the file's length (a pickle puts at most one entry per byte),
 // a hash set for the rest (only a hostile pickle has them).
 class MemoIds {
@@ -144,7 +157,7 @@ class MemoIds {
     uint32_t before = 0;
     for (size_t w = 0; w < words_.size(); ++w) {
       ranks_[w] = before;
-      before += static_cast<uint32_t>(std::popcount(words_[w]));
+      before += popcount64(words_[w]);
     }
     dense_count_ = before;
   }
@@ -153,7 +166,7 @@ class MemoIds {
   int64_t rank(uint64_t id) const {
     if (!has(id) || id >= dense_limit_) return -1;
     size_t word = id >> 6;
-    return ranks_[word] + std::popcount(words_[word] & ((uint64_t(1) << (id & 63)) - 1));
+    return ranks_[word] + popcount64(words_[word] & ((uint64_t(1) << (id & 63)) - 1));
   }
 
  private:
@@ -193,10 +206,17 @@ class Memo {
   std::unordered_map<uint64_t, Ref> hashed_;
 };
 
+template <typename T>
+T load_le(const char* at) {  // x86-64 and aarch64 are little-endian, as pickles are
+  T v;
+  std::memcpy(&v, at, sizeof v);
+  return v;
+}
+
 // The memo entries a pickle reads back (GET), found by walking its opcodes and building nothing.
 // It stops at anything it does not know: the parse that follows says what is wrong there.
 MemoIds memo_reads(std::string_view in, const std::function<void(size_t, size_t)>& done_with) {
-  MemoIds reads(in.size() + 1), puts(in.size() + 1);
+  MemoIds reads(in.size() + 1);  // what is put is not needed here: only what is read back
   size_t pos = 0;
   auto uint = [&](size_t n, uint64_t& out) {
     if (in.size() - pos < n) return false;
@@ -254,10 +274,10 @@ MemoIds memo_reads(std::string_view in, const std::function<void(size_t, size_t)
       case kBinBytes: ok = uint(4, n) && skip(n); break;
       case kBinUnicode8:
       case kBinBytes8: ok = uint(8, n) && skip(n); break;
-      case kPut: ok = line(text) && decimal(text, n) && (puts.add(n), true); break;
-      case kBinPut: ok = uint(1, n) && (puts.add(n), true); break;
-      case kLongBinPut: ok = uint(4, n) && (puts.add(n), true); break;
-      case kMemoize: puts.add(puts.count()); break;
+      case kPut: ok = line(text) && decimal(text, n); break;
+      case kBinPut: ok = skip(1); break;
+      case kLongBinPut: ok = skip(4); break;
+      case kMemoize: break;
       case kGet: ok = line(text) && decimal(text, n) && (reads.add(n), true); break;
       case kBinGet: ok = uint(1, n) && (reads.add(n), true); break;
       case kLongBinGet: ok = uint(4, n) && (reads.add(n), true); break;
@@ -329,6 +349,32 @@ bool Document::find(Ref v, std::string_view key, Ref& out) const {
   return false;
 }
 
+void fill_value(const Document& doc, Ref v, Value& out) {
+  const Document::Node& n = doc.node(v);
+  out.kind = n.kind;
+  out.ref = v;
+  switch (n.kind) {
+    case Kind::kInt:
+    case Kind::kBool: out.integer = n.integer; break;
+    case Kind::kFloat: out.number = n.number; break;
+    case Kind::kString:
+    case Kind::kBytes: out.text = doc.strings_[n.index]; break;
+    default: break;
+  }
+}
+
+Value value_of(const Document& doc, Ref v) {
+  Value out;
+  fill_value(doc, v, out);
+  return out;
+}
+
+void view_dict(const Document& doc, Ref v, DictView& out) {
+  out.items.clear();
+  out.built = v;
+  for (auto [key, value] : doc.entries(v)) out.items.push_back({value_of(doc, key), value_of(doc, value)});
+}
+
 struct MemoReads {
   MemoIds ids;
 };
@@ -363,7 +409,7 @@ class Parser {
       uint8_t op = static_cast<uint8_t>(in_[pos_++]);
       if (op == kStop) {
         if (stack_.size() != 1 || !marks_.empty()) return fail(at, "STOP leaves no single value", error);
-        doc_.root_ = stack_.back();
+        doc_.root_ = real(stack_.back());
         return true;
       }
       if (const char* what = refused(op))
@@ -487,9 +533,10 @@ class Parser {
     return stack_.size() >= floor + n || bad("an opcode needs values that are not on the stack");
   }
   bool add_items(Ref target, size_t from, const Mark* batch = nullptr) {
-    Document::Node& n = doc_.nodes_[target];
     if (!marks_.empty()) marks_.back().lowest_target = std::min(marks_.back().lowest_target, target);
-    if (n.kind == Kind::kList && sink_) return offer_items(target, from, batch);
+    if (doc_.nodes_[target].kind == Kind::kList && sink_) return offer_items(target, from, batch);
+    build_from(from);  // before N: building adds nodes
+    const Document::Node& n = doc_.nodes_[target];
     if (n.kind == Kind::kList || n.kind == Kind::kSet) {
       auto& items = doc_.lists_[n.index];
       items.insert(items.end(), stack_.begin() + static_cast<std::ptrdiff_t>(from), stack_.end());
@@ -524,12 +571,24 @@ class Parser {
   bool offer_items(Ref list, size_t from, const Mark* batch) {
     bool all_taken = true, any_taken = false;
     for (size_t i = from; i < stack_.size(); ++i) {
-      if (sink_->take(doc_, list, stack_[i])) {
+      Ref item = stack_[i];
+      bool taken;
+      if (is_read_whole(item)) {
+        DictView& view = read_whole_[item - kFirstReadWhole];
+        for (DictView::Item& it : view.items)  // the Document's strings may have moved since
+          for (Value* v : {&it.key, &it.value})
+            if (v->ref != Document::kNoValue && !v->text.empty()) v->text = doc_.text(v->ref);
+        taken = sink_->take_dict(doc_, list, view);
+        if (!taken) item = real(item);
+      } else {
+        taken = sink_->take(doc_, list, item);
+      }
+      if (taken) {
         any_taken = true;
         continue;
       }
       all_taken = false;
-      doc_.lists_[doc_.nodes_[list].index].push_back(stack_[i]);
+      doc_.lists_[doc_.nodes_[list].index].push_back(item);
     }
     stack_.resize(from);
     if (batch && all_taken && !batch->tainted() && batch->at.nodes < doc_.nodes_.size()) forget_since(batch->at);
@@ -624,8 +683,186 @@ class Parser {
       puts_.push_back(index);
     }
   }
+  // Dicts read whole (scan_dict) stand on the stack as kFirstReadWhole + their index in
+  // read_whole_ until a sink takes them, or something needs them in the Document (real()).
+  static constexpr Ref kFirstReadWhole = Document::kNoValue - (Ref{1} << 20);
+  static constexpr size_t kMaxReadWholeItems = 64;
+  static bool is_read_whole(Ref r) { return r >= kFirstReadWhole && r != Document::kNoValue; }
+
+  // After EMPTY_DICT: reads the dict through its SETITEMS when its keys and values are scalars,
+  // strings or values of the memo, and it is not read back itself, and stands it on the stack
+  // as a DictView. False, having changed nothing, for any other dict. The memo entries it puts
+  // are put as the opcodes would (a value read back is built then).
+  bool scan_dict() {
+    if (read_whole_used_ == 0 || stack_.size() <= read_whole_base_) {  // none is on the stack now
+      read_whole_used_ = 0;
+      read_whole_base_ = stack_.size();
+    }
+    if (read_whole_used_ + 1 >= (size_t{1} << 20) || doc_.nodes_.size() >= kFirstReadWhole) return false;
+    if (read_whole_used_ == read_whole_.size()) read_whole_.emplace_back();
+    DictView& view = read_whole_[read_whole_used_];
+    view.items.clear();
+    view.built = Document::kNoValue;
+    scan_puts_.clear();
+    size_t p = pos_;
+    uint64_t next_memoize = put_ids_.count();
+    bool named_put = false;
+    auto uint = [&](size_t n, uint64_t& out) {  // N: 1, 2, 4 or 8, little-endian
+      if (in_.size() - p < n) return false;
+      out = 0;
+      const char* at = in_.data() + p;
+      switch (n) {
+        case 1: out = static_cast<uint8_t>(*at); break;
+        case 2: out = load_le<uint16_t>(at); break;
+        case 4: out = load_le<uint32_t>(at); break;
+        default: out = load_le<uint64_t>(at); break;
+      }
+      p += n;
+      return true;
+    };
+    auto bytes = [&](size_t n, std::string_view& out) {
+      if (in_.size() - p < n) return false;
+      out = in_.substr(p, n);
+      p += n;
+      return true;
+    };
+    auto next_op = [&](uint8_t& op) {
+      while (p < in_.size() && static_cast<uint8_t>(in_[p]) == kFrame && in_.size() - p > 8) p += 9;
+      if (p == in_.size()) return false;
+      op = static_cast<uint8_t>(in_[p++]);
+      return true;
+    };
+    // A put of the value read last (VALUE: its place among the keys and values, SIZE_MAX: the dict).
+    auto put = [&](uint8_t op, size_t value) {
+      uint64_t index = 0;
+      if (op == kMemoize) {
+        if (named_put || put_ids_.has(next_memoize)) return false;  // as the memo counts, not as we do
+        index = next_memoize++;
+      } else if (!uint(op == kBinPut ? 1 : 4, index)) {
+        return false;
+      } else {
+        named_put = true;
+      }
+      if (value == SIZE_MAX && memo_.keeps(index)) return false;  // the dict is read back
+      scan_puts_.push_back({index, value});
+      return true;
+    };
+    auto is_put = [](uint8_t op) { return op == kMemoize || op == kBinPut || op == kLongBinPut; };
+    uint8_t op;
+    if (!next_op(op)) return false;
+    if (is_put(op) && (!put(op, SIZE_MAX) || !next_op(op))) return false;
+    if (op != kMark) return false;
+    size_t values = 0;
+    for (;;) {
+      if (!next_op(op)) return false;
+      if (op == kSetItems) break;
+      if (values == 2 * kMaxReadWholeItems) return false;
+      // Filled in place: a Value copied through the stack stalls on store forwarding.
+      if (values % 2 == 0) view.items.emplace_back();
+      Value& v = values % 2 == 0 ? view.items.back().key : view.items.back().value;
+      uint64_t n = 0;
+      std::string_view b;
+      switch (op) {
+        case kBinGet:
+        case kLongBinGet: {
+          if (!uint(op == kBinGet ? 1 : 4, n)) return false;
+          const Ref* r = memo_.find(n);
+          if (!r) return false;
+          fill_value(doc_, *r, v);
+          break;
+        }
+        case kShortBinUnicode:
+        case kBinUnicode:
+        case kShortBinBytes:
+        case kBinBytes:
+          if (!uint(op == kShortBinUnicode || op == kShortBinBytes ? 1 : 4, n) || !bytes(n, b)) return false;
+          v.kind = op == kShortBinUnicode || op == kBinUnicode ? Kind::kString : Kind::kBytes;
+          v.text = b;
+          break;
+        case kBinInt1:
+        case kBinInt2:
+          if (!uint(op == kBinInt1 ? 1 : 2, n)) return false;
+          v.kind = Kind::kInt;
+          v.integer = static_cast<int64_t>(n);
+          break;
+        case kBinInt:
+          if (!uint(4, n)) return false;
+          v.kind = Kind::kInt;
+          v.integer = static_cast<int32_t>(static_cast<uint32_t>(n));
+          break;
+        case kLong1:
+          if (!uint(1, n) || !bytes(n, b)) return false;
+          v.kind = long_value(b, v.integer);
+          break;
+        case kBinFloat:
+          if (!uint(8, n)) return false;
+          v.kind = Kind::kFloat;
+          v.number = std::bit_cast<double>(__builtin_bswap64(n));  // stored big-endian
+          break;
+        case kNone: break;
+        case kNewTrue:
+        case kNewFalse:
+          v.kind = Kind::kBool;
+          v.integer = op == kNewTrue;
+          break;
+        default: return false;
+      }
+      size_t at = p;
+      if (next_op(op) && is_put(op)) {
+        if (!put(op, values)) return false;
+      } else {
+        p = at;
+      }
+      ++values;
+    }
+    if (values % 2) return false;  // a key without a value
+    // Read: now as the opcodes would have done it.
+    for (const ScanPut& sp : scan_puts_) {
+      put_ids_.add(sp.index);
+      if (sp.value == SIZE_MAX || !memo_.keeps(sp.index)) continue;  // the dict's own is not kept
+      DictView::Item& item = view.items[sp.value / 2];
+      Ref r = build(sp.value % 2 ? item.value : item.key);
+      memo_.put(sp.index, r);
+      puts_.push_back(sp.index);
+    }
+    pos_ = p;
+    stack_.push_back(kFirstReadWhole + static_cast<Ref>(read_whole_used_++));
+    return true;
+  }
+  // V as a value of the Document: the one it came from, or a new one (then V names it).
+  Ref build(Value& v) {
+    if (v.ref != Document::kNoValue) return v.ref;
+    Document::Node n{v.kind, 0, v.integer};
+    if (v.kind == Kind::kFloat) n.number = v.number;
+    if (v.kind == Kind::kString || v.kind == Kind::kBytes) {
+      doc_.strings_.emplace_back(v.text);
+      n.index = static_cast<uint32_t>(doc_.strings_.size() - 1);
+    }
+    v.ref = add(n);
+    return v.ref;
+  }
+  // R as a value of the Document: a dict read whole is built there (once).
+  Ref real(Ref r) {
+    if (!is_read_whole(r)) return r;
+    DictView& view = read_whole_[r - kFirstReadWhole];
+    if (view.built != Document::kNoValue) return view.built;
+    doc_.dicts_.emplace_back();
+    size_t index = doc_.dicts_.size() - 1;
+    view.built = add({Kind::kDict, static_cast<uint32_t>(index), 0});
+    for (DictView::Item& item : view.items) {
+      Ref k = build(item.key), v = build(item.value);
+      set_item(doc_.dicts_[index], k, v);
+    }
+    return view.built;
+  }
+  // The stack's values from FROM (to END) as values of the Document.
+  void build_from(size_t from, size_t end = SIZE_MAX) {
+    for (size_t i = from; i < std::min(end, stack_.size()); ++i) stack_[i] = real(stack_[i]);
+  }
+
   bool memo_put(uint64_t index) {
     if (stack_.empty()) return bad("PUT with nothing on the stack");
+    build_from(stack_.size() - 1);
     put_ids_.add(index);
     if (!memo_.keeps(index)) return true;  // never read back: not kept
     memo_.put(index, stack_.back());
@@ -644,20 +881,27 @@ class Parser {
   }
   // Integers are kept as 64 bits, from -2^63 to 2^64-1 (sizes and addresses are unsigned; real
   // snapshots hold line numbers of 2^64-1). Wider ones are kBigInt, their value not kept.
-  bool long_bytes(std::string_view b) {
+  static Kind long_value(std::string_view b, int64_t& out) {
+    out = 0;
     while (b.size() > 8 && (b.back() == 0 || (static_cast<uint8_t>(b.back()) == 0xff && b.size() > 9)))
       b.remove_suffix(1);  // a sign byte (or bytes) beyond the 64 that carry the value
-    if (b.size() > 9 || (b.size() == 9 && static_cast<uint8_t>(b.back()) != 0xff)) return push_int(0, Kind::kBigInt);
+    if (b.size() > 9 || (b.size() == 9 && static_cast<uint8_t>(b.back()) != 0xff)) return Kind::kBigInt;
     bool negative = !b.empty() && (static_cast<uint8_t>(b.back()) & 0x80) && b.size() <= 8;
     if (b.size() == 9) {  // negative, 0xff beyond 64 bits: fits int64 only if bit 63 is set
-      if (!(static_cast<uint8_t>(b[7]) & 0x80)) return push_int(0, Kind::kBigInt);
+      if (!(static_cast<uint8_t>(b[7]) & 0x80)) return Kind::kBigInt;
       b.remove_suffix(1);
       negative = true;
     }
     uint64_t v = 0;
     for (size_t i = 0; i < b.size(); ++i) v |= static_cast<uint64_t>(static_cast<uint8_t>(b[i])) << (8 * i);
     if (negative && b.size() < 8) v |= ~0ull << (8 * b.size());
-    return push_int(static_cast<int64_t>(v));
+    out = static_cast<int64_t>(v);
+    return Kind::kInt;
+  }
+  bool long_bytes(std::string_view b) {
+    int64_t v;
+    Kind kind = long_value(b, v);
+    return push_int(v, kind);
   }
   bool text_int(std::string_view t) {
     if (t == "00") return push_int(0, Kind::kBool);  // protocol 0's False and True
@@ -804,11 +1048,12 @@ class Parser {
       case kEmptyList: return push_list(Kind::kList);
       case kEmptyTuple: return push_list(Kind::kTuple);
       case kEmptySet: return push_list(Kind::kSet);
-      case kEmptyDict: return push_dict();
+      case kEmptyDict: return (sink_ && sink_->takes_dicts() && scan_dict()) || push_dict();
       case kList:
       case kTuple:
       case kFrozenSet: {
         if (!pop_mark(mark)) return false;
+        build_from(mark);
         std::vector<Ref> items(stack_.begin() + static_cast<std::ptrdiff_t>(mark), stack_.end());
         stack_.resize(mark);
         return push_list(op == kList ? Kind::kList : op == kTuple ? Kind::kTuple : Kind::kSet, std::move(items));
@@ -818,6 +1063,7 @@ class Parser {
       case kTuple3: {
         size_t count = op - kTuple1 + 1;
         if (!need(count)) return false;
+        build_from(stack_.size() - count);
         std::vector<Ref> items(stack_.end() - static_cast<std::ptrdiff_t>(count), stack_.end());
         stack_.resize(stack_.size() - count);
         return push_list(Kind::kTuple, std::move(items));
@@ -835,6 +1081,7 @@ class Parser {
       case kSetItem: {
         size_t count = op == kAppend ? 1 : 2;
         if (!need(count + 1)) return false;
+        build_from(stack_.size() - count - 1, stack_.size() - count);  // a dict read whole gets more
         return add_items(stack_[stack_.size() - count - 1], stack_.size() - count);
       }
       case kAppends:
@@ -844,6 +1091,7 @@ class Parser {
         if (!pop_mark(mark, &batch)) return false;
         if (mark == 0) return bad("items are added to nothing");
         if (!marks_.empty() && marks_.back().stack > mark - 1) return bad("items are added across a MARK");
+        build_from(mark - 1, mark);
         return add_items(stack_[mark - 1], mark, &batch);
       }
       case kPut: return take_line(b) && (parse_decimal(b, n) || bad("a PUT index that is not a number")) && memo_put(n);
@@ -866,9 +1114,16 @@ class Parser {
   ItemSink* sink_ = nullptr;
   const MemoIds* reads_ = nullptr;  // streaming: the memo entries ever read back
   Memo memo_{reads_};
-  MemoIds put_ids_;             // every index put (MEMOIZE puts at their count)
-  std::vector<uint64_t> puts_;  // streaming: the indices kept, in the order put
-  bool offered_ = false;        // run_to: a batch went to the sink
+  MemoIds put_ids_;                   // every index put (MEMOIZE puts at their count)
+  std::vector<uint64_t> puts_;        // streaming: the indices kept, in the order put
+  std::vector<DictView> read_whole_;  // dicts read whole, reused: those from read_whole_base_ up
+  size_t read_whole_used_ = 0, read_whole_base_ = 0;
+  struct ScanPut {
+    uint64_t index;
+    size_t value;  // among the dict's keys and values; SIZE_MAX: the dict itself
+  };
+  std::vector<ScanPut> scan_puts_;
+  bool offered_ = false;  // run_to: a batch went to the sink
   Ref resumed_list_ = 0;
   std::string problem_;
 };

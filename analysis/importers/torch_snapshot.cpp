@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <memory>
@@ -52,43 +53,54 @@ bool viewer_omits(std::string_view name, std::string_view file) {
   return false;
 }
 
+// Whether KEY is LITERAL: memcmp of a constant size against 0 is a few inline loads, where
+// string_view's == calls into the C library (once per key of every entry).
+template <size_t N>
+bool is(std::string_view key, const char (&literal)[N]) {
+  return key.size() == N - 1 && std::memcmp(key.data(), literal, N - 1) == 0;
+}
+
 // An entry of a device's trace, read from the pickle: none when ITEM is not one (a dict with a
 // string 'action'). STACK_OF interns its frames; WITH_STACK says whether it is wanted.
 template <typename StackOf, typename WithStack>
-std::optional<Entry> entry_from(const Document& doc, Ref item, TraceWriter& w, StackOf&& stack_of,
+std::optional<Entry> entry_from(const Document& doc, const pickle::DictView& item, TraceWriter& w, StackOf&& stack_of,
                                 WithStack&& with_stack) {
-  if (!doc.is(item, Kind::kDict)) return std::nullopt;
   Entry e;
   bool has_action = false, has_free = false;
-  Ref frames = kNoRef, category = kNoRef;
-  for (auto [k, v] : doc.entries(item)) {  // one pass: a dict's keys are unique
-    std::string_view key = doc.text(k);
-    bool number = doc.is(v, Kind::kInt);
+  Ref frames = kNoRef;
+  std::string_view category;
+  // In order, each key setting its field whatever its value: a key given again replaces the
+  // first, as the dict the pickle builds keeps only the last.
+  for (const auto& [k, v] : item.items) {
+    if (k.kind != Kind::kString) continue;
+    std::string_view key = k.text;
+    bool number = v.kind == Kind::kInt;
+    const uint64_t as_unsigned = number ? static_cast<uint64_t>(v.integer) : 0;
     switch (key.size()) {
       case 4:
-        if (number && key == "addr") e.addr = doc.unsigned_integer(v);
-        if (number && key == "size") e.size = doc.unsigned_integer(v);
+        if (is(key, "addr")) e.addr = as_unsigned;
+        if (is(key, "size")) e.size = as_unsigned;
         break;
       case 6:
-        if (key == "action" && doc.is(v, Kind::kString)) {
-          e.action = torch_action(doc.text(v));
-          has_action = true;
-        } else if (number && key == "stream") {
-          e.stream = doc.unsigned_integer(v);
-        } else if (key == "frames" && doc.is(v, Kind::kList)) {
-          frames = v;
+        if (is(key, "action")) {
+          has_action = v.kind == Kind::kString;
+          e.action = has_action ? torch_action(v.text) : std::nullopt;
+        } else if (is(key, "stream")) {
+          e.stream = as_unsigned;
+        } else if (is(key, "frames")) {
+          frames = v.kind == Kind::kList ? v.ref : kNoRef;
         }
         break;
       case 7:
-        if (number && key == "time_us") e.time_us = doc.integer(v);
+        if (is(key, "time_us")) e.time_us = number ? v.integer : -1;
         break;
       case 8:
-        if (key == "category") category = v;
+        if (is(key, "category")) category = v.text;
         break;
       case 11:
-        if (number && key == "device_free") {
-          e.device_free = doc.unsigned_integer(v);
-          has_free = true;
+        if (is(key, "device_free")) {
+          e.device_free = as_unsigned;
+          has_free = number;
         }
         break;
       default: break;
@@ -97,7 +109,7 @@ std::optional<Entry> entry_from(const Document& doc, Ref item, TraceWriter& w, S
   if (!has_action) return std::nullopt;
   if (!has_free) e.device_free = e.addr;
   if (frames != kNoRef && with_stack(e)) e.stack = stack_of(doc, frames);
-  if (category != kNoRef && !doc.text(category).empty()) e.category = w.intern_string(doc.text(category));
+  if (!category.empty()) e.category = w.intern_string(category);
   return e;
 }
 
@@ -122,8 +134,14 @@ class Importer : public pickle::ItemSink {
   }
   const Document& doc() const { return parse_.document(); }
 
-  // The first pass: each entry seen once, the first batch of each list kept.
+  bool takes_dicts() const override { return true; }
   bool take(const Document& doc, Ref list, Ref item) override {
+    if (!doc.is(item, Kind::kDict)) return false;
+    pickle::view_dict(doc, item, view_);
+    return take_dict(doc, list, view_);
+  }
+  // The first pass: each entry seen once, the first batch of each list kept.
+  bool take_dict(const Document& doc, Ref list, const pickle::DictView& item) override {
     // Its stack is read for the first batch (written from here) and where the trace frees what it
     // did not allocate (live before it); the second pass reads the rest.
     auto known = traces_.find(list);
@@ -567,7 +585,13 @@ class Importer : public pickle::ItemSink {
     // The first byte it may still read (SIZE_MAX: none).
     size_t position() const { return cursor_ && !cursor_->done() ? cursor_->position() : SIZE_MAX; }
 
+    bool takes_dicts() const override { return true; }
     bool take(const Document& doc, Ref list, Ref item) override {
+      if (!doc.is(item, Kind::kDict)) return false;
+      pickle::view_dict(doc, item, view_);
+      return take_dict(doc, list, view_);
+    }
+    bool take_dict(const Document& doc, Ref list, const pickle::DictView& item) override {
       if (!cursor_ || list != cursor_->list()) return false;
       std::optional<Entry> e = entry_from(
           doc, item, importer_.w_, [&](const Document& d, Ref f) { return importer_.stack_of(d, f, stacks_); },
@@ -585,6 +609,7 @@ class Importer : public pickle::ItemSink {
     std::deque<Entry> buffer_;
     std::unique_ptr<pickle::ListCursor> cursor_;
     StackCache stacks_;
+    pickle::DictView view_;  // take()'s
     bool ok_ = true;
   };
 
@@ -626,6 +651,7 @@ class Importer : public pickle::ItemSink {
   std::map<int32_t, Device> devices_;
   std::vector<Annotation> annotations_;
   StackCache stacks_;            // the first pass's
+  pickle::DictView view_;        // take()'s
   std::map<Ref, Trace> traces_;  // by the list the first pass read them in
   bool timed_ = false;
   uint64_t first_time_us_ = UINT64_MAX;

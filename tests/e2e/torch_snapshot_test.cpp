@@ -299,6 +299,41 @@ TEST_F(Expandable, PyTorchsOomIsReported) {
   EXPECT_EQ(snapshot["layers"]["allocated"], 28u * (1u << 20) + 512);
 }
 
+// An entry's dict is read straight from the pickle's opcodes: a key given twice counts as the
+// dict Python builds keeps it, the last value, whatever its kind (written by hand: Python's
+// pickler never repeats a key).
+TEST(TorchSnapshots, AKeyGivenTwiceCountsAsPythonsDictKeepsIt) {
+  const std::string dir = e2e::temp_dir("key-twice");
+  const std::string path = dir + "/twice.pickle";
+  e2e::Result made = e2e::run({MEMTRACE_PYTHON, "-c", R"(
+import pickle, struct, sys
+def s(x):
+    return b'\x8c' + bytes([len(x)]) + x.encode()
+def i(n):
+    return b'\x8a\x08' + struct.pack('<q', n)
+def entry(*kv):
+    return b'}(' + b''.join(kv) + b'u'
+e1 = entry(s('action'), s('alloc'), s('addr'), i(4096), s('size'), i(512), s('time_us'), i(1))
+e2 = entry(s('action'), s('alloc'), s('addr'), i(8192), s('size'), i(512), s('size'), s('?'), s('time_us'), i(2))
+e3 = entry(s('action'), s('alloc'), s('action'), b'N', s('addr'), i(12288), s('size'), i(64), s('time_us'), i(3))
+data = b'\x80\x04}(' + s('segments') + b']' + s('device_traces') + b'](](' + e1 + e2 + e3 + b'eeu.'
+assert pickle.loads(data)['device_traces'][0][1]['size'] == '?'
+open(sys.argv[1], 'wb').write(data)
+)",
+                               path});
+  ASSERT_EQ(made.status, 0) << made.err;
+  e2e::Result r = e2e::run({e2e::kMemtrace, "export", "--format", "jsonl", path});
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::vector<std::pair<uint64_t, uint64_t>> allocs;  // addr, size
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    nlohmann::json e = nlohmann::json::parse(line);
+    if (e["api"] == "torch.alloc") allocs.emplace_back(e["addr"], e["size"]);
+  }
+  // The second's size is no number; the third's action is None: no entry.
+  EXPECT_EQ(allocs, (std::vector<std::pair<uint64_t, uint64_t>>{{4096, 512}, {8192, 0}}));
+}
+
 TEST(TorchSnapshots, BadPicklesGetOneSentence) {
   const std::string dir = e2e::temp_dir("bad-pickles");
   struct Case {

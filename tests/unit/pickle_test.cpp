@@ -5,7 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace {
 
@@ -241,6 +244,157 @@ TEST(Pickle, WriterOutputReadsBackWithSharedStrings) {
   EXPECT_EQ(d.items(at(d, d.root(), "flags")).size(), 2u);
   // "forward" is written once, then recalled from the memo.
   EXPECT_EQ(bytes.find("forward"), bytes.rfind("forward"));
+}
+
+// A streaming parse offers dicts read straight from the opcodes (DictView) to a sink that asks:
+// it must see what a sink offered the built values sees, and leave the same Document behind.
+std::string render(const Document& d, const Value& v, int depth = 0);
+std::string render_dict(const std::vector<std::pair<std::string, std::string>>& items) {
+  std::map<std::string, std::string> last;  // a key given again: the last value counts
+  for (const auto& [k, v] : items) last[k] = v;
+  std::string out = "{";
+  for (const auto& [k, v] : last) out += k + ":" + v + ",";
+  return out + "}";
+}
+std::string render(const Document& d, const Value& v, int depth) {
+  if (depth > 20) return "...";
+  switch (v.kind) {
+    case Kind::kNone: return "None";
+    case Kind::kBool: return v.integer ? "True" : "False";
+    case Kind::kInt: return std::to_string(v.integer);
+    case Kind::kBigInt: return "big";
+    case Kind::kFloat: return std::to_string(v.number);
+    case Kind::kString: return "'" + std::string(v.text) + "'";
+    case Kind::kBytes: return "b'" + std::string(v.text) + "'";
+    case Kind::kList:
+    case Kind::kTuple:
+    case Kind::kSet: {
+      std::string out = v.kind == Kind::kList ? "[" : "(";
+      for (Ref item : d.items(v.ref)) out += render(d, value_of(d, item), depth + 1) + ",";
+      return out + (v.kind == Kind::kList ? "]" : ")");
+    }
+    case Kind::kDict: {
+      std::vector<std::pair<std::string, std::string>> items;
+      for (auto [k, value] : d.entries(v.ref))
+        items.emplace_back(render(d, value_of(d, k), depth + 1), render(d, value_of(d, value), depth + 1));
+      return render_dict(items);
+    }
+  }
+  return "?";
+}
+
+// Takes the dicts with an 'action' (as the snapshot importer does), writing down each.
+class ActionSink : public ItemSink {
+ public:
+  explicit ActionSink(bool views) : views_(views) {}
+  bool takes_dicts() const override { return views_; }
+  bool take(const Document& doc, Ref, Ref item) override {
+    if (!doc.is(item, Kind::kDict)) return false;
+    DictView view;
+    view_dict(doc, item, view);
+    return take_view(doc, view);
+  }
+  bool take_dict(const Document& doc, Ref, const DictView& dict) override {
+    EXPECT_TRUE(views_);
+    ++views_taken;
+    return take_view(doc, dict);
+  }
+  std::vector<std::string> taken;
+  size_t views_taken = 0;
+
+ private:
+  bool take_view(const Document& doc, const DictView& dict) {
+    std::vector<std::pair<std::string, std::string>> items;
+    bool action = false;
+    for (const auto& [k, v] : dict.items) {
+      action |= k.kind == Kind::kString && k.text == "action";
+      items.emplace_back(render(doc, k), render(doc, v));
+    }
+    if (action) taken.push_back(render_dict(items));
+    return action;
+  }
+  bool views_;
+};
+
+void expect_same_with_views(const std::string& bytes, bool takes_some = true) {
+  ActionSink built(false), viewed(true);
+  StreamingParse a(bytes), b(bytes);
+  std::string error_a, error_b;
+  bool ok_a = a.run(built, error_a), ok_b = b.run(viewed, error_b);
+  ASSERT_EQ(ok_a, ok_b) << error_a << " / " << error_b;
+  EXPECT_EQ(error_a, error_b);
+  EXPECT_EQ(built.taken, viewed.taken);
+  EXPECT_EQ(!built.taken.empty(), takes_some);
+  EXPECT_EQ(render(a.document(), value_of(a.document(), a.document().root())),
+            render(b.document(), value_of(b.document(), b.document().root())));
+}
+
+// The snapshot-like value below, pickled by CPython 3.11 with protocols 3 (BINPUT, BINUNICODE) and
+// 4 (MEMOIZE, FRAME): entries sharing their frames, one dict read back (not read whole), one in a
+// tuple, one that is no entry, every kind of scalar.
+//   F = [{'filename': 'a.py', 'line': 1, 'name': 'f'}]; shared = {'action': 'alloc', 'addr': 1, 'size': 2}
+//   e1 = {'action': 'alloc', 'addr': 2**47+5, 'size': 512, 'stream': 0, 'time_us': 123, 'frames': F,
+//         'f': 1.5, 'n': None, 'b': True, 'big': 2**70, 'neg': -5, 'u': '\u00e9', 'by': b'xy'}
+//   e2 = {'action': 'free_requested', 'addr': 2**47+5, 'size': 512, 'frames': F}
+//   {'segments': [{'address': 1, 'blocks': [{'size': 3, 'state': 'active_allocated', 'frames': F}]}],
+//    'device_traces': [[e1, e2, shared, shared, {'name': 'not an entry', 'v': [1, 2]},
+//                       {'action': 'alloc', 'frames': F, 'addr': 7}, {'action': 'segment_alloc', 'addr': 9}], []],
+//    'again': shared, 'tuple': (e2,)}
+const char* const kSnapshotLike[] = {
+    "80037d71002858080000007365676d656e747371015d71027d71032858070000006164647265737371044b015806000000626c6f636b7371"
+    "055d71067d710728580400000073697a6571084b0358050000007374617465710958100000006163746976655f616c6c6f6361746564710a"
+    "58060000006672616d6573710b5d710c7d710d28580800000066696c656e616d65710e5804000000612e7079710f58040000006c696e6571"
+    "104b0158040000006e616d6571115801000000667112756175617561580d0000006465766963655f74726163657371135d7114285d711528"
+    "7d7116285806000000616374696f6e71175805000000616c6c6f63711858040000006164647271198a070500000000800068084d00025806"
+    "00000073747265616d711a4b00580700000074696d655f7573711b4b7b680b680c6812473ff800000000000058010000006e711c4e580100"
+    "000062711d885803000000626967711e8a0900000000000000004058030000006e6567711f4afbffffff58010000007571205802000000c3"
+    "a97121580200000062797122430278797123757d7124286817580e000000667265655f726571756573746564712568198a07050000000080"
+    "0068084d0002680b680c757d7126286817681868194b0168084b027568267d7127286811580c0000006e6f7420616e20656e747279712858"
+    "010000007671295d712a284b014b0265757d712b2868176818680b680c68194b07757d712c286817580d0000007365676d656e745f616c6c"
+    "6f63712d68194b0975655d712e655805000000616761696e712f682658050000007475706c6571306824857131752e",  // protocol 3
+    "800495ce010000000000007d94288c087365676d656e7473945d947d94288c0761646472657373944b018c06626c6f636b73945d947d9428"
+    "8c0473697a65944b038c057374617465948c106163746976655f616c6c6f6361746564948c066672616d6573945d947d94288c0866696c65"
+    "6e616d65948c04612e7079948c046c696e65944b018c046e616d65948c0166947561756175618c0d6465766963655f747261636573945d94"
+    "285d94287d94288c06616374696f6e948c05616c6c6f63948c0461646472948a070500000000800068084d00028c0673747265616d944b00"
+    "8c0774696d655f7573944b7b680b680c6812473ff80000000000008c016e944e8c016294888c03626967948a090000000000000000408c03"
+    "6e6567944afbffffff8c0175948c02c3a9948c026279944302787994757d942868178c0e667265655f7265717565737465649468198a0705"
+    "00000000800068084d0002680b680c757d94286817681868194b0168084b027568267d942868118c0c6e6f7420616e20656e747279948c01"
+    "76945d94284b014b0265757d942868176818680b680c68194b07757d942868178c0d7365676d656e745f616c6c6f639468194b0975655d94"
+    "658c05616761696e9468268c057475706c659468248594752e",  // protocol 4
+};
+
+TEST(StreamingParse, DictsReadWholeAreWhatTheParserWouldBuild) {
+  for (const char* hex : kSnapshotLike) expect_same_with_views(unhex(hex));
+  std::string bytes = unhex(kSnapshotLike[1]);
+  ActionSink viewed(true);
+  StreamingParse parse(bytes);
+  std::string error;
+  ASSERT_TRUE(parse.run(viewed, error)) << error;
+  EXPECT_EQ(viewed.taken.size(), 6u);
+  // Offered as views: the frame's dict, e1 and the last two entries (shared and e2 are read back).
+  EXPECT_EQ(viewed.views_taken, 4u);
+}
+
+// Opcodes Python does not write, each around a dict the parser could read whole.
+TEST(StreamingParse, DictsReadWholeAreBuiltWhenTheOpcodesAskForThem) {
+  const std::string head = std::string("\x80\x04]\x94(", 5);
+  const std::string entry = std::string("}(\x8c\x06", 4) + "action" + "\x8c\x05" + "alloc";
+  const std::string cases[] = {
+      head + entry + "\x8c\x04" + "addr" + "K\x01" + "\x8c\x04" + "addr" + "K\x02" + "u" + "e.",  // a key twice
+      head + entry + "u" + "2" + "e.",                                                            // DUP: the dict twice
+      head + entry + "u" + "\x85" + "e.",                                // in a tuple, not the list
+      head + entry + "u" + "(\x8c\x04" + "addr" + "K\x05" + "u" + "e.",  // items added after
+      head + entry + "u" + "\x94" + "h\x01" + "e.",                      // memoized after, read back
+      head + std::string("}(\x95\x00\x00\x00\x00\x00\x00\x00\x00\x8c\x06", 13) + "action" + "\x8c\x05" + "alloc" + "u" +
+          "e.",  // a FRAME inside
+      head + std::string("}(\x8c\x06", 4) + "action" + "\x94\x8c\x05" + "alloc" + "\x94" + "u" + "}(h\x01h\x02u" +
+          "e.",                                                       // its strings read back by the next
+      head + entry + "\x8c\x01" + "l" + "]K\x01" + "a" + "u" + "e.",  // a list inside: built
+  };
+  for (size_t i = 0; i < std::size(cases); ++i) {
+    SCOPED_TRACE("case " + std::to_string(i));
+    expect_same_with_views(cases[i], i != 2);
+  }
 }
 
 }  // namespace

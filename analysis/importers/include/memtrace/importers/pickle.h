@@ -24,6 +24,7 @@ enum class Kind : uint8_t { kNone, kBool, kInt, kBigInt, kFloat, kString, kBytes
 
 // A value of a parsed pickle: an index into its Document.
 using Ref = uint32_t;
+struct Value;
 
 class Document {
  public:
@@ -49,6 +50,7 @@ class Document {
 
  private:
   friend class Parser;
+  friend void fill_value(const Document& doc, Ref v, Value& out);
   struct Node {
     Kind kind;
     uint32_t index;     // string, list or dict: where it is kept
@@ -70,6 +72,31 @@ class Document {
 // byte offset) when it is not one, or asks for anything but plain data.
 bool parse(std::string_view bytes, Document& out, std::string& error);
 
+// One value as a sink is offered it in a DictView: scalars and strings in full (TEXT views the
+// pickle's bytes, or the Document's), anything else by its Ref.
+struct Value {
+  Kind kind = Kind::kNone;
+  int64_t integer = 0;           // kInt, kBool
+  double number = 0;             // kFloat
+  std::string_view text;         // kString, kBytes
+  Ref ref = Document::kNoValue;  // the value in the Document, when it is one there
+};
+// V of DOC as a Value.
+Value value_of(const Document& doc, Ref v);
+void fill_value(const Document& doc, Ref v, Value& out);
+
+// A dict as a streaming parse offers it (ItemSink::take_dict): read straight from the opcodes when
+// its keys and values are scalars, strings or values of the memo, without building it.
+struct DictView {
+  struct Item {
+    Value key, value;
+  };
+  std::vector<Item> items;         // in the pickle's order; a key given twice is here twice, the last counts
+  Ref built = Document::kNoValue;  // the parser's: the dict once it was built into the Document
+};
+// Dict V of DOC as a DictView (OUT's items replaced).
+void view_dict(const Document& doc, Ref v, DictView& out);
+
 // Where a streaming parse stood after a batch of a list's items: enough to parse on from there
 // (StreamingParse::resume_list).
 struct ResumePoint {
@@ -86,6 +113,17 @@ class ItemSink {
   virtual ~ItemSink() = default;
   // Whether the reader took ITEM, being added to LIST: DOC's values are valid until it returns.
   virtual bool take(const Document& doc, Ref list, Ref item) = 0;
+  // A sink that says yes is offered the dicts added to lists as DictViews (take_dict), those that
+  // the reader reads straight from the opcodes; the others as values (take).
+  virtual bool takes_dicts() const { return false; }
+  // As take(), for DICT: DOC and DICT are valid until it returns. Not taken, DICT is built into the
+  // Document and joins the list.
+  virtual bool take_dict(const Document& doc, Ref list, const DictView& dict) {
+    (void)doc;
+    (void)list;
+    (void)dict;
+    return false;
+  }
   // The values from FIRST on are forgotten: a Ref the sink kept from there means something else now.
   virtual void forget_from(Ref first) { (void)first; }
   // After a batch of LIST's items of which it took some: where the parse is now.
