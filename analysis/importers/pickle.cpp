@@ -218,10 +218,10 @@ T load_le(const char* at) {  // x86-64 and aarch64 are little-endian, as pickles
 MemoIds memo_reads(std::string_view in, const std::function<void(size_t, size_t)>& done_with) {
   MemoIds reads(in.size() + 1);  // what is put is not needed here: only what is read back
   size_t pos = 0;
-  auto uint = [&](size_t n, uint64_t& out) {
+  auto uint = [&](size_t n, uint64_t& out) {  // N: 1, 4 or 8
     if (in.size() - pos < n) return false;
-    out = 0;
-    for (size_t i = 0; i < n; ++i) out |= static_cast<uint64_t>(static_cast<uint8_t>(in[pos + i])) << (8 * i);
+    const char* at = in.data() + pos;
+    out = n == 1 ? static_cast<uint8_t>(*at) : n == 4 ? load_le<uint32_t>(at) : load_le<uint64_t>(at);
     pos += n;
     return true;
   };
@@ -241,11 +241,17 @@ MemoIds memo_reads(std::string_view in, const std::function<void(size_t, size_t)
     auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
     return ec == std::errc() && end == text.data() + text.size();
   };
-  size_t released = 0;
+  auto read = [&](uint64_t index) {  // the same few (a dict's keys) are read again and again
+    if (!reads.has(index)) reads.add(index);
+    return true;
+  };
+  constexpr size_t kReleaseStep = 8 << 20;
+  size_t released = 0, next_release = done_with ? kReleaseStep : SIZE_MAX;
   while (pos < in.size()) {
-    if (done_with && pos - released >= (8 << 20)) {
+    if (pos >= next_release) {
       done_with(released, pos);
       released = pos;
+      next_release = pos + kReleaseStep;
     }
     uint8_t op = static_cast<uint8_t>(in[pos++]);
     uint64_t n = 0;
@@ -278,9 +284,9 @@ MemoIds memo_reads(std::string_view in, const std::function<void(size_t, size_t)
       case kBinPut: ok = skip(1); break;
       case kLongBinPut: ok = skip(4); break;
       case kMemoize: break;
-      case kGet: ok = line(text) && decimal(text, n) && (reads.add(n), true); break;
-      case kBinGet: ok = uint(1, n) && (reads.add(n), true); break;
-      case kLongBinGet: ok = uint(4, n) && (reads.add(n), true); break;
+      case kGet: ok = line(text) && decimal(text, n) && read(n); break;
+      case kBinGet: ok = uint(1, n) && read(n); break;
+      case kLongBinGet: ok = uint(4, n) && read(n); break;
       case kMark:
       case kPop:
       case kPopMark:
