@@ -695,8 +695,9 @@ class Parser {
   static constexpr size_t kMaxReadWholeItems = 64;
   static bool is_read_whole(Ref r) { return r >= kFirstReadWhole && r != Document::kNoValue; }
 
-  // After EMPTY_DICT: reads the dict through its SETITEMS when its keys and values are scalars,
-  // strings or values of the memo, and it is not read back itself, and stands it on the stack
+  // After EMPTY_DICT: reads the dict through its SETITEMS when its keys are scalars, strings or
+  // values of the memo, its values those or lists of values of the memo (built here: the memo may
+  // read them back), and it is not read back itself, and stands it on the stack
   // as a DictView. False, having changed nothing, for any other dict. The memo entries it puts
   // are put as the opcodes would (a value read back is built then).
   bool scan_dict() {
@@ -710,6 +711,8 @@ class Parser {
     view.items.clear();
     view.built = Document::kNoValue;
     scan_puts_.clear();
+    scan_lists_.clear();
+    scan_refs_.clear();
     size_t p = pos_;
     uint64_t next_memoize = put_ids_.count();
     bool named_put = false;
@@ -806,6 +809,42 @@ class Parser {
           v.number = std::bit_cast<double>(__builtin_bswap64(n));  // stored big-endian
           break;
         case kNone: break;
+        case kEmptyList: {  // a list of memo values (a stack's frames, shared by every entry that has it)
+          if (values % 2 == 0) return false;  // not as a key
+          ScanList list{values, scan_refs_.size(), 0};
+          size_t at = p;
+          if (next_op(op) && is_put(op)) {
+            if (!put(op, values)) return false;
+          } else {
+            p = at;
+          }
+          auto memo_value = [&](uint8_t get) {
+            uint64_t index = 0;
+            if ((get != kBinGet && get != kLongBinGet) || !uint(get == kBinGet ? 1 : 4, index)) return false;
+            const Ref* r = memo_.find(index);
+            if (!r) return false;
+            scan_refs_.push_back(*r);
+            return true;
+          };
+          for (;;) {  // batches: MARK gets APPENDS, or one get APPEND
+            at = p;
+            if (!next_op(op)) return false;
+            if (op == kMark) {
+              while (next_op(op) && op != kAppends)
+                if (!memo_value(op)) return false;
+              if (op != kAppends) return false;
+            } else if (op == kBinGet || op == kLongBinGet) {
+              if (!memo_value(op) || !next_op(op) || op != kAppend) return false;
+            } else {
+              p = at;  // the dict's next key, or its SETITEMS
+              break;
+            }
+          }
+          list.end = scan_refs_.size();
+          scan_lists_.push_back(list);
+          v.kind = Kind::kList;
+          break;
+        }
         case kNewTrue:
         case kNewFalse:
           v.kind = Kind::kBool;
@@ -823,6 +862,11 @@ class Parser {
     }
     if (values % 2) return false;  // a key without a value
     // Read: now as the opcodes would have done it.
+    for (const ScanList& list : scan_lists_) {
+      doc_.lists_.emplace_back(scan_refs_.begin() + static_cast<std::ptrdiff_t>(list.begin),
+                               scan_refs_.begin() + static_cast<std::ptrdiff_t>(list.end));
+      view.items[list.value / 2].value.ref = add({Kind::kList, static_cast<uint32_t>(doc_.lists_.size() - 1), 0});
+    }
     for (const ScanPut& sp : scan_puts_) {
       put_ids_.add(sp.index);
       if (sp.value == SIZE_MAX || !memo_.keeps(sp.index)) continue;  // the dict's own is not kept
@@ -1129,6 +1173,12 @@ class Parser {
     size_t value;  // among the dict's keys and values; SIZE_MAX: the dict itself
   };
   std::vector<ScanPut> scan_puts_;
+  struct ScanList {
+    size_t value;       // among the dict's keys and values
+    size_t begin, end;  // its items in scan_refs_
+  };
+  std::vector<ScanList> scan_lists_;
+  std::vector<Ref> scan_refs_;
   bool offered_ = false;  // run_to: a batch went to the sink
   Ref resumed_list_ = 0;
   std::string problem_;

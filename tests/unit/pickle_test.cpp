@@ -321,6 +321,7 @@ void expect_same_with_views(const std::string& bytes, bool takes_some = true) {
   StreamingParse a(bytes), b(bytes);
   std::string error_a, error_b;
   bool ok_a = a.run(built, error_a), ok_b = b.run(viewed, error_b);
+  EXPECT_TRUE(ok_a) << error_a;  // every case here is a pickle Python reads
   ASSERT_EQ(ok_a, ok_b) << error_a << " / " << error_b;
   EXPECT_EQ(error_a, error_b);
   EXPECT_EQ(built.taken, viewed.taken);
@@ -337,8 +338,12 @@ void expect_same_with_views(const std::string& bytes, bool takes_some = true) {
 //         'f': 1.5, 'n': None, 'b': True, 'big': 2**70, 'neg': -5, 'u': '\u00e9', 'by': b'xy'}
 //   e2 = {'action': 'free_requested', 'addr': 2**47+5, 'size': 512, 'frames': F}
 //   {'segments': [{'address': 1, 'blocks': [{'size': 3, 'state': 'active_allocated', 'frames': F}]}],
+//   G = [F[0], F[0]]; H = [F[0]]  (lists first written inside an entry, as PyTorch's new tracebacks are)
 //    'device_traces': [[e1, e2, shared, shared, {'name': 'not an entry', 'v': [1, 2]},
-//                       {'action': 'alloc', 'frames': F, 'addr': 7}, {'action': 'segment_alloc', 'addr': 9}], []],
+//                       {'action': 'alloc', 'frames': F, 'addr': 7}, {'action': 'segment_alloc', 'addr': 9},
+//                       {'action': 'alloc', 'addr': 11, 'frames': G},
+//                       {'action': 'free_requested', 'addr': 11, 'frames': G},
+//                       {'action': 'alloc', 'addr': 13, 'frames': H}], []],
 //    'again': shared, 'tuple': (e2,)}
 const char* const kSnapshotLike[] = {
     "80037d71002858080000007365676d656e747371015d71027d71032858070000006164647265737371044b015806000000626c6f636b7371"
@@ -351,16 +356,19 @@ const char* const kSnapshotLike[] = {
     "a97121580200000062797122430278797123757d7124286817580e000000667265655f726571756573746564712568198a07050000000080"
     "0068084d0002680b680c757d7126286817681868194b0168084b027568267d7127286811580c0000006e6f7420616e20656e747279712858"
     "010000007671295d712a284b014b0265757d712b2868176818680b680c68194b07757d712c286817580d0000007365676d656e745f616c6c"
-    "6f63712d68194b0975655d712e655805000000616761696e712f682658050000007475706c6571306824857131752e",  // protocol 3
-    "800495ce010000000000007d94288c087365676d656e7473945d947d94288c0761646472657373944b018c06626c6f636b73945d947d9428"
+    "6f63712d68194b09757d712e286817681868194b0b680b5d712f28680d680d65757d7130286817682568194b0b680b682f757d7131286817"
+    "681868194b0d680b5d7132680d6175655d7133655805000000616761696e7134682658050000007475706c6571356824857136752e",  // protocol
+                                                                                                                   // 3
+    "80049507020000000000007d94288c087365676d656e7473945d947d94288c0761646472657373944b018c06626c6f636b73945d947d9428"
     "8c0473697a65944b038c057374617465948c106163746976655f616c6c6f6361746564948c066672616d6573945d947d94288c0866696c65"
     "6e616d65948c04612e7079948c046c696e65944b018c046e616d65948c0166947561756175618c0d6465766963655f747261636573945d94"
     "285d94287d94288c06616374696f6e948c05616c6c6f63948c0461646472948a070500000000800068084d00028c0673747265616d944b00"
     "8c0774696d655f7573944b7b680b680c6812473ff80000000000008c016e944e8c016294888c03626967948a090000000000000000408c03"
     "6e6567944afbffffff8c0175948c02c3a9948c026279944302787994757d942868178c0e667265655f7265717565737465649468198a0705"
     "00000000800068084d0002680b680c757d94286817681868194b0168084b027568267d942868118c0c6e6f7420616e20656e747279948c01"
-    "76945d94284b014b0265757d942868176818680b680c68194b07757d942868178c0d7365676d656e745f616c6c6f639468194b0975655d94"
-    "658c05616761696e9468268c057475706c659468248594752e",  // protocol 4
+    "76945d94284b014b0265757d942868176818680b680c68194b07757d942868178c0d7365676d656e745f616c6c6f639468194b09757d9428"
+    "6817681868194b0b680b5d9428680d680d65757d94286817682568194b0b680b682f757d94286817681868194b0d680b5d94680d6175655d"
+    "94658c05616761696e9468268c057475706c659468248594752e",  // protocol 4
 };
 
 TEST(StreamingParse, DictsReadWholeAreWhatTheParserWouldBuild) {
@@ -370,15 +378,17 @@ TEST(StreamingParse, DictsReadWholeAreWhatTheParserWouldBuild) {
   StreamingParse parse(bytes);
   std::string error;
   ASSERT_TRUE(parse.run(viewed, error)) << error;
-  EXPECT_EQ(viewed.taken.size(), 6u);
-  // Offered as views: the frame's dict, e1 and the last two entries (shared and e2 are read back).
-  EXPECT_EQ(viewed.views_taken, 4u);
+  EXPECT_EQ(viewed.taken.size(), 9u);
+  // Offered as views: e1 and the last five entries (shared, e2 and the frame's dict are read back).
+  EXPECT_EQ(viewed.views_taken, 6u);
 }
 
 // Opcodes Python does not write, each around a dict the parser could read whole.
 TEST(StreamingParse, DictsReadWholeAreBuiltWhenTheOpcodesAskForThem) {
   const std::string head = std::string("\x80\x04]\x94(", 5);
   const std::string entry = std::string("}(\x8c\x06", 4) + "action" + "\x8c\x05" + "alloc";
+  // {'x': 5, 'y': 6}, its keys put in the memo at 1 and 2 (the list at 0).
+  const std::string strings = std::string("}(\x8c\x01", 4) + "x\x94K\x05\x8c\x01" + "y\x94K\x06u";
   const std::string cases[] = {
       head + entry + "\x8c\x04" + "addr" + "K\x01" + "\x8c\x04" + "addr" + "K\x02" + "u" + "e.",  // a key twice
       head + entry + "u" + "2" + "e.",                                                            // DUP: the dict twice
@@ -389,7 +399,18 @@ TEST(StreamingParse, DictsReadWholeAreBuiltWhenTheOpcodesAskForThem) {
           "e.",  // a FRAME inside
       head + std::string("}(\x8c\x06", 4) + "action" + "\x94\x8c\x05" + "alloc" + "\x94" + "u" + "}(h\x01h\x02u" +
           "e.",                                                       // its strings read back by the next
-      head + entry + "\x8c\x01" + "l" + "]K\x01" + "a" + "u" + "e.",  // a list inside: built
+      head + entry + "\x8c\x01" + "l" + "]K\x01" + "a" + "u" + "e.",  // a list of a number inside: built
+      head + strings + entry + "\x8c\x01" + "l" +
+          "]\x94h\x01"
+          "ah\x01"
+          "ah\x02"
+          "a" +
+          "u" + "h\x03" + "e.",  // a list of memo values inside, one get at a time, read back after
+      head + strings + entry + "\x8c\x01" + "l" +
+          "](h\x01h\x02"
+          "e(h\x01"
+          "e" +
+          "u" + "e.",  // the same in batches
   };
   for (size_t i = 0; i < std::size(cases); ++i) {
     SCOPED_TRACE("case " + std::to_string(i));
