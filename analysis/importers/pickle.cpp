@@ -697,9 +697,9 @@ class Parser {
 
   // After EMPTY_DICT: reads the dict through its SETITEMS when its keys are scalars, strings or
   // values of the memo, its values those or lists of values of the memo (built here: the memo may
-  // read them back), and it is not read back itself, and stands it on the stack
-  // as a DictView. False, having changed nothing, for any other dict. The memo entries it puts
-  // are put as the opcodes would (a value read back is built then).
+  // read them back), and it is not read back itself; stands it on the stack as a DictView. False,
+  // having changed nothing, for any other dict. The memo entries it puts are put as the opcodes
+  // would (a value read back is built then).
   bool scan_dict() {
     if (read_whole_used_ == 0 || stack_.size() <= read_whole_base_) {  // none is on the stack now
       read_whole_used_ = 0;
