@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 #include <link.h>
+#include <pthread.h>
 #include <unistd.h>
 #include <unwind.h>
 
@@ -74,7 +75,15 @@ void load_unwinder() {
   g_unw_backtrace = backtrace;
 }
 
-__attribute__((constructor)) void load_unwinder_at_start() { load_unwinder(); }
+// A forked child walks with the toolchain's unwinder: libunwind keeps locks of its own besides
+// the cache's (a child of a program whose other threads were walking stacks at the fork hung in
+// _ULx86_64_step, waiting on one), and the child has only the thread that forked.
+void use_toolchain_unwinder_in_child() { g_unw_backtrace = nullptr; }
+
+__attribute__((constructor)) void load_unwinder_at_start() {
+  load_unwinder();
+  ::pthread_atfork(nullptr, nullptr, use_toolchain_unwinder_in_child);
+}
 
 // The toolchain's own unwinder (libgcc_s), when libunwind is not installed.
 struct GccWalk {
