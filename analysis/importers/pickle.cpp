@@ -587,7 +587,12 @@ class Parser {
         taken = sink_->take_dict(doc_, list, view);
         if (!taken) item = real(item);
       } else {
-        taken = sink_->take(doc_, list, item);
+        if (sink_->takes_dicts() && doc_.is(item, Kind::kDict)) {
+          view_dict(doc_, item, built_view_);
+          taken = sink_->take_dict(doc_, list, built_view_);
+        } else {
+          taken = sink_->take(doc_, list, item);
+        }
       }
       if (taken) {
         any_taken = true;
@@ -1167,6 +1172,7 @@ class Parser {
   MemoIds put_ids_;                   // every index put (MEMOIZE puts at their count)
   std::vector<uint64_t> puts_;        // streaming: the indices kept, in the order put
   std::vector<DictView> read_whole_;  // dicts read whole, reused: those from read_whole_base_ up
+  DictView built_view_;               // offer_items': a built dict as a takes_dicts() sink sees it
   size_t read_whole_used_ = 0, read_whole_base_ = 0;
   struct ScanPut {
     uint64_t index;

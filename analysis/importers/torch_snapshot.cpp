@@ -135,11 +135,7 @@ class Importer : public pickle::ItemSink {
   const Document& doc() const { return parse_.document(); }
 
   bool takes_dicts() const override { return true; }
-  bool take(const Document& doc, Ref list, Ref item) override {
-    if (!doc.is(item, Kind::kDict)) return false;
-    pickle::view_dict(doc, item, view_);
-    return take_dict(doc, list, view_);
-  }
+  bool take(const Document&, Ref, Ref) override { return false; }  // an entry is a dict
   // The first pass: each entry seen once, the first batch of each list kept.
   bool take_dict(const Document& doc, Ref list, const pickle::DictView& item) override {
     // Its stack is read for the first batch (written from here) and where the trace frees what it
@@ -586,11 +582,7 @@ class Importer : public pickle::ItemSink {
     size_t position() const { return cursor_ && !cursor_->done() ? cursor_->position() : SIZE_MAX; }
 
     bool takes_dicts() const override { return true; }
-    bool take(const Document& doc, Ref list, Ref item) override {
-      if (!doc.is(item, Kind::kDict)) return false;
-      pickle::view_dict(doc, item, view_);
-      return take_dict(doc, list, view_);
-    }
+    bool take(const Document&, Ref, Ref) override { return false; }  // an entry is a dict
     bool take_dict(const Document& doc, Ref list, const pickle::DictView& item) override {
       if (!cursor_ || list != cursor_->list()) return false;
       std::optional<Entry> e = entry_from(
@@ -609,7 +601,6 @@ class Importer : public pickle::ItemSink {
     std::deque<Entry> buffer_;
     std::unique_ptr<pickle::ListCursor> cursor_;
     StackCache stacks_;
-    pickle::DictView view_;  // take()'s
     bool ok_ = true;
   };
 
@@ -651,7 +642,6 @@ class Importer : public pickle::ItemSink {
   std::map<int32_t, Device> devices_;
   std::vector<Annotation> annotations_;
   StackCache stacks_;            // the first pass's
-  pickle::DictView view_;        // take()'s
   std::map<Ref, Trace> traces_;  // by the list the first pass read them in
   bool timed_ = false;
   uint64_t first_time_us_ = UINT64_MAX;

@@ -113,8 +113,9 @@ class ItemSink {
   virtual ~ItemSink() = default;
   // Whether the reader took ITEM, being added to LIST: DOC's values are valid until it returns.
   virtual bool take(const Document& doc, Ref list, Ref item) = 0;
-  // A sink that says yes is offered the dicts added to lists as DictViews (take_dict), those that
-  // the reader reads straight from the opcodes; the others as values (take).
+  // A sink that says yes is offered every dict added to a list as a DictView (take_dict): read
+  // straight from the opcodes where the reader can, else a view of the dict it built. take() is
+  // offered the rest.
   virtual bool takes_dicts() const { return false; }
   // As take(), for DICT: DOC and DICT are valid until it returns. Not taken, DICT is built into the
   // Document and joins the list.
