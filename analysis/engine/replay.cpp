@@ -41,7 +41,7 @@ const ReplayStep& Replay::apply(const Event& e) {
 int32_t Replay::heap_device(uint64_t base) const {
   // A heap is usually one of the allocator's segments; failing that, a process with one device.
   if (const uint32_t* a = addresses_.find(base)) return pool_[*a].device;
-  return device_bytes_.size() == 1 ? device_bytes_.begin()->first : -1;
+  return device_bytes_.map().size() == 1 ? device_bytes_.map().begin()->first : -1;
 }
 
 void Replay::count_allocated(const LiveAllocation& a, uint64_t addr, int64_t sign) {

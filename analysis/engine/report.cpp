@@ -4,13 +4,8 @@
 
 namespace memtrace {
 
-uint32_t ReportBuilder::slot_of(Api api, uint64_t stack_id) {
+uint32_t ReportBuilder::new_slot_of(Api api, uint64_t stack_id) {
   constexpr uint64_t kCachedStacks = 1u << 24;
-  if (stack_id < by_stack_.size()) {
-    const StackSlots& c = by_stack_[stack_id];
-    if (c.slot[0] && c.api[0] == api) return c.slot[0] - 1;
-    if (c.slot[1] && c.api[1] == api) return c.slot[1] - 1;
-  }
   Site key{api, site_key_ ? site_key_(stack_id) : stack_id};
   auto [it, fresh] = slots_.try_emplace(key, static_cast<uint32_t>(keys_.size()));
   if (fresh) keys_.push_back(key);
@@ -25,11 +20,9 @@ uint32_t ReportBuilder::slot_of(Api api, uint64_t stack_id) {
   return it->second;
 }
 
-ReportBuilder::DeviceState& ReportBuilder::device_state(int32_t device) {
-  if (device != cached_device_) {  // std::map's nodes stay put: the pointer stays good
-    cached_state_ = &devices_[device];
-    cached_device_ = device;
-  }
+ReportBuilder::DeviceState& ReportBuilder::new_device_state(int32_t device) {
+  cached_state_ = &devices_[device];  // std::map's nodes stay put: the pointer stays good
+  cached_device_ = device;
   return *cached_state_;
 }
 

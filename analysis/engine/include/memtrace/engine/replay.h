@@ -3,6 +3,7 @@
 // Memory grows with the live set, never with the trace's length.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <map>
 #include <unordered_map>
@@ -84,19 +85,49 @@ struct ReplayStep {
   int64_t pinned_host_bytes = 0;
 };
 
+// Bytes live per device. Nearly every event names the device the one before it named, so that
+// device's entry is kept at hand rather than looked up in the map on every event.
+class BytesByDevice {
+ public:
+  BytesByDevice() = default;
+  BytesByDevice(const BytesByDevice& other) : map_(other.map_) {}
+  BytesByDevice& operator=(const BytesByDevice& other) {
+    map_ = other.map_;
+    device_ = kNone;
+    return *this;
+  }
+  uint64_t& operator[](int32_t device) {
+    if (device != device_) {  // std::map's nodes stay put: the pointer stays good
+      at_ = &map_[device];
+      device_ = device;
+    }
+    return *at_;
+  }
+  uint64_t get(int32_t device) const {
+    if (device == device_) return *at_;
+    auto it = map_.find(device);
+    return it == map_.end() ? 0 : it->second;
+  }
+  const std::map<int32_t, uint64_t>& map() const { return map_; }
+
+ private:
+  static constexpr int32_t kNone = INT32_MIN;
+  std::map<int32_t, uint64_t> map_;
+  int32_t device_ = kNone;
+  uint64_t* at_ = nullptr;
+};
+
 class Replay {
  public:
   // Applies EVENT; the step stays valid until the next call.
   const ReplayStep& apply(const Event& event);
 
   // Device memory live per device now (reserved layer).
-  const std::map<int32_t, uint64_t>& device_bytes() const { return device_bytes_; }
+  const std::map<int32_t, uint64_t>& device_bytes() const { return device_bytes_.map(); }
   const std::map<uint64_t, Heap>& heaps() const { return heaps_; }
   // What LAYER (reserved or allocated) holds on DEVICE now.
   uint64_t live_bytes(Layer layer, int32_t device) const {
-    const auto& bytes = layer == Layer::kAllocated ? allocated_bytes_ : device_bytes_;
-    auto it = bytes.find(device);
-    return it == bytes.end() ? 0 : it->second;
+    return (layer == Layer::kAllocated ? allocated_bytes_ : device_bytes_).get(device);
   }
   // The reserved layer on every device together: what a process's own peak is a peak of.
   uint64_t reserved_bytes() const { return reserved_bytes_; }
@@ -154,8 +185,8 @@ class Replay {
   std::unordered_map<uint64_t, LiveAllocation> reservations_;
   std::map<uint64_t, Heap> heaps_;              // by base address
   std::map<uint64_t, LiveAllocation> regions_;  // the allocated layer, by address
-  std::map<int32_t, uint64_t> device_bytes_;
-  std::map<int32_t, uint64_t> allocated_bytes_;
+  BytesByDevice device_bytes_;
+  BytesByDevice allocated_bytes_;
   uint64_t reserved_bytes_ = 0;
   uint64_t allocated_total_ = 0;
   uint64_t pinned_host_bytes_ = 0;

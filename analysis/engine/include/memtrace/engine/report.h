@@ -213,8 +213,20 @@ class ReportBuilder : public Pass {
   std::vector<SiteTotal> largest(const SiteMap& sites) const;
   // Sites are numbered in order of appearance; a stack id remembers its site's slot, so the key
   // function and the key's hash run once per stack, not once per event.
-  uint32_t slot_of(Api api, uint64_t stack_id);
-  DeviceState& device_state(int32_t device);
+  // Inline where the answer is cached (every event pays for the call otherwise); the rest apart.
+  uint32_t slot_of(Api api, uint64_t stack_id) {
+    if (stack_id < by_stack_.size()) {
+      const StackSlots& c = by_stack_[stack_id];
+      if (c.slot[0] && c.api[0] == api) return c.slot[0] - 1;
+      if (c.slot[1] && c.api[1] == api) return c.slot[1] - 1;
+    }
+    return new_slot_of(api, stack_id);
+  }
+  uint32_t new_slot_of(Api api, uint64_t stack_id);
+  DeviceState& device_state(int32_t device) {
+    return device == cached_device_ ? *cached_state_ : new_device_state(device);
+  }
+  DeviceState& new_device_state(int32_t device);
 
   size_t top_sites_;
   SiteKey site_key_;
