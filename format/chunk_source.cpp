@@ -108,8 +108,9 @@ void ChunkSource::read(RawChunk& out) {
                                              (ZSTD_isError(n) ? ZSTD_getErrorName(n) : "wrong size"));
     buffer_.swap(unpacked_);
   }
-  // Most chunks are events: parsed into a batch kept from chunk to chunk, its columns keep their
-  // capacity (a Chunk switching between kinds would free and regrow them every time).
+  // Most chunks are events: decoded from their bytes (event_batch_wire.h), else parsed into a batch
+  // kept from chunk to chunk, whose columns keep their capacity (a Chunk switching between kinds
+  // would free and regrow them every time).
   const auto* p = reinterpret_cast<const unsigned char*>(buffer_.data());
   const auto* end = p + buffer_.size();
   if (buffer_.size() > 1 && *p == kEventsTag) {
@@ -121,10 +122,12 @@ void ChunkSource::read(RawChunk& out) {
       if (!(*p++ & 0x80)) break;
     }
     if (field_bytes == static_cast<uint64_t>(end - p)) {
-      if (!out.batch.ParseFromArray(p, static_cast<int>(field_bytes)))
-        return fail(offset_ + sizeof head, "chunk does not parse");
-      if (std::string problem = decode_event_batch(out.batch, stacks_seen_, out.events); !problem.empty())
-        return fail(offset_, problem);
+      if (!decode_event_batch_as_written(p, field_bytes, stacks_seen_, out.events)) {
+        if (!out.batch.ParseFromArray(p, static_cast<int>(field_bytes)))
+          return fail(offset_ + sizeof head, "chunk does not parse");
+        if (std::string problem = decode_event_batch(out.batch, stacks_seen_, out.events); !problem.empty())
+          return fail(offset_, problem);
+      }
       out.is_events = true;
       offset_ += sizeof head + length;
       out.end_offset = offset_;
@@ -135,67 +138,6 @@ void ChunkSource::read(RawChunk& out) {
   if (out.chunk.has_stacks()) stacks_seen_ += static_cast<uint64_t>(out.chunk.stacks().stacks_size());
   offset_ += sizeof head + length;
   out.end_offset = offset_;
-}
-
-std::string decode_event_batch(const pb::EventBatch& b, uint64_t stack_count, std::vector<Event>& out) {
-  if (b.count() > framing::kMaxBatchEvents)
-    return "event batch of " + std::to_string(b.count()) + " events exceeds the limit of " +
-           std::to_string(framing::kMaxBatchEvents);
-  const int n = static_cast<int>(b.count());
-  auto column_ok = [n](int size) { return size == 0 || size == n; };
-  if (!column_ok(b.time_delta_size()) || !column_ok(b.tid_size()) || !column_ok(b.api_size()) ||
-      !column_ok(b.kind_size()) || !column_ok(b.layer_size()) || !column_ok(b.device_size()) ||
-      !column_ok(b.stream_size()) || !column_ok(b.addr_delta_size()) || !column_ok(b.size_size()) ||
-      !column_ok(b.aux_size()) || !column_ok(b.result_size()) || !column_ok(b.stack_id_size()) ||
-      !column_ok(b.device_free_size()) || !column_ok(b.device_total_size()) || !column_ok(b.flags_size())) {
-    return "event batch columns disagree with its count of " + std::to_string(n);
-  }
-  // Column by column: each loop is one field over the whole batch.
-  out.assign(static_cast<size_t>(n), Event());
-  Event* e = out.data();
-  if (b.time_delta_size()) {
-    uint64_t t = 0;
-    for (int i = 0; i < n; ++i) e[i].t_ns = t += static_cast<uint64_t>(b.time_delta(i));
-  }
-  if (b.tid_size())
-    for (int i = 0; i < n; ++i) e[i].tid = b.tid(i);
-  if (b.api_size())
-    for (int i = 0; i < n; ++i)
-      e[i].api = b.api(i) < static_cast<uint32_t>(Api::kCount) ? static_cast<Api>(b.api(i)) : Api::kUnknown;
-  if (b.kind_size())
-    for (int i = 0; i < n; ++i)
-      e[i].kind =
-          b.kind(i) < static_cast<uint32_t>(MemKind::kCount) ? static_cast<MemKind>(b.kind(i)) : MemKind::kUnknown;
-  if (b.layer_size())
-    for (int i = 0; i < n; ++i) e[i].layer = b.layer(i) <= 3 ? static_cast<Layer>(b.layer(i)) : Layer::kUnknown;
-  if (b.device_size())
-    for (int i = 0; i < n; ++i) e[i].device = b.device(i);
-  if (b.stream_size())
-    for (int i = 0; i < n; ++i) e[i].stream = b.stream(i);
-  if (b.addr_delta_size()) {
-    uint64_t addr = 0;
-    for (int i = 0; i < n; ++i) e[i].addr = addr += static_cast<uint64_t>(b.addr_delta(i));
-  }
-  if (b.size_size())
-    for (int i = 0; i < n; ++i) e[i].size = b.size(i);
-  if (b.aux_size())
-    for (int i = 0; i < n; ++i) set_aux_value(e[i], b.aux(i));  // into the field the event's API names
-  if (b.result_size())
-    for (int i = 0; i < n; ++i) e[i].result = b.result(i);
-  if (b.stack_id_size()) {
-    for (int i = 0; i < n; ++i) {
-      e[i].stack_id = b.stack_id(i);
-      if (e[i].stack_id >= stack_count)
-        return "event " + std::to_string(i) + " names unknown stack " + std::to_string(e[i].stack_id);
-    }
-  }
-  if (b.device_free_size())
-    for (int i = 0; i < n; ++i) e[i].device_free = b.device_free(i);
-  if (b.device_total_size())
-    for (int i = 0; i < n; ++i) e[i].device_total = b.device_total(i);
-  if (b.flags_size())
-    for (int i = 0; i < n; ++i) e[i].flags = b.flags(i);
-  return {};
 }
 
 }  // namespace memtrace

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "event_batch_wire.h"
 #include "memtrace.pb.h"
 #include "memtrace/format/event.h"
 
@@ -30,10 +31,6 @@ struct RawChunk {
   uint64_t problem_offset = 0;
   std::string problem;  // kCut: the whole sentence; kCorrupt: what is wrong at problem_offset
 };
-
-// Decodes BATCH into OUT; an event may name no stack id at or above STACK_COUNT. Returns what is
-// wrong, or nothing.
-std::string decode_event_batch(const pb::EventBatch& batch, uint64_t stack_count, std::vector<Event>& out);
 
 class ChunkSource {
  public:

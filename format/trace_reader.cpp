@@ -188,12 +188,12 @@ bool TraceReader::decode_batch(const pb::EventBatch& b, std::vector<Event>& out)
   return false;
 }
 
-bool TraceReader::next(Event& event) {
+const Event* TraceReader::next_batch() {
   // A used-up batch keeps its size: handed back to the source, it is decoded over in place.
   while (next_event_ >= events_.size()) {
     if (done_) {
       writer_finished();
-      return false;
+      return nullptr;
     }
     if (!read_chunk()) {
       if (!done_) {  // clean end of file without a footer
@@ -201,15 +201,14 @@ bool TraceReader::next(Event& event) {
         problem_ = "trace ends early at byte " + std::to_string(offset_) + "; read up to there";
       }
       writer_finished();
-      return false;
+      return nullptr;
     }
     if (!take_chunk()) {
       writer_finished();
-      return false;
+      return nullptr;
     }
   }
-  event = events_[next_event_++];
-  return true;
+  return &events_[next_event_++];
 }
 
 std::string_view TraceReader::string(uint64_t id) const {

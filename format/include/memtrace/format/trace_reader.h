@@ -32,8 +32,15 @@ class TraceReader {
   const pb::TraceHeader& header() const { return header_; }
   const std::string& path() const { return path_; }
 
-  // The next event in time order; false at the end of the trace or at the first problem.
-  bool next(Event& event);
+  // The next event in time order; null at the end of the trace or at the first problem. It stays
+  // valid until the next call (it lies in the batch being read: no copy on the replay's path).
+  const Event* next() { return next_event_ < events_.size() ? &events_[next_event_++] : next_batch(); }
+  // The same, copied into EVENT; false at the end.
+  bool next(Event& event) {
+    const Event* e = next();
+    if (e) event = *e;
+    return e != nullptr;
+  }
   // Reads (checks, unpacks, parses) the next chunks ahead on a thread of its own while the
   // caller decodes and uses the events: for a long pass over the whole trace.
   void prefetch();
@@ -64,6 +71,8 @@ class TraceReader {
   TraceReader(std::FILE* file, std::string path);
   // Reads one chunk into chunk_; false at end of file or on a problem (problem_ set).
   bool read_chunk();
+  // The first event of the next batch that has one; null at the end.
+  const Event* next_batch();
   bool take_chunk();  // applies chunk_ (tables, events, footer); false on a problem
   bool decode_events(const pb::EventBatch& batch);
   bool decode_batch(const pb::EventBatch& batch, std::vector<Event>& out);

@@ -1,0 +1,250 @@
+#include "event_batch_wire.h"
+
+#include "memtrace/format/framing.h"
+
+namespace memtrace {
+
+namespace {
+
+// EventBatch's fields (memtrace.proto), by number.
+enum Field {
+  kCountField = 1,
+  kTimeDelta,
+  kTid,
+  kApiField,
+  kKindField,
+  kLayerField,
+  kDeviceField,
+  kStream,
+  kAddrDelta,
+  kSize,
+  kAux,
+  kResult,
+  kStackId,
+  kDeviceFree,
+  kDeviceTotal,
+  kFlags,
+  kFieldsEnd,
+};
+
+// Puts column FIELD's values into events E[0..N). VALUES gives them one after the other, as
+// protobuf types the field: u32(), u64(), s32() or s64(). Columns go in field order (the aux
+// column's meaning depends on the event's API). Returns N, or the index of the first event that
+// names a stack at or above STACK_COUNT.
+template <typename Values>
+int put_column(int field, Event* e, int n, uint64_t stack_count, Values& values) {
+  Values v = values;  // a copy the compiler keeps in registers
+  struct CopyBack {
+    Values& to;
+    const Values& from;
+    ~CopyBack() { to = from; }
+  } copy_back{values, v};
+  switch (field) {
+    case kTimeDelta: {
+      uint64_t t = 0;
+      for (int i = 0; i < n; ++i) e[i].t_ns = t += static_cast<uint64_t>(v.s64());
+      break;
+    }
+    case kTid:
+      for (int i = 0; i < n; ++i) e[i].tid = v.u32();
+      break;
+    case kApiField:
+      for (int i = 0; i < n; ++i) {
+        uint32_t api = v.u32();
+        e[i].api = api < static_cast<uint32_t>(Api::kCount) ? static_cast<Api>(api) : Api::kUnknown;
+      }
+      break;
+    case kKindField:
+      for (int i = 0; i < n; ++i) {
+        uint32_t kind = v.u32();
+        e[i].kind = kind < static_cast<uint32_t>(MemKind::kCount) ? static_cast<MemKind>(kind) : MemKind::kUnknown;
+      }
+      break;
+    case kLayerField:
+      for (int i = 0; i < n; ++i) {
+        uint32_t layer = v.u32();
+        e[i].layer = layer <= 3 ? static_cast<Layer>(layer) : Layer::kUnknown;
+      }
+      break;
+    case kDeviceField:
+      for (int i = 0; i < n; ++i) e[i].device = v.s32();
+      break;
+    case kStream:
+      for (int i = 0; i < n; ++i) e[i].stream = v.u64();
+      break;
+    case kAddrDelta: {
+      uint64_t addr = 0;
+      for (int i = 0; i < n; ++i) e[i].addr = addr += static_cast<uint64_t>(v.s64());
+      break;
+    }
+    case kSize:
+      for (int i = 0; i < n; ++i) e[i].size = v.u64();
+      break;
+    case kAux:
+      for (int i = 0; i < n; ++i) set_aux_value(e[i], v.u64());  // into the field the event's API names
+      break;
+    case kResult:
+      for (int i = 0; i < n; ++i) e[i].result = v.s32();
+      break;
+    case kStackId:
+      for (int i = 0; i < n; ++i)
+        if ((e[i].stack_id = v.u64()) >= stack_count) return i;
+      break;
+    case kDeviceFree:
+      for (int i = 0; i < n; ++i) e[i].device_free = v.u64();
+      break;
+    case kDeviceTotal:
+      for (int i = 0; i < n; ++i) e[i].device_total = v.u64();
+      break;
+    case kFlags:
+      for (int i = 0; i < n; ++i) e[i].flags = v.u32();
+      break;
+    default: break;
+  }
+  return n;
+}
+
+// A column of a parsed message, one value after the other.
+template <typename T>
+struct MessageValues {
+  const google::protobuf::RepeatedField<T>* column;
+  int i = 0;
+  uint32_t u32() { return static_cast<uint32_t>(column->Get(i++)); }
+  uint64_t u64() { return static_cast<uint64_t>(column->Get(i++)); }
+  int32_t s32() { return static_cast<int32_t>(column->Get(i++)); }
+  int64_t s64() { return static_cast<int64_t>(column->Get(i++)); }
+};
+
+// A packed column's bytes, one varint after the other. A value protobuf would read otherwise than
+// as written (a varint running past the column, longer than ten bytes or beyond 64 bits; a 32-bit
+// field's value beyond 32 bits) marks it bad: the batch is then left to protobuf.
+struct WireValues {
+  const unsigned char* p;
+  const unsigned char* end;
+  bool bad = false;
+
+  uint64_t u64() {
+    if (end - p >= 10) {  // the longest varint fits: no bound to check byte by byte
+      uint64_t value = *p++;
+      if (value < 0x80) return value;  // most values: one byte
+      value -= 0x80;
+      for (int shift = 7; shift < 63; shift += 7) {
+        const uint64_t byte = *p++;
+        value += byte << shift;
+        if (byte < 0x80) return value;
+        value -= uint64_t{0x80} << shift;
+      }
+      if (*p <= 1) return value + (uint64_t{*p++} << 63);
+      bad = true;
+      return 0;
+    }
+    return u64_near_end();
+  }
+  uint64_t u64_near_end() {
+    uint64_t value = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (p == end || (shift == 63 && *p > 1)) break;
+      const unsigned char byte = *p++;
+      value |= static_cast<uint64_t>(byte & 0x7F) << shift;
+      if (!(byte & 0x80)) return value;
+    }
+    bad = true;
+    return 0;
+  }
+  uint32_t u32() {
+    uint64_t value = u64();
+    if (value >> 32) bad = true;
+    return static_cast<uint32_t>(value);
+  }
+  int32_t s32() {
+    uint32_t z = u32();
+    return static_cast<int32_t>((z >> 1) ^ (0u - (z & 1)));
+  }
+  int64_t s64() {
+    uint64_t z = u64();
+    return static_cast<int64_t>((z >> 1) ^ (0ull - (z & 1)));
+  }
+};
+
+}  // namespace
+
+std::string decode_event_batch(const pb::EventBatch& b, uint64_t stack_count, std::vector<Event>& out) {
+  if (b.count() > framing::kMaxBatchEvents)
+    return "event batch of " + std::to_string(b.count()) + " events exceeds the limit of " +
+           std::to_string(framing::kMaxBatchEvents);
+  const int n = static_cast<int>(b.count());
+  auto column_ok = [n](int size) { return size == 0 || size == n; };
+  if (!column_ok(b.time_delta_size()) || !column_ok(b.tid_size()) || !column_ok(b.api_size()) ||
+      !column_ok(b.kind_size()) || !column_ok(b.layer_size()) || !column_ok(b.device_size()) ||
+      !column_ok(b.stream_size()) || !column_ok(b.addr_delta_size()) || !column_ok(b.size_size()) ||
+      !column_ok(b.aux_size()) || !column_ok(b.result_size()) || !column_ok(b.stack_id_size()) ||
+      !column_ok(b.device_free_size()) || !column_ok(b.device_total_size()) || !column_ok(b.flags_size())) {
+    return "event batch columns disagree with its count of " + std::to_string(n);
+  }
+  // Column by column: each loop is one field over the whole batch.
+  out.assign(static_cast<size_t>(n), Event());
+  Event* e = out.data();
+  int unknown_stack = n;
+  auto put = [&](int field, const auto& column) {
+    if (column.empty() || unknown_stack < n) return;
+    MessageValues<typename std::decay_t<decltype(column)>::value_type> values{&column};
+    unknown_stack = put_column(field, e, n, stack_count, values);
+  };
+  put(kTimeDelta, b.time_delta());
+  put(kTid, b.tid());
+  put(kApiField, b.api());
+  put(kKindField, b.kind());
+  put(kLayerField, b.layer());
+  put(kDeviceField, b.device());
+  put(kStream, b.stream());
+  put(kAddrDelta, b.addr_delta());
+  put(kSize, b.size());
+  put(kAux, b.aux());
+  put(kResult, b.result());
+  put(kStackId, b.stack_id());
+  put(kDeviceFree, b.device_free());
+  put(kDeviceTotal, b.device_total());
+  put(kFlags, b.flags());
+  if (unknown_stack < n)
+    return "event " + std::to_string(unknown_stack) + " names unknown stack " +
+           std::to_string(e[unknown_stack].stack_id);
+  return {};
+}
+
+bool decode_event_batch_as_written(const unsigned char* bytes, size_t size, uint64_t stack_count,
+                                   std::vector<Event>& out) {
+  const unsigned char* p = bytes;
+  const unsigned char* const end = bytes + size;
+  if (p == end) {  // a count of 0 is no field at all (proto3 leaves defaults out)
+    out.clear();
+    return true;
+  }
+  // The count: its tag, then a varint.
+  if (*p++ != ((kCountField << 3) | 0)) return false;
+  WireValues count{p, end};
+  const uint64_t n = count.u64();
+  if (count.bad || n > framing::kMaxBatchEvents) return false;
+  p = count.p;
+  out.assign(static_cast<size_t>(n), Event());
+  for (int last = kCountField; p < end;) {
+    // A column: its tag (field number, length-delimited) in one or two bytes, its length, its
+    // values. Each field at most once, in order.
+    WireValues tag{p, end};
+    const uint64_t t = tag.u64();
+    const uint64_t field = t >> 3;
+    if (tag.bad || (t & 7) != 2 || field <= static_cast<uint64_t>(last) || field >= kFieldsEnd) return false;
+    WireValues length{tag.p, end};
+    const uint64_t bytes_long = length.u64();
+    if (length.bad || bytes_long > static_cast<uint64_t>(end - length.p)) return false;
+    WireValues values{length.p, length.p + bytes_long};
+    if (put_column(static_cast<int>(field), out.data(), static_cast<int>(n), stack_count, values) <
+            static_cast<int>(n) ||
+        values.bad || values.p != values.end)
+      return false;
+    last = static_cast<int>(field);
+    p = values.end;
+  }
+  return true;
+}
+
+}  // namespace memtrace

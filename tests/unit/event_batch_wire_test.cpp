@@ -1,0 +1,246 @@
+// The reader decodes event batches straight from their bytes (format/event_batch_wire.h): every
+// batch must come out as protobuf's parse of it decodes, and whatever is not written as memtrace
+// writes it must be left to protobuf.
+#include "event_batch_wire.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "memtrace/format/framing.h"
+#include "memtrace/format/trace_writer.h"
+
+namespace memtrace {
+namespace {
+
+// What the reader makes of a batch's bytes: decoded from them, or else parsed by protobuf.
+struct Decoded {
+  bool parses = true;
+  std::string problem;
+  std::vector<Event> events;
+};
+
+Decoded as_protobuf_reads_it(const std::string& bytes, uint64_t stack_count) {
+  Decoded d;
+  pb::EventBatch batch;
+  d.parses = batch.ParseFromString(bytes);
+  if (d.parses) d.problem = decode_event_batch(batch, stack_count, d.events);
+  return d;
+}
+
+Decoded as_the_reader_reads_it(const std::string& bytes, uint64_t stack_count) {
+  Decoded d;
+  if (decode_event_batch_as_written(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), stack_count,
+                                    d.events))
+    return d;
+  return as_protobuf_reads_it(bytes, stack_count);
+}
+
+void expect_same(const Decoded& a, const Decoded& b, const std::string& what) {
+  EXPECT_EQ(a.parses, b.parses) << what;
+  EXPECT_EQ(a.problem, b.problem) << what;
+  if (!a.parses || !a.problem.empty()) return;  // a failed decode's events are not read
+  ASSERT_EQ(a.events.size(), b.events.size()) << what;
+  for (size_t i = 0; i < a.events.size(); ++i)
+    ASSERT_EQ(0, std::memcmp(&a.events[i], &b.events[i], sizeof(Event))) << what << ": event " << i;
+}
+
+std::vector<Event> random_events(std::mt19937_64& rng, size_t n) {
+  std::vector<Event> events(n);
+  uint64_t t = 0;
+  for (Event& e : events) {
+    auto pick = [&](uint64_t limit) { return rng() % limit; };
+    // Small and large values alike: one-byte varints, ten-byte ones, negative deltas.
+    auto any = [&] { return pick(3) == 0 ? rng() : rng() >> (pick(64)); };
+    e.t_ns = t += pick(4) == 0 ? any() : pick(1000);
+    e.tid = static_cast<uint32_t>(any());
+    e.api = static_cast<Api>(pick(static_cast<uint64_t>(Api::kCount)));
+    e.kind = static_cast<MemKind>(pick(static_cast<uint64_t>(MemKind::kCount)));
+    e.layer = static_cast<Layer>(pick(4));
+    e.device = static_cast<int32_t>(any());
+    e.stream = pick(2) ? any() : 0;
+    e.addr = any();
+    e.size = any();
+    set_aux_value(e, any());
+    e.result = pick(4) == 0 ? static_cast<int32_t>(any()) : 0;
+    e.stack_id = pick(100);
+    if (pick(10) == 0) {
+      e.device_free = any();
+      e.device_total = any();
+    }
+    e.flags = static_cast<uint32_t>(pick(4));
+  }
+  return events;
+}
+
+std::string serialized(const std::vector<Event>& events) {
+  pb::EventBatch batch;
+  TraceWriter::encode_events(events, batch);
+  return batch.SerializeAsString();
+}
+
+TEST(EventBatchWire, BatchesAsMemtraceWritesThemAreReadFromTheirBytesAsProtobufReadsThem) {
+  std::mt19937_64 rng(7);
+  for (size_t n : {0, 1, 2, 3, 100, 1000, 65536}) {
+    for (int round = 0; round < 5; ++round) {
+      std::vector<Event> events = random_events(rng, n);
+      if (round == 1)  // columns left out where every value is the default
+        for (Event& e : events) {
+          e.stream = e.result = e.flags = 0;
+          e.stack_id = e.device_free = e.device_total = 0;
+          e.layer = Layer::kReserved;
+          set_aux_value(e, 0);
+        }
+      const std::string bytes = serialized(events);
+      std::vector<Event> out;
+      ASSERT_TRUE(
+          decode_event_batch_as_written(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), 100, out))
+          << n << " events, round " << round;
+      Decoded direct;
+      direct.events = out;
+      expect_same(direct, as_protobuf_reads_it(bytes, 100), std::to_string(n) + " events");
+    }
+  }
+}
+
+// A protobuf encoder by hand, for the encodings memtrace does not write.
+void varint(std::string& out, uint64_t v) {
+  for (; v >= 0x80; v >>= 7) out += static_cast<char>((v & 0x7F) | 0x80);
+  out += static_cast<char>(v);
+}
+void tag(std::string& out, int field, int wire_type) { varint(out, static_cast<uint64_t>(field) << 3 | wire_type); }
+void packed(std::string& out, int field, const std::vector<uint64_t>& values) {
+  std::string body;
+  for (uint64_t v : values) varint(body, v);
+  tag(out, field, 2);
+  varint(out, body.size());
+  out += body;
+}
+std::string count(uint64_t n) {
+  std::string out;
+  tag(out, 1, 0);
+  varint(out, n);
+  return out;
+}
+
+TEST(EventBatchWire, EverythingElseIsLeftToProtobuf) {
+  const std::vector<uint64_t> apis = {static_cast<uint64_t>(Api::kCudaMalloc), static_cast<uint64_t>(Api::kCudaFree)};
+  const std::string three_columns = [&] {
+    std::string s = count(2);
+    packed(s, 2, {10, 4});  // time deltas, zigzag: 5, then 2 more
+    packed(s, 4, apis);
+    packed(s, 10, {4096, 0});  // sizes
+    return s;
+  }();
+  struct Case {
+    std::string what, bytes;
+    bool as_written;  // whether the direct decoder takes it (else it must say no)
+  };
+  std::vector<Case> cases = {{"as memtrace writes it", three_columns, true}};
+  auto add = [&](std::string what, std::string bytes) { cases.push_back({std::move(what), std::move(bytes), false}); };
+  {
+    std::string s;
+    packed(s, 4, apis);
+    add("count after a column", s + count(2));
+  }
+  {
+    std::string s = count(2);
+    packed(s, 10, {4096, 0});
+    packed(s, 4, apis);
+    add("columns out of order", s);
+  }
+  {
+    std::string s = count(2);
+    for (uint64_t api : apis) {
+      tag(s, 4, 0);
+      varint(s, api);
+    }
+    add("an unpacked column", s);
+  }
+  {
+    std::string s = count(2);
+    packed(s, 4, {apis[0]});
+    packed(s, 4, {apis[1]});
+    add("a column split in two", s);
+  }
+  {
+    std::string s = count(2);
+    packed(s, 4, apis);
+    packed(s, 4, apis);
+    add("a column given twice", s);
+  }
+  {
+    std::string s = three_columns;
+    tag(s, 99, 0);
+    varint(s, 5);
+    add("an unknown field", s);
+  }
+  {
+    std::string s = count(2);
+    packed(s, 3, {1ull << 33, 1});
+    add("a 32-bit column's value beyond 32 bits", s);
+  }
+  {
+    std::string s = count(2);
+    packed(s, 4, {apis[0]});
+    add("a column shorter than the count", s);
+  }
+  {
+    std::string s = count(1);
+    packed(s, 4, apis);
+    add("a column longer than the count", s);
+  }
+  {
+    std::string s = count(2);
+    tag(s, 4, 2);
+    varint(s, 0);
+    add("an empty column", s);
+  }
+  {
+    std::string s = count(2);
+    tag(s, 10, 2);
+    varint(s, 12);
+    s += std::string(11, '\x80') + '\x01';
+    packed(s, 4, apis);
+    add("an eleven-byte varint", s);
+  }
+  {
+    std::string s = count(1);
+    tag(s, 10, 2);
+    varint(s, 10);
+    s += std::string(9, '\xff') + '\x02';
+    add("a varint beyond 64 bits", s);
+  }
+  {
+    std::string s = count(2);
+    tag(s, 10, 2);
+    varint(s, 3);
+    s += "\x80\x80";
+    add("a column cut inside a varint", s);
+  }
+  add("a cut batch", three_columns.substr(0, three_columns.size() - 1));
+  {
+    std::string s = count(2);
+    packed(s, 13, {1, 100});
+    add("an unknown stack", s);
+  }
+  add("too many events", count(framing::kMaxBatchEvents + 1));
+  for (const Case& c : cases) {
+    std::vector<Event> out;
+    EXPECT_EQ(c.as_written, decode_event_batch_as_written(reinterpret_cast<const unsigned char*>(c.bytes.data()),
+                                                          c.bytes.size(), 100, out))
+        << c.what;
+    expect_same(as_the_reader_reads_it(c.bytes, 100), as_protobuf_reads_it(c.bytes, 100), c.what);
+  }
+  // The ones protobuf reads differ from the batch as written only in their encoding.
+  Decoded written = as_protobuf_reads_it(three_columns, 100);
+  ASSERT_TRUE(written.parses && written.problem.empty());
+  EXPECT_EQ(written.events[1].t_ns, 7u);
+  EXPECT_EQ(written.events[0].api, Api::kCudaMalloc);
+}
+
+}  // namespace
+}  // namespace memtrace
