@@ -25,7 +25,7 @@ struct SnapshotOptions {
   unsigned file_mode = 0600;
 };
 
-class SnapshotKeeper : public Pass {
+class SnapshotKeeper : public PassWithBefore {
  public:
   static constexpr size_t kRecentEvents = 1000;
 

@@ -15,7 +15,7 @@
 
 namespace memtrace {
 
-class Window : public Pass {
+class Window : public PassWithBefore {
  public:
   // STACKS: the process's trace, whose tables name the sites. HIDDEN_PYTHON_DIR: memtrace's own
   // Python files, never a site.

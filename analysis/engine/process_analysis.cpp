@@ -208,39 +208,49 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
   // The passes, in the order each event reaches them (categories read the step count before the
   // event's own mark moves it; fragmentation reads the reserved layer's new peak).
   ProcessFacts facts(out);
-  FunctionPass category_pass([&](const Event& event, const ReplayStep& step, const Replay& replay) {
-    if (event.layer == Layer::kAllocated || event.api == Api::kShimRangePush || event.api == Api::kShimRangePop) {
-      bool named = api_info(event.api).aux == AuxField::kName;
-      categories.add(event, step, replay, phases.step_starts().size(),
-                     named ? reader->string(event.name) : std::string_view());
-    }
-  });
-  FunctionPass torch_counter_pass([&](const Event& event, const ReplayStep& step, const Replay&) {
-    if (event.layer == Layer::kAllocated || event.api == Api::kTorchCounter)
-      torch_counters.add(event, step, event.api == Api::kTorchCounter ? reader->string(event.name) : "");
-  });
-  FunctionPass allocated_layer([&](const Event& event, const ReplayStep& step, const Replay&) {
-    if (event.layer == Layer::kAllocated) allocated.add(step);
-  });
+  FunctionPass category_pass(
+      [&](const Event& event, const ReplayStep& step, const Replay& replay) {
+        if (event.layer == Layer::kAllocated || event.api == Api::kShimRangePush || event.api == Api::kShimRangePop) {
+          bool named = api_info(event.api).aux == AuxField::kName;
+          categories.add(event, step, replay, phases.step_starts().size(),
+                         named ? reader->string(event.name) : std::string_view());
+        }
+      },
+      kAllocatedLayerEvents | kMarkEvents);
+  FunctionPass torch_counter_pass(
+      [&](const Event& event, const ReplayStep& step, const Replay&) {
+        if (event.layer == Layer::kAllocated || event.api == Api::kTorchCounter)
+          torch_counters.add(event, step, event.api == Api::kTorchCounter ? reader->string(event.name) : "");
+      },
+      kAllocatedLayerEvents | kMarkEvents);
+  FunctionPass allocated_layer(
+      [&](const Event& event, const ReplayStep& step, const Replay&) {
+        if (event.layer == Layer::kAllocated) allocated.add(step);
+      },
+      kAllocatedLayerEvents);
   FragmentationPass fragmentation(reserved, options.timeline, out);
   // Steps and phases, and each step's live bytes by site for growth.
-  FunctionPass phase_pass([&](const Event& event, const ReplayStep&, const Replay&) {
-    if (event.layer == Layer::kAllocated || event.op() != Op::kMark) return;
-    size_t steps = phases.step_starts().size();
-    phases.add(event);
-    if (phases.step_starts().size() == steps) return;
-    growth.boundary([&](auto visit) {
-      reserved.for_each_live_site([&](int32_t device, const Site& key, uint64_t bytes, uint64_t stack_id) {
-        visit(device, Layer::kReserved, key, bytes, stack_id);
-      });
-      allocated.for_each_live_site([&](int32_t device, const Site& key, uint64_t bytes, uint64_t stack_id) {
-        visit(device, Layer::kAllocated, key, bytes, stack_id);
-      });
-    });
-  });
-  FunctionPass largest_pass([&](const Event& event, const ReplayStep& step, const Replay&) {
-    if (!step.memory_changes.empty()) largest.add(event, step);
-  });
+  FunctionPass phase_pass(
+      [&](const Event& event, const ReplayStep&, const Replay&) {
+        if (event.layer == Layer::kAllocated || event.op() != Op::kMark) return;
+        size_t steps = phases.step_starts().size();
+        phases.add(event);
+        if (phases.step_starts().size() == steps) return;
+        growth.boundary([&](auto visit) {
+          reserved.for_each_live_site([&](int32_t device, const Site& key, uint64_t bytes, uint64_t stack_id) {
+            visit(device, Layer::kReserved, key, bytes, stack_id);
+          });
+          allocated.for_each_live_site([&](int32_t device, const Site& key, uint64_t bytes, uint64_t stack_id) {
+            visit(device, Layer::kAllocated, key, bytes, stack_id);
+          });
+        });
+      },
+      kMarkEvents);
+  FunctionPass largest_pass(
+      [&](const Event& event, const ReplayStep& step, const Replay&) {
+        if (!step.memory_changes.empty()) largest.add(event, step);
+      },
+      kCallEvents | kAllocatedLayerEvents);
   TimelinePass timeline(out);
 
   std::vector<std::unique_ptr<AnalysisPass>> analyses = make_analysis_passes(options);

@@ -166,7 +166,7 @@ struct Segment {
   bool expandable = false;
 };
 
-class MemoryVizExport : public Pass {
+class MemoryVizExport : public PassWithBefore {
  public:
   MemoryVizExport(TraceReader& reader, const MemoryVizOptions& options)
       : reader_(reader),
