@@ -48,6 +48,7 @@ Command add_peak_command(CLI::App& app) {
   auto c = std::make_shared<PeakCli>();
   CLI::App* cmd = app.add_subcommand("peak", "When each device peaked, and what was live then, by site");
   add_analysis_options(cmd, c->analysis);
+  c->analysis.options.fragmentation = false;  // what peak does not show
   cmd->add_option("--layer", c->layer,
                   "reserved (what the allocation APIs hold; default), allocated (what allocators handed out) or device "
                   "(what the device had in use: the reserved layer and what lay outside it)")

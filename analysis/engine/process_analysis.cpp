@@ -257,7 +257,8 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
 
   PassDriver driver;
   driver.add(facts).add(reserved).add(category_pass).add(torch_counter_pass).add(allocated_layer);
-  driver.add(fragmentation).add(phase_pass);
+  if (options.fragmentation) driver.add(fragmentation);
+  driver.add(phase_pass);
   if (options.largest_allocations) driver.add(largest_pass);
   if (options.timeline) driver.add(timeline);
   for (auto& analysis : analyses) driver.add(*analysis);

@@ -186,5 +186,41 @@ TEST(Summaries, ASummaryThatLacksWhatIsAskedSaysHowToMakeOne) {
   fs::remove_all(dir);
 }
 
+// peak, leaks, report and check ask for no fragmentation (AnalysisOptions::fragmentation): their
+// answers are the same without it, from the snapshot and from its summary, which keeps it for frag.
+TEST(Summaries, CommandsThatShowNoFragmentationAreTheSameWithoutIt) {
+  std::string dir = scratch("no-frag");
+  for (const char* name : {"2.1-finetune.pickle", "2.3-attention-backward.pickle", "upto2.0-oom.pickle"}) {
+    std::string pickle = dir + "/" + name;
+    fs::copy_file(std::string(MEMTRACE_TEST_DATA_DIR) + "/torch/" + name, pickle);
+    AnalysisOptions with, without;
+    without.fragmentation = false;
+    auto answers = [](std::vector<ProcessAnalysis> p) {
+      CheckLimits limits;
+      limits.max_peak = 1;
+      limits.max_leaked = 1;
+      return nlohmann::json{{"report", to_json(report_view(std::vector<ProcessAnalysis>(p)))},
+                            {"peak", to_json(peak_view(p, PeakOptions()))},
+                            {"leaks", to_json(leaks_view(p))},
+                            {"check", to_json(check(p, limits, nullptr))}}
+          .dump(1);
+    };
+    std::string error;
+    ProcessAnalysis full, lean, from_summary;
+    ASSERT_TRUE(analyze_process(pickle, with, full, error)) << error;
+    ASSERT_TRUE(analyze_process(pickle, without, lean, error)) << error;
+    EXPECT_TRUE(full.has_heaps && !full.fragmentation.empty()) << name;
+    EXPECT_TRUE(!lean.has_heaps && lean.fragmentation.empty()) << name;
+    EXPECT_EQ(answers({full}), answers({lean})) << name;
+    size_t bytes = 0;
+    ASSERT_TRUE(summarize_trace(pickle, summarize_options(), bytes, error)) << error;
+    ASSERT_TRUE(read_summary(summary_path_of(pickle), without, from_summary, error)) << error;
+    from_summary.report.trace_path = pickle;
+    EXPECT_TRUE(from_summary.fragmentation.empty()) << name;
+    EXPECT_EQ(answers({lean}), answers({from_summary})) << name;
+  }
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace memtrace::testing

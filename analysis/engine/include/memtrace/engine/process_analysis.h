@@ -25,6 +25,10 @@ struct AnalysisOptions {
   bool keep_cuda_frames = false;
   std::string step_pattern = kDefaultStepPattern;  // ECMAScript, matching a whole name
   bool timeline = false;
+  // The free space inside the allocators' heaps (fragmentation, has_heaps, free_in_heaps): frag,
+  // diff and the HTML page read it; peak, leaks, report and check leave it out, a third of the
+  // replay of a PyTorch snapshot.
+  bool fragmentation = true;
   // How sites are named, when not as they are grouped (sites by stack, named by the user's frame).
   std::optional<SiteGrouping> labels;
   // Keep this many of the largest allocations with their lifetimes and stacks (the HTML report).
