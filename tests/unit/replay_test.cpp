@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <climits>
 #include <random>
 #include <unordered_map>
 
@@ -66,6 +67,22 @@ TEST(Replay, PeakAndSitesAtThePeak) {
   EXPECT_EQ(d.peak_sites[1].site.stack_id, 2u);
   EXPECT_EQ(r.calls.at(Api::kCudaMalloc).calls, 4u);
   EXPECT_EQ(r.calls.at(Api::kCudaFree).calls, 2u);
+}
+
+TEST(Replay, AnyDeviceNumberATraceNamesIsADevice) {
+  // The replay and the report keep the last device's figures at hand: a device numbered as their
+  // "none yet" (INT32_MIN) must still be counted, not taken for it.
+  for (int first : {INT32_MIN, 0}) {
+    ProcessReport r = replay_all({
+        alloc(Api::kCudaMalloc, 0x1000, 100, 1, 1, first),
+        alloc(Api::kCudaMalloc, 0x2000, 300, 2, 2, first == 0 ? INT32_MIN : 0),
+        release(Api::kCudaFree, 0x1000, 3),
+    });
+    ASSERT_EQ(r.devices.size(), 2u);
+    EXPECT_EQ(r.devices[0].device, INT32_MIN);
+    EXPECT_EQ(r.devices[0].peak_bytes, first == INT32_MIN ? 100u : 300u);
+    EXPECT_EQ(r.devices[1].peak_bytes, first == INT32_MIN ? 300u : 100u);
+  }
 }
 
 TEST(Replay, FailedCallsCountButChangeNothing) {

@@ -96,15 +96,16 @@ class BytesByDevice {
     device_ = kNone;
     return *this;
   }
+  // (A trace may name any device, INT32_MIN too: nothing at hand until something was.)
   uint64_t& operator[](int32_t device) {
-    if (device != device_) {  // std::map's nodes stay put: the pointer stays good
+    if (device != device_ || !at_) {  // std::map's nodes stay put: the pointer stays good
       at_ = &map_[device];
       device_ = device;
     }
     return *at_;
   }
   uint64_t get(int32_t device) const {
-    if (device == device_) return *at_;
+    if (device == device_ && at_) return *at_;
     auto it = map_.find(device);
     return it == map_.end() ? 0 : it->second;
   }

@@ -224,7 +224,7 @@ class ReportBuilder : public Pass {
   }
   uint32_t new_slot_of(Api api, uint64_t stack_id);
   DeviceState& device_state(int32_t device) {
-    return device == cached_device_ ? *cached_state_ : new_device_state(device);
+    return device == cached_device_ && cached_state_ ? *cached_state_ : new_device_state(device);
   }
   DeviceState& new_device_state(int32_t device);
 
