@@ -32,13 +32,7 @@ enum Field {
 // column's meaning depends on the event's API). Returns N, or the index of the first event that
 // names a stack at or above STACK_COUNT.
 template <typename Values>
-int put_column(int field, Event* e, int n, uint64_t stack_count, Values& values) {
-  Values v = values;  // a copy the compiler keeps in registers
-  struct CopyBack {
-    Values& to;
-    const Values& from;
-    ~CopyBack() { to = from; }
-  } copy_back{values, v};
+int put_column(int field, Event* e, int n, uint64_t stack_count, Values& v) {
   switch (field) {
     case kTimeDelta: {
       uint64_t t = 0;
