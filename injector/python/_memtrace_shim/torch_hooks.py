@@ -196,8 +196,16 @@ class TorchHooks:
 
     def hook_steps(self, disable=None):
         """Registers the step hooks, once; in Dynamo's DISABLE when torch._dynamo is there already."""
-        hooks = getattr(getattr(self.torch, "optim", None), "optimizer", None)
-        if hooks is None or not hasattr(hooks, "register_optimizer_step_post_hook"):
+        # torch.optim.optimizer, where the global step hooks live: torch/optim/__init__.py takes the
+        # name out of the package (`del optimizer`: Debian's 1.13 here, the 2.x sources, 2.11 on a
+        # GPU machine, where memtrace found no steps until this looked in sys.modules). torch
+        # imports it; should a release import it later, the hooks are registered when it does.
+        hooks = sys.modules.get("torch.optim.optimizer")
+        if hooks is None:
+            _after_import("torch.optim.optimizer",
+                          lambda module: self.hook_steps(getattr(sys.modules.get("torch._dynamo"), "disable", None)))
+            return
+        if not hasattr(hooks, "register_optimizer_step_post_hook"):
             return
         for register, hook in ((hooks.register_optimizer_step_pre_hook, self.before_step),
                                (hooks.register_optimizer_step_post_hook, self.after_step)):

@@ -1,7 +1,10 @@
 """torch.optim: Optimizer (param groups, state, step hooks as PyTorch calls them), AdamW and SGD
-(the one of the two that takes sparse gradients, as torch/optim/adamw.py refuses them)."""
+(the one of the two that takes sparse gradients, as torch/optim/adamw.py refuses them). The
+module torch.optim.optimizer, where the global step hooks are registered, is imported and then
+taken out of the package's names, as torch/optim/__init__.py does (`del optimizer`: 1.13, whose
+copy Debian's python3-torch installs, through 2.11): it is reached as sys.modules'
+"torch.optim.optimizer" or by `import torch.optim.optimizer`, never as torch.optim.optimizer."""
 
-from . import optimizer
 from .optimizer import Optimizer
 
 
@@ -31,4 +34,6 @@ class SGD(Optimizer):
         pass  # no momentum, no state: the parameters change in place
 
 
-__all__ = ["AdamW", "Optimizer", "SGD", "optimizer"]
+del optimizer  # noqa: F821 (bound by the import of .optimizer above)
+
+__all__ = ["AdamW", "Optimizer", "SGD"]
