@@ -143,7 +143,9 @@ std::string to_text(const PeakView& view) {
       if (!d.peak_phase.empty()) out += ", in " + d.peak_phase;
       out += "\n";
       if (device.pytorch_counters && view.layer != Layer::kDevice)
-        out += torch_counters_text(*device.pytorch_counters, 4, view.layer);
+        out +=
+            torch_counters_text(*device.pytorch_counters, 4, view.layer,
+                                view.layer == Layer::kReserved ? std::optional<uint64_t>(d.peak_bytes) : std::nullopt);
       if (view.by_category) {
         out += "    " + pad("bytes", 11, true) + pad("share", 8, true) + pad("count", 8, true) + "  category\n";
         for (const CategoryTotal& c : d.peak_categories)

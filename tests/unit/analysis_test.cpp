@@ -295,6 +295,25 @@ TEST(TorchCounters, MemtracesFiguresAgreeWithPyTorchsToTheByte) {
   EXPECT_NE(text.find("by 1.00 KiB"), std::string::npos) << text;
 }
 
+// cuBLAS allocates its workspace itself at each cublasCreate (64 MiB on an H200 with cuBLAS 13):
+// in the reserved layer, never in PyTorch's reserved_bytes. The report says so beside the figures
+// that agree, where the two peaks would otherwise seem to contradict.
+TEST(TorchCounters, WhatLibrariesAllocateBesidePyTorchIsSaid) {
+  TraceBuilder t("torch-counters-cublas");
+  t.alloc(Api::kCudaMalloc, 0x10000000, 20 * kMiB, "segment");
+  torch_run(t);
+  t.alloc(Api::kCudaMalloc, 0x40000000, 64 * kMiB, "cublasCreate_v2");
+  t.counter("exit:reserved_bytes.all.peak", 20 * kMiB);
+  ProcessAnalysis a = t.analyze();
+  ASSERT_EQ(a.report.pytorch_counters.size(), 1u);
+  ASSERT_TRUE(a.report.pytorch_counters[0].agrees());
+  const std::string beside = "64.0 MiB more, allocated beside PyTorch's allocator";
+  EXPECT_NE(report_text({a.report}).find(beside), std::string::npos) << report_text({a.report});
+  EXPECT_EQ(torch_counters_text(a.report.pytorch_counters[0], 0, Layer::kReserved, 20 * kMiB).find(beside),
+            std::string::npos);  // no more than PyTorch's segments: nothing to say
+  EXPECT_EQ(torch_counters_text(a.report.pytorch_counters[0], 0).find(beside), std::string::npos);
+}
+
 TEST(TorchCounters, ADisagreementIsSaidPlainly) {
   TraceBuilder t("torch-counters-differ");
   torch_run(t);

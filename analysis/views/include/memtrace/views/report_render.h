@@ -27,9 +27,11 @@ std::string command_line(const std::vector<std::string>& command);
 // outside too).
 std::string device_layer_line(const DeviceReport& d, bool joined = false);
 // PyTorch's own counters beside memtrace's: as JSON, and as text lines INDENT spaces in (the
-// figures of LAYER: reserved, allocated, or all of them for kUnknown).
+// figures of LAYER: reserved, allocated, or all of them for kUnknown). RESERVED_PEAK, the reserved
+// layer's peak on that device where the text stands beside it, is set against PyTorch's segments.
 nlohmann::json torch_counters_json(const TorchCounters& counters);
-std::string torch_counters_text(const TorchCounters& counters, size_t indent, Layer layer = Layer::kUnknown);
+std::string torch_counters_text(const TorchCounters& counters, size_t indent, Layer layer = Layer::kUnknown,
+                                std::optional<uint64_t> reserved_peak = std::nullopt);
 // What the allocated layer counts when PyTorch described it, in one sentence.
 inline constexpr const char* kPyTorchAllocatedLayer =
     "allocated: the bytes tensors asked for (PyTorch's requested_bytes, as its memory_viz draws tensors); its "
