@@ -151,16 +151,32 @@ void forget_reported_modules() {
   g_ranges.store(nullptr, std::memory_order_relaxed);
 }
 
+// The stack this thread last found every module of, as a hash of its addresses, and the list of
+// ranges it was found in: a loop allocating from one place asks about the same stack each time
+// (callgrind: ~500 instructions an event for 25 frames in seven modules, ~100 this way). A list is
+// never freed or reused, so a rescan or a fork (which drops the list) makes the memo stale.
+namespace {
+thread_local uint64_t t_known_stack = 0;
+thread_local const void* t_known_in = nullptr;
+}  // namespace
+
 void ensure_modules_reported(const uint64_t* addresses, int count) {
   const std::vector<Range>* ranges = g_ranges.load(std::memory_order_acquire);
   bool rescan = !ranges || g_unloaded.load(std::memory_order_relaxed);
+  uint64_t hash = static_cast<uint64_t>(count);
+  for (int i = 0; i < count; ++i) hash = (hash ^ addresses[i]) * 0x9E3779B97F4A7C15ull;
+  if (!rescan && ranges == t_known_in && hash == t_known_stack) return;
   const Range* last = nullptr;  // neighbouring frames are mostly in one module: tried first
   for (int i = 0; i < count && !rescan; ++i) {
     if (last && addresses[i] >= last->start && addresses[i] < last->end) continue;
     last = known(*ranges, addresses[i]);
     rescan = !last;
   }
-  if (!rescan) return;
+  if (!rescan) {
+    t_known_stack = hash;
+    t_known_in = ranges;
+    return;
+  }
   // An unknown frame: a module loaded since the last scan, or code outside any module.
   if (ranges && !g_unloaded.load(std::memory_order_relaxed)) {
     Counts now = loader_counts();

@@ -146,20 +146,18 @@ uint64_t fingerprint(const CodeFields& c) {
   return c.linetable * 0x9E3779B97F4A7C15ull ^ c.filename * 31 ^ c.name ^ (static_cast<uint64_t>(c.first_line) << 40);
 }
 
-// The id of the code object at CODE, described to the collector the first time it is seen.
-// CACHE is this thread's code_cache(), looked up once per stack (null: none could be mapped).
-uint64_t code_id(uint64_t code, CachedCode* cache) {
-  const PythonLayout& l = g_layout;
-  DirectMemory m;
-  CodeFields fields;
-  if (!read_code(l, m, code, fields)) return 0;
-  const uint64_t print = fingerprint(fields), generation = g_codes_generation.load(std::memory_order_relaxed);
-  CachedCode unused;
+size_t cache_slot(uint64_t code) {
   // The address's bits mixed: code objects lie at strides (a page, an arena's size classes) that
   // would put several of one stack in the same slot, each evicting the other at every stack.
-  CachedCode& cached = cache ? cache[(code * 0x9E3779B97F4A7C15ull) >> (64 - kCacheBits)] : unused;
-  if (cached.address == code && cached.fingerprint == print && cached.generation == generation) return cached.id;
+  return static_cast<size_t>((code * 0x9E3779B97F4A7C15ull) >> (64 - kCacheBits));
+}
 
+// The id of the code object at CODE that FIELDS describe, from the table, described to the
+// collector the first time it is seen; kept in CACHE (this thread's, or null).
+__attribute__((noinline)) uint64_t code_id_from_table(uint64_t code, const CodeFields& fields, uint64_t print,
+                                                      uint64_t generation, CachedCode* cache) {
+  const PythonLayout& l = g_layout;
+  DirectMemory m;
   std::lock_guard lock(g_codes_mutex);
   auto [it, fresh] = g_codes->try_emplace(code, KnownCode{print, 0});
   if (fresh || it->second.fingerprint != print) {  // new, or another code object at a dead one's address
@@ -168,8 +166,21 @@ uint64_t code_id(uint64_t code, CachedCode* cache) {
     publish_code(it->second.id, read_text(l, m, fields.name), read_text(l, m, fields.filename), fields.first_line,
                  static_cast<uint8_t>(l.line_table), table);
   }
-  cached = CachedCode{code, print, it->second.id, generation};
+  if (cache) cache[cache_slot(code)] = CachedCode{code, print, it->second.id, generation};
   return it->second.id;
+}
+
+// The id of the code object at CODE: this thread's cache first (CACHE, looked up once per stack;
+// null: none could be mapped), checked against what the object is now.
+inline uint64_t code_id(uint64_t code, CachedCode* cache, uint64_t generation) {
+  CodeFields fields;
+  if (!read_code(g_layout, DirectMemory(), code, fields)) return 0;
+  const uint64_t print = fingerprint(fields);
+  if (cache) {
+    const CachedCode& cached = cache[cache_slot(code)];
+    if (cached.address == code && cached.fingerprint == print && cached.generation == generation) return cached.id;
+  }
+  return code_id_from_table(code, fields, print, generation, cache);
 }
 
 // Through the C API, with the GIL: code objects are kept referenced (their address then names
@@ -288,14 +299,18 @@ void capture_python(int max_frames, bool allow_api, StackCapture& stack) {
     int n = read_frames(g_layout, DirectMemory(), reinterpret_cast<uint64_t>(py->this_thread_state()), py->code_type,
                         frames, max_frames);
     CachedCode* cache = code_cache();  // once per stack
+    const uint64_t generation = g_codes_generation.load(std::memory_order_relaxed);
+    uint64_t* pairs = stack.python;
+    int count = 0;
     for (int i = 0; i < n; ++i) {
-      uint64_t id = code_id(frames[i].code, cache);
+      uint64_t id = code_id(frames[i].code, cache, generation);
       if (!id) continue;
-      stack.python[2 * stack.python_count] = id;
-      stack.python[2 * stack.python_count + 1] = static_cast<uint64_t>(frames[i].offset);
-      ++stack.python_count;
+      pairs[2 * count] = id;
+      pairs[2 * count + 1] = static_cast<uint64_t>(frames[i].offset);
+      ++count;
     }
-    stack.python_state = stack.python_count ? ring::kPythonFrames : ring::kPythonNoFrames;
+    stack.python_count = static_cast<uint16_t>(count);
+    stack.python_state = count ? ring::kPythonFrames : ring::kPythonNoFrames;
     return;
   }
   // No C API inside PyTorch's allocator (its tracker, or a cudaMalloc it makes under its lock), and

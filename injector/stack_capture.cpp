@@ -115,16 +115,22 @@ void capture_stack(const StackOptions& options, uint64_t caller, StackCapture& s
   stack.native_count = 0;
   stack.truncated = false;
   if (options.native && options.depth > 0) {
-    // Room for memtrace's own frames on top, which are dropped, plus one to notice truncation.
-    void* frames[kMaxNativeFrames + 16];
-    int wanted = options.depth < kMaxNativeFrames ? options.depth : kMaxNativeFrames;
-    int n = walk_stack(frames, wanted + 16 + 1);
+    // Room for memtrace's own frames on top, which are dropped, plus one to notice truncation:
+    // walked into the stack's own array when it has that room (a copy cost ~250 instructions an
+    // event), else into one that does.
+    constexpr int kRoom = 16 + 1;
+    const int wanted = options.depth < kMaxNativeFrames ? options.depth : kMaxNativeFrames;
+    void* spare[kMaxNativeFrames + kRoom];
+    static_assert(sizeof(void*) == sizeof(uint64_t));
+    void** frames = wanted + kRoom <= kMaxNativeFrames ? reinterpret_cast<void**>(stack.native) : spare;
+    const int n = walk_stack(frames, wanted + kRoom);
     int first = 0;
     while (first < n && in_injector(reinterpret_cast<uint64_t>(frames[first]))) ++first;
-    for (int i = first; i < n && stack.native_count < wanted; ++i)
-      stack.native[stack.native_count++] = reinterpret_cast<uint64_t>(frames[i]);
+    const int kept = n - first < wanted ? n - first : wanted;
+    std::memmove(stack.native, frames + first, static_cast<size_t>(kept) * sizeof(uint64_t));
+    stack.native_count = static_cast<uint16_t>(kept);
     stack.truncated = n - first > wanted;
-    ensure_modules_reported(stack.native, stack.native_count);
+    ensure_modules_reported(stack.native, kept);
   }
   if (stack.native_count == 0 && caller) stack.native[stack.native_count++] = caller;
   stack.python_count = 0;
