@@ -89,22 +89,40 @@ uint64_t StackBuilder::intern(const uint64_t* native, size_t native_count, const
   auto [it, fresh] = stacks_.try_emplace(std::move(key), 0);
   if (!fresh) return it->second;
 
-  // Python frames replace the evaluation-loop frames, innermost first. One loop frame runs a
-  // whole chain of Python calls since 3.11, so when there are more Python frames than loop
-  // frames the innermost loop frame takes the extra ones.
+  // Python frames replace the evaluation-loop frames, innermost first. Where the injector marked
+  // the outermost frame of each call of the loop (ring::kEndsLoopCall), a loop frame takes the
+  // frames of its call. Unmarked (frames read through the C API), one loop frame runs a whole
+  // chain of Python calls since 3.11, so when there are more Python frames than loop frames the
+  // innermost loop frame takes the extra ones.
   size_t loops = 0;
+  bool marked = false;
   for (size_t i = 0; i < native_count; ++i) loops += native_frame(native[i]).eval_loop;
+  for (size_t k = 0; k < python_count && !marked; ++k) marked = python[2 * k] & ring::kEndsLoopCall;
   size_t next_python = 0;
+  auto take_one = [&]() {
+    const uint64_t code = python[2 * next_python] & ~ring::kEndsLoopCall, offset = python[2 * next_python + 1];
+    ++next_python;
+    if (uint64_t id = python_frame(code, offset)) scratch_.push_back(id);
+  };
   auto take_python = [&](size_t count) {
-    for (size_t k = 0; k < count && next_python < python_count; ++k, ++next_python)
-      if (uint64_t id = python_frame(python[2 * next_python], python[2 * next_python + 1])) scratch_.push_back(id);
+    for (size_t k = 0; k < count && next_python < python_count; ++k) take_one();
+  };
+  auto take_call = [&]() {  // through the next frame that ends a call of the loop
+    while (next_python < python_count) {
+      const bool ends = python[2 * next_python] & ring::kEndsLoopCall;
+      take_one();
+      if (ends) break;
+    }
   };
   scratch_.clear();
   size_t loops_seen = 0;
   for (size_t i = 0; i < native_count; ++i) {
     const Native& n = native_frame(native[i]);
     if (n.eval_loop && python_count > 0) {
-      take_python(loops_seen == 0 && python_count > loops ? python_count - loops + 1 : 1);
+      if (marked)
+        take_call();
+      else
+        take_python(loops_seen == 0 && python_count > loops ? python_count - loops + 1 : 1);
       ++loops_seen;
       continue;
     }

@@ -48,7 +48,7 @@ __attribute__((constructor)) void forget_attach_in_child() {
 
 // The code id of the one frame allocations older than the attach show: no code object has it (ids
 // count up from 1, or are addresses).
-constexpr uint64_t kBeforeAttachCode = 0xFFFF'FFFF'FFFF'FFF0ull;
+constexpr uint64_t kBeforeAttachCode = 0x7FFF'FFFF'FFFF'FFF0ull;  // the top bit is ring::kEndsLoopCall's
 
 void say(int socket, const std::string& line) {
   std::string text = line + "\n";

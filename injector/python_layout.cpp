@@ -35,6 +35,8 @@ PythonLayout interpreter_frames(int minor) {  // 3.11, 3.12
   l.frame_instr = 56;
   l.instr_is_pointer = true;
   l.frame_owner = minor == 11 ? 69 : 70;
+  l.loop_entry = minor == 11 ? PythonLayout::LoopEntry::kIsEntry : PythonLayout::LoopEntry::kShim;
+  l.frame_is_entry = minor == 11 ? 68 : kAbsent;  // Include/internal/pycore_frame.h: bool is_entry; char owner;
   l.code_firstlineno = minor == 11 ? 72 : 68;
   l.code_filename = 112;
   l.code_name = 120;
@@ -110,6 +112,7 @@ std::optional<PythonLayout> debug_offsets_313(const void* runtime) {
   l.frame_instr = d->interpreter_frame.instr_ptr;
   l.instr_is_pointer = true;
   l.frame_owner = static_cast<ptrdiff_t>(d->interpreter_frame.owner);
+  l.loop_entry = PythonLayout::LoopEntry::kShim;
   l.code_firstlineno = d->code_object.firstlineno;
   l.code_filename = d->code_object.filename;
   l.code_name = d->code_object.name;

@@ -29,6 +29,13 @@ struct PythonLayout {
   bool instr_is_pointer = false;
   bool lasti_in_code_units = false;
   ptrdiff_t frame_owner = kAbsent;  // 3.11+: a char; generator-owned frames, C-stack shims
+  // How a frame tells that a call of the evaluation loop (_PyEval_EvalFrameDefault) began there,
+  // which puts one frame of that function on the native stack: every frame does (3.9, 3.10:
+  // ceval.c evaluates each frame in a call of its own); the frame's is_entry (3.11: set by the
+  // loop on the frame it starts with, Python/ceval.c); a C-stack shim frame (3.12, 3.13: the
+  // loop's entry_frame, owner FRAME_OWNED_BY_CSTACK).
+  enum class LoopEntry { kEveryFrame, kIsEntry, kShim } loop_entry = LoopEntry::kEveryFrame;
+  ptrdiff_t frame_is_entry = kAbsent;  // 3.11: a bool
   // A code object.
   size_t code_filename = 0, code_name = 0, code_firstlineno = 0, code_linetable = 0;
   ptrdiff_t code_qualname = kAbsent;        // 3.11+

@@ -73,14 +73,19 @@ bool load(const Memory& m, uint64_t address, T& out) {
 struct PythonFrame {  // no initializers: arrays of them are filled, not cleared, on every event
   uint64_t code;
   int64_t offset;
+  bool ends_loop_call;  // the outermost frame of a call of the evaluation loop
 };
 
 // The frames of the thread whose PyThreadState is TSTATE, innermost first, at most MAX; frames a
 // reader would not show (C-stack shims, frames not started yet) are left out. CODE_TYPE is
-// PyCode_Type's address: a frame whose code is anything else is not followed into.
+// PyCode_Type's address: a frame whose code is anything else is not followed into. LOOPS, when
+// given, is set to how many calls of the evaluation loop the frames began (the loop's frames on
+// the native stack), or -1 when that is not known (more frames than MAX); the outermost frame of
+// each such call says so (ends_loop_call).
 template <typename Memory>
-int read_frames(const PythonLayout& l, const Memory& m, uint64_t tstate, uint64_t code_type, PythonFrame* out,
-                int max) {
+int read_frames(const PythonLayout& l, const Memory& m, uint64_t tstate, uint64_t code_type, PythonFrame* out, int max,
+                int* loops = nullptr) {
+  if (loops) *loops = -1;
   uint64_t frame = 0;
   if (!plausible(tstate) || !load(m, tstate + l.tstate_frame, frame)) return 0;
   if (l.cframe_current_frame != kAbsent && (!plausible(frame) || !load(m, frame + l.cframe_current_frame, frame)))
@@ -92,14 +97,25 @@ int read_frames(const PythonLayout& l, const Memory& m, uint64_t tstate, uint64_
              lasti_in_code_units = l.lasti_in_code_units, has_first_traceable = l.code_firsttraceable != kAbsent;
   const uint64_t frame_owner = static_cast<uint64_t>(l.frame_owner),
                  code_adaptive = static_cast<uint64_t>(l.code_adaptive),
-                 code_firsttraceable = static_cast<uint64_t>(l.code_firsttraceable);
-  int n = 0;
+                 code_firsttraceable = static_cast<uint64_t>(l.code_firsttraceable),
+                 frame_is_entry = static_cast<uint64_t>(l.frame_is_entry);
+  const bool every_frame = l.loop_entry == PythonLayout::LoopEntry::kEveryFrame,
+             by_shim = l.loop_entry == PythonLayout::LoopEntry::kShim,
+             by_flag = l.loop_entry == PythonLayout::LoopEntry::kIsEntry;
+  int n = 0, entries = 0;
   for (int guard = 0; plausible(frame) && n < max && guard < 100000; ++guard) {
     uint64_t code = 0, back = 0, type = 0;
     if (!load(m, frame + frame_code, code) || !load(m, frame + frame_back, back)) break;
     char owner = 0;
     if (has_owner && !load(m, frame + frame_owner, owner)) break;
     const bool shim = owner == 3;  // FRAME_OWNED_BY_CSTACK (3.12+): the C stack's entry into the interpreter
+    uint8_t entry = every_frame;
+    if (by_flag && !load(m, frame + frame_is_entry, entry)) break;
+    if (by_shim && shim) {  // 3.12+: the shim stands just outside the call's outermost frame
+      entry = 1;
+      if (n > 0) out[n - 1].ends_loop_call = true;
+    }
+    entries += entry != 0;
     if (!shim && plausible(code) && load(m, code + ob_type, type) && type == code_type) {
       int64_t offset = 0;
       bool complete = true;
@@ -116,10 +132,11 @@ int read_frames(const PythonLayout& l, const Memory& m, uint64_t tstate, uint64_
         if (!load(m, frame + frame_instr, lasti)) break;
         offset = lasti_in_code_units && lasti >= 0 ? 2 * static_cast<int64_t>(lasti) : lasti;
       }
-      if (complete) out[n++] = PythonFrame{code, offset};
+      if (complete) out[n++] = PythonFrame{code, offset, entry != 0 && !by_shim};
     }
     frame = back;
   }
+  if (loops && !plausible(frame)) *loops = entries;  // the whole chain was read
   return n;
 }
 

@@ -12,6 +12,7 @@
 // id, and each id is described once (names, first line, line table), so the injector records
 // only (code id, instruction offset) per frame and the collector computes the lines.
 #include <dlfcn.h>
+#include <link.h>
 #include <pthread.h>
 
 #include <atomic>
@@ -55,6 +56,12 @@ struct PythonApi {
   uint64_t code_type = 0;              // &PyCode_Type
   const void* runtime = nullptr;       // &_PyRuntime (3.13: starts with _Py_DebugOffsets)
   int minor = 0;
+  // The evaluation loop's code, and what says whether the interpreter evaluates frames with it
+  // (a PEP 523 function, such as torch.compile's, may stand in its place): none of them needs
+  // the GIL.
+  uint64_t loop_start = 0, loop_end = 0;              // _PyEval_EvalFrameDefault
+  Object* (*interpreter_of)(Object*) = nullptr;       // PyThreadState_GetInterpreter
+  const void* (*frame_evaluator)(Object*) = nullptr;  // _PyInterpreterState_GetEvalFrameFunc
   bool complete() const {
     return is_initialized && gil_check && this_thread_state && current_frame && frame_back && frame_code &&
            frame_line && incref && decref && get_attr && utf8 && err_fetch && err_restore && version && code_type;
@@ -100,6 +107,16 @@ const PythonApi* python_api() {
   }
   const char* v = api->version();
   api->minor = v && v[0] == '3' && v[1] == '.' ? std::atoi(v + 2) : 0;
+  find(api->interpreter_of, "PyThreadState_GetInterpreter");
+  find(api->frame_evaluator, "_PyInterpreterState_GetEvalFrameFunc");
+  Dl_info info{};
+  void* symbol = nullptr;  // its ElfW(Sym), whose size says where the function ends
+  if (void* loop = ::dlsym(RTLD_DEFAULT, "_PyEval_EvalFrameDefault");
+      loop && ::dladdr1(loop, &info, &symbol, RTLD_DL_SYMENT) && symbol &&
+      static_cast<const ElfW(Sym)*>(symbol)->st_size > 0) {
+    api->loop_start = reinterpret_cast<uint64_t>(loop);
+    api->loop_end = api->loop_start + static_cast<const ElfW(Sym)*>(symbol)->st_size;
+  }
   g_api.store(api, std::memory_order_release);
   return api;
 }
@@ -286,7 +303,9 @@ void forget_described_code() {
 
 void look_for_python_again() { g_look_again.store(true, std::memory_order_relaxed); }
 
-void capture_python(int max_frames, bool allow_api, StackCapture& stack) {
+bool python_read_directly() { return g_reading.load(std::memory_order_relaxed) == kDirect; }
+
+void capture_python(int max_frames, bool allow_api, StackCapture& stack, EvalLoops* loops) {
   const PythonApi* py = python_api();
   if (!py || !py->is_initialized()) return;
   int reading = g_reading.load(std::memory_order_acquire);
@@ -296,16 +315,24 @@ void capture_python(int max_frames, bool allow_api, StackCapture& stack) {
   }
   if (reading == kDirect) {
     PythonFrame frames[kMaxPythonFrames];
-    int n = read_frames(g_layout, DirectMemory(), reinterpret_cast<uint64_t>(py->this_thread_state()), py->code_type,
-                        frames, max_frames);
+    Object* tstate = py->this_thread_state();
+    int calls = -1;
+    int n = read_frames(g_layout, DirectMemory(), reinterpret_cast<uint64_t>(tstate), py->code_type, frames, max_frames,
+                        loops ? &calls : nullptr);
+    if (loops && calls > 0 && py->loop_start && py->interpreter_of && py->frame_evaluator && tstate &&
+        reinterpret_cast<uint64_t>(py->frame_evaluator(py->interpreter_of(tstate))) == py->loop_start)
+      *loops = EvalLoops{calls, py->loop_start, py->loop_end};
     CachedCode* cache = code_cache();  // once per stack
     const uint64_t generation = g_codes_generation.load(std::memory_order_relaxed);
     uint64_t* pairs = stack.python;
     int count = 0;
     for (int i = 0; i < n; ++i) {
       uint64_t id = code_id(frames[i].code, cache, generation);
-      if (!id) continue;
-      pairs[2 * count] = id;
+      if (!id) {  // left out: the call it ended now ends with the frame inside it
+        if (frames[i].ends_loop_call && count > 0) pairs[2 * (count - 1)] |= ring::kEndsLoopCall;
+        continue;
+      }
+      pairs[2 * count] = id | (frames[i].ends_loop_call ? ring::kEndsLoopCall : 0);
       pairs[2 * count + 1] = static_cast<uint64_t>(frames[i].offset);
       ++count;
     }

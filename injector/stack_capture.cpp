@@ -14,6 +14,7 @@
 #include "memtrace/ring/protocol.h"
 #include "session.h"
 #include "settings.h"
+#include "thread_block.h"
 
 namespace memtrace::inject {
 namespace {
@@ -111,9 +112,71 @@ void prepare_native_stacks() { load_unwinder(); }
 
 bool in_injector(uint64_t address) { return address >= g_self_start && address < g_self_end; }
 
+namespace {
+
+// How deep the outermost evaluation loop lay the last time this thread allocated from a Python
+// line (the innermost frame's code and offset, and how many loops): the same line makes much the
+// same native calls. A thread's block (thread_block.h), a slot a line.
+struct LoopDepth {
+  uint64_t key;
+  int frames;  // walked, memtrace's own frames on top included
+};
+constexpr int kLoopDepthBits = 8;
+
+LoopDepth* loop_depths() {
+  return static_cast<LoopDepth*>(thread_block(ThreadBlock::kLoopDepths, sizeof(LoopDepth) << kLoopDepthBits));
+}
+
+// How many of the N frames walked reach the outermost evaluation loop (its frame included); 0
+// when fewer of the loop's frames than LOOPS.count are among them.
+int through_outermost_loop(void* const* frames, int n, const EvalLoops& loops) {
+  int seen = 0;
+  for (int i = 0; i < n; ++i) {
+    const auto ip = reinterpret_cast<uint64_t>(frames[i]);
+    if (ip >= loops.start && ip < loops.end && ++seen == loops.count) return i + 1;
+  }
+  return 0;
+}
+
+// Walks at most MOST frames into FRAMES. Under Python (LOOPS known), the walk ends with the
+// outermost evaluation loop: below it lie the interpreter's start (Py_RunMain, main) or a thread's,
+// while native frames between Python ones (an extension calling back into Python) are kept. No
+// walk can be told where to stop but by a count, and the count is not known before the walk, so
+// the depth is remembered for the innermost Python line; a walk that ends at that depth without
+// all the loops is done again whole (the line went deeper this time).
+int walk_native(void** frames, int most, const EvalLoops& loops, const StackCapture& stack) {
+  LoopDepth* memo = loops.count > 0 && stack.python_count > 0 ? loop_depths() : nullptr;
+  if (!memo) return walk_stack(frames, most);
+  const uint64_t key =
+      ((stack.python[0] * 0x9E3779B97F4A7C15ull) ^ (stack.python[1] << 20) ^ static_cast<uint64_t>(loops.count)) | 1;
+  LoopDepth& slot = memo[(key * 0x9E3779B97F4A7C15ull) >> (64 - kLoopDepthBits)];
+  const int limit = slot.key == key && slot.frames < most ? slot.frames : most;
+  int n = walk_stack(frames, limit);
+  int through = through_outermost_loop(frames, n, loops);
+  if (!through && n == limit && limit < most) {
+    n = walk_stack(frames, most);
+    through = through_outermost_loop(frames, n, loops);
+  }
+  if (!through) return n;
+  // The deepest seen from this line: a shallower call walks a few frames more, a deeper one
+  // would walk twice.
+  slot = LoopDepth{key, slot.key == key && slot.frames > through ? slot.frames : through};
+  return through;
+}
+
+}  // namespace
+
 void capture_stack(const StackOptions& options, uint64_t caller, StackCapture& stack) {
   stack.native_count = 0;
   stack.truncated = false;
+  stack.python_count = 0;
+  stack.python_state = ring::kNoPython;
+  // Python's frames first where they are read from memory: they tell how far the native walk
+  // needs to go. Through the C API they come after it (whether the API may be called depends on
+  // the native frames).
+  EvalLoops loops;
+  const bool python_first = options.python && python_read_directly();
+  if (python_first) capture_python(kMaxPythonFrames, options.python_api, stack, options.native ? &loops : nullptr);
   if (options.native && options.depth > 0) {
     // Room for memtrace's own frames on top, which are dropped, plus one to notice truncation:
     // walked into the stack's own array when it has that room (a copy cost ~250 instructions an
@@ -123,7 +186,7 @@ void capture_stack(const StackOptions& options, uint64_t caller, StackCapture& s
     void* spare[kMaxNativeFrames + kRoom];
     static_assert(sizeof(void*) == sizeof(uint64_t));
     void** frames = wanted + kRoom <= kMaxNativeFrames ? reinterpret_cast<void**>(stack.native) : spare;
-    const int n = walk_stack(frames, wanted + kRoom);
+    const int n = walk_native(frames, wanted + kRoom, loops, stack);
     int first = 0;
     while (first < n && in_injector(reinterpret_cast<uint64_t>(frames[first]))) ++first;
     const int kept = n - first < wanted ? n - first : wanted;
@@ -133,9 +196,7 @@ void capture_stack(const StackOptions& options, uint64_t caller, StackCapture& s
     ensure_modules_reported(stack.native, kept);
   }
   if (stack.native_count == 0 && caller) stack.native[stack.native_count++] = caller;
-  stack.python_count = 0;
-  stack.python_state = ring::kNoPython;
-  if (options.python) capture_python(kMaxPythonFrames, options.python_api, stack);
+  if (options.python && !python_first) capture_python(kMaxPythonFrames, options.python_api, stack);
 }
 
 }  // namespace memtrace::inject

@@ -33,9 +33,20 @@ struct StackOptions {
 // stack's innermost frame when native stacks are off.
 void capture_stack(const StackOptions& options, uint64_t caller, StackCapture& stack);
 
+// Where the interpreter's evaluation loop (_PyEval_EvalFrameDefault: START to END) stands on the
+// native stack: COUNT of its frames, one for each call of it that the thread's Python frames began.
+struct EvalLoops {
+  int count = 0;  // 0: not known
+  uint64_t start = 0, end = 0;
+};
+
 // Python frames of the current thread (python_state and python[]); describes each code object
-// to the collector the first time it appears. Defined in python_stack.cpp.
-void capture_python(int max_frames, bool allow_api, StackCapture& stack);
+// to the collector the first time it appears; sets LOOPS where it can tell them. Defined in
+// python_stack.cpp.
+void capture_python(int max_frames, bool allow_api, StackCapture& stack, EvalLoops* loops = nullptr);
+// Whether Python frames are read from the interpreter's memory (no C API: no native frames needed
+// to decide whether it may be called).
+bool python_read_directly();
 // The collector of a forked child has seen none of the parent's code objects.
 void forget_described_code();
 

@@ -115,6 +115,10 @@ enum PythonState : uint8_t {
 // instruction byte offset; or the line, for code described with LineTable::kLines), innermost
 // first, then name_bytes of a name (NVTX marks and ranges: the message; not NUL-terminated).
 inline constexpr size_t kMaxNameBytes = 1024;
+// Set in a Python frame's code id: the outermost frame of one call of the interpreter's evaluation
+// loop (the frames of that call are the ones since the last frame so marked), which is where the
+// loop's native frame stands among the native ones. Frames read through the C API have no marks.
+inline constexpr uint64_t kEndsLoopCall = uint64_t(1) << 63;
 struct EventRecord {
   std::atomic<uint32_t> state;
   uint8_t python_state;     // PythonState
