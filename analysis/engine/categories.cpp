@@ -62,7 +62,7 @@ void CategoryTracker::add(const Event& e, const ReplayStep& step, const Replay& 
   }
   for (const MemoryChange& c : step.memory_changes) {
     if (c.layer != Layer::kAllocated) continue;
-    if (c.bytes > 0) {
+    if (c.arrived) {
       live_[c.addr] = Block{next_id_++, static_cast<uint64_t>(c.bytes), c.device, step_index, phase(), backwards_};
       if (keep_all_) all_.push_back(Category::kUnknown);
       DevicePeak& p = peaks_[c.device];

@@ -68,7 +68,7 @@ void FragmentationTracker::add(const Event& e, const ReplayStep& step, const Rep
     if (c.layer != Layer::kAllocated) continue;
     auto heap = heap_of(c.heap, c.addr);
     if (heap == heaps_.end()) continue;
-    if (c.bytes > 0)
+    if (c.arrived)
       region_added(heap->first, heap->second, c.addr, static_cast<uint64_t>(c.bytes));
     else
       region_removed(heap->first, heap->second, c.addr);

@@ -7,7 +7,7 @@ namespace memtrace {
 void LargestAllocations::add(const Event& e, const ReplayStep& step) {
   for (const MemoryChange& c : step.memory_changes) {
     const Key key{c.layer == Layer::kAllocated, c.device, c.addr};
-    if (c.bytes < 0) {
+    if (!c.arrived) {
       auto it = live_.find(key);
       if (it == live_.end()) continue;
       kept_[it->second].end_ns = std::max<uint64_t>(e.t_ns, 1);  // 0 means live

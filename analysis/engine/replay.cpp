@@ -49,7 +49,7 @@ void Replay::count_allocated(const LiveAllocation& a, uint64_t addr, int64_t sig
   allocated_bytes_[a.device] += static_cast<uint64_t>(bytes);
   allocated_total_ += static_cast<uint64_t>(bytes);
   step_.memory_changes.push_back(
-      MemoryChange{a.device, bytes, Site{a.api, a.stack_id}, Layer::kAllocated, addr, a.heap});
+      MemoryChange{a.device, bytes, Site{a.api, a.stack_id}, Layer::kAllocated, addr, a.heap, sign > 0});
 }
 
 void Replay::allocate_region(const Event& e) {
@@ -126,7 +126,8 @@ void Replay::count(const LiveAllocation& a, uint64_t addr, int64_t sign) {
   if (counts_as_device_memory(a.kind)) {
     device_bytes_[a.device] += static_cast<uint64_t>(bytes);
     reserved_bytes_ += static_cast<uint64_t>(bytes);
-    step_.memory_changes.push_back(MemoryChange{a.device, bytes, Site{a.api, a.stack_id}, Layer::kReserved, addr});
+    step_.memory_changes.push_back(
+        MemoryChange{a.device, bytes, Site{a.api, a.stack_id}, Layer::kReserved, addr, 0, sign > 0});
   } else if (a.kind == MemKind::kPinnedHost) {
     pinned_host_bytes_ += static_cast<uint64_t>(bytes);
     step_.pinned_host_bytes += bytes;

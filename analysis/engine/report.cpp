@@ -67,13 +67,13 @@ void ReportBuilder::add(const ReplayStep& step) {
   }
   for (const MemoryChange& change : step.memory_changes) {
     if (change.layer != layer_) continue;
-    if ((e.flags & kEventBeforeRecording) && change.bytes > 0) {
+    if ((e.flags & kEventBeforeRecording) && change.arrived) {
       Known& known = before_recording_[change.device];
       known.bytes += static_cast<uint64_t>(change.bytes);
       ++known.count;
     }
     DeviceState& d = device_state(change.device);
-    if (change.bytes < 0 && d.peak_unsaved) {
+    if (!change.arrived && d.peak_unsaved) {
       // The first decrease after a new peak: what is live now is what was live at the peak,
       // since nothing was allocated after it without making a higher one. Copying only here
       // keeps the cost at one copy per peak that is followed by a free.
@@ -84,7 +84,7 @@ void ReportBuilder::add(const ReplayStep& step) {
     if (d.sites.size() <= slot) d.sites.resize(slot + 1);
     SiteLive& s = d.sites[slot];
     s.bytes += static_cast<uint64_t>(change.bytes);
-    if (change.bytes > 0) {
+    if (change.arrived) {
       // The newest allocation stands for the site: the likeliest to be live still (the first
       // may be a freed temporary of a helper whose later callers keep theirs).
       s.stack_id = change.site.stack_id;

@@ -320,7 +320,7 @@ class MemoryVizExport : public PassWithBefore {
     for (const MemoryChange& c : step.memory_changes) {
       if (c.layer != Layer::kAllocated) continue;
       uint64_t bytes = static_cast<uint64_t>(c.bytes > 0 ? c.bytes : -c.bytes);
-      if (c.bytes > 0) {
+      if (c.arrived) {
         uint64_t allocation = ++allocations_;  // numbered as the category tracker numbers them
         // The viewer draws every block inside a segment: a region in no heap it cannot show.
         if (!inside_heap(c.addr, bytes)) {
@@ -358,7 +358,7 @@ class MemoryVizExport : public PassWithBefore {
       if (c.layer != Layer::kReserved) continue;
       uint64_t bytes = static_cast<uint64_t>(c.bytes > 0 ? c.bytes : -c.bytes);
       uint64_t addr = e.addr;
-      if (c.bytes > 0) {
+      if (c.arrived) {
         add(c.device, Action::kSegmentAlloc, addr, bytes, e.stream, e.t_ns, c.site.stack_id);
         add(c.device, Action::kAlloc, addr, bytes, e.stream, e.t_ns, c.site.stack_id);
       } else {

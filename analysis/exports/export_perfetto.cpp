@@ -123,7 +123,7 @@ class ProcessExport : public Pass {
     for (const MemoryChange& c : step.memory_changes) {
       counter(e.t_ns, c.device, c.layer == Layer::kAllocated ? "allocated" : "reserved",
               static_cast<int64_t>(replay.live_bytes(c.layer, c.device)));
-      if (c.bytes > 0)
+      if (c.arrived)
         begin_allocation(e, c);
       else
         end_allocation(e.t_ns, c);

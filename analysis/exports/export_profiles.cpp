@@ -90,13 +90,13 @@ bool export_chrome(const std::vector<std::string>& traces, std::FILE* out, std::
         // Allocations as async events from allocation to free, on their layer's category.
         char id[32];
         std::snprintf(id, sizeof id, "0x%llx", static_cast<unsigned long long>(c.addr));
-        nlohmann::json a = {{"ph", c.bytes > 0 ? "b" : "e"},
+        nlohmann::json a = {{"ph", c.arrived ? "b" : "e"},
                             {"cat", std::string(layer_name(c.layer))},
                             {"id", id},
                             {"pid", pid},
                             {"tid", e.tid},
                             {"ts", ts}};
-        if (c.bytes > 0) {
+        if (c.arrived) {
           a["name"] = api;
           a["args"] = {{"bytes", c.bytes}, {"device", c.device}};
         } else {

@@ -64,6 +64,9 @@ struct MemoryChange {
   uint64_t addr = 0;  // what came or went: an address or a VMM handle; allocated layer: the region,
                       // and the heap it lies in
   uint64_t heap = 0;
+  // An allocation came (else one went). Not the sign of BYTES: a zero-byte allocation
+  // (cudaMalloc(&p, 0) succeeds) has none, and counted as a free it made live counts negative.
+  bool arrived = false;
 };
 
 // An allocator's pool, as it described it (through NVTX, or PyTorch's own events): the range its
