@@ -7,7 +7,8 @@ FILE (default bench/INSTRUCTIONS.md).
 
 Recording: alloc_free_pairs (30 frames deep) on the simulated device, the whole process counted
 (the simulated CUDA libraries and libc too: what memtrace makes them do is its cost as well),
-with memtrace (stacks off, stacks on) and alone. Analysis: `memtrace peak` and `memtrace leaks`
+with memtrace (stacks off, stacks on) and alone; python_stack_bench.py (15 Python calls deep,
+ctypes.CDLL: the GIL released), the Python process counted, with memtrace and alone. Analysis: `memtrace peak` and `memtrace leaks`
 on trace_generator's traces, every thread counted. Needs valgrind."""
 
 import argparse
@@ -65,6 +66,22 @@ def main():
             rows.append((f"recording, {name}: memtrace's added instructions per event (an allocation or a free)",
                          f"{(per_pair[name] - per_pair['alone']) / 2:.0f}",
                          f"alloc_free_pairs alone: {per_pair['alone'] / 2:.0f} per event"))
+        calls = 20_000  # python_stack_bench makes 3 x CALLS allocations (and 1,000 first, which cancel out)
+        script = lambda n: [*callgrind, sys.executable, f"{ROOT}/bench/python_stack_bench.py", str(n), "released"]
+        per_call = {}
+        for name, traced in (("alone", False), ("stacks on", True)):
+            counts = []
+            for n in (calls, 2 * calls):
+                if traced:
+                    out = os.path.join(work, f"py-{len(counts)}")
+                    shutil.rmtree(out, ignore_errors=True)
+                    counts.append(instructions([memtrace, "run", "--sim", "-o", out, "--", *script(n)], env))
+                else:
+                    counts.append(instructions(script(n), env))
+            per_call[name] = (counts[1] - counts[0]) / (3 * calls)
+        rows.append(("recording, Python 15 deep, GIL released, stacks on: memtrace's added instructions per allocation",
+                     f"{per_call['stacks on'] - per_call['alone']:.0f}",
+                     f"python_stack_bench.py alone: {per_call['alone']:.0f} per allocation"))
         events = 1_000_000
         traces = []
         for n in (events, 2 * events):
