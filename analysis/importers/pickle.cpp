@@ -571,6 +571,22 @@ class Parser {
     }
     entries.emplace_back(key, value);
   }
+  void refresh(Value& v) const {
+    if (v.ref != Document::kNoValue && (v.kind == Kind::kString || v.kind == Kind::kBytes)) v.text = doc_.text(v.ref);
+  }
+  // FIELD_NAMES's index of string KEY, or kNotAField.
+  int field_of(std::string_view key) const {
+    const std::vector<std::string_view>& names = sink_->field_names();
+    for (size_t i = 0; i < names.size(); ++i)
+      if (names[i] == key) return static_cast<int>(i);
+    return DictView::kNotAField;
+  }
+  // Each item's field, where a sink names them and the scan did not know it.
+  void name_fields(DictView& view) const {
+    if (sink_->field_names().empty()) return;
+    for (DictView::Item& it : view.items)
+      if (it.field == DictView::kNotAField && it.key.kind == Kind::kString) it.field = field_of(it.key.text);
+  }
   // Streaming: the items the sink does not take join the list. When it took a whole batch,
   // what was built since the batch's MARK is forgotten, but for the values the memo keeps (moved
   // down, in order).
@@ -581,14 +597,17 @@ class Parser {
       bool taken;
       if (is_read_whole(item)) {
         DictView& view = read_whole_[item - kFirstReadWhole];
-        for (DictView::Item& it : view.items)  // the Document's strings may have moved since
-          for (Value* v : {&it.key, &it.value})
-            if (v->ref != Document::kNoValue && !v->text.empty()) v->text = doc_.text(v->ref);
+        for (DictView::Item& it : view.items) {  // the Document's strings may have moved since
+          refresh(it.key);
+          refresh(it.value);
+        }
+        name_fields(view);
         taken = sink_->take_dict(doc_, list, view);
         if (!taken) item = real(item);
       } else {
         if (sink_->takes_dicts() && doc_.is(item, Kind::kDict)) {
           view_dict(doc_, item, built_view_);
+          name_fields(built_view_);
           taken = sink_->take_dict(doc_, list, built_view_);
         } else {
           taken = sink_->take(doc_, list, item);
@@ -661,6 +680,7 @@ class Parser {
     for (size_t i = at.puts; i < puts_.size(); ++i)
       if (relocated.insert(puts_[i]).second) memo_.slot(puts_[i]) = to(memo_.slot(puts_[i]));
     sink_->forget_from(static_cast<Ref>(at.nodes));
+    recalled_.clear();  // the values moved
   }
   // Streaming again: of FROM's values, those its memo keeps (all that can be read back), copied.
   void keep_memo_of(const Parser& from) {
@@ -721,7 +741,7 @@ class Parser {
     size_t p = pos_;
     uint64_t next_memoize = put_ids_.count();
     bool named_put = false;
-    auto uint = [&](size_t n, uint64_t& out) {  // N: 1, 2, 4 or 8, little-endian
+    auto uint = [&](size_t n, uint64_t & out) __attribute__((always_inline)) {  // N: 1, 2, 4 or 8, little-endian
       if (in_.size() - p < n) return false;
       out = 0;
       const char* at = in_.data() + p;
@@ -734,20 +754,20 @@ class Parser {
       p += n;
       return true;
     };
-    auto bytes = [&](size_t n, std::string_view& out) {
+    auto bytes = [&](size_t n, std::string_view & out) __attribute__((always_inline)) {
       if (in_.size() - p < n) return false;
       out = in_.substr(p, n);
       p += n;
       return true;
     };
-    auto next_op = [&](uint8_t& op) {
+    auto next_op = [&](uint8_t & op) __attribute__((always_inline)) {
       while (p < in_.size() && static_cast<uint8_t>(in_[p]) == kFrame && in_.size() - p > 8) p += 9;
       if (p == in_.size()) return false;
       op = static_cast<uint8_t>(in_[p++]);
       return true;
     };
     // A put of the value read last (VALUE: its place among the keys and values, SIZE_MAX: the dict).
-    auto put = [&](uint8_t op, size_t value) {
+    auto put = [&](uint8_t op, size_t value) __attribute__((always_inline)) {
       uint64_t index = 0;
       if (op == kMemoize) {
         if (named_put || put_ids_.has(next_memoize)) return false;  // as the memo counts, not as we do
@@ -779,10 +799,8 @@ class Parser {
       switch (op) {
         case kBinGet:
         case kLongBinGet: {
-          if (!uint(op == kBinGet ? 1 : 4, n)) return false;
-          const Ref* r = memo_.find(n);
-          if (!r) return false;
-          fill_value(doc_, *r, v);
+          if (!uint(op == kBinGet ? 1 : 4, n) || !recall(n, v, values % 2 == 0 ? &view.items.back().field : nullptr))
+            return false;
           break;
         }
         case kShortBinUnicode:
@@ -878,11 +896,38 @@ class Parser {
       DictView::Item& item = view.items[sp.value / 2];
       Ref r = build(sp.value % 2 ? item.value : item.key);
       memo_.put(sp.index, r);
+      forget_recalled(sp.index);
       puts_.push_back(sp.index);
     }
     pos_ = p;
     stack_.push_back(kFirstReadWhole + static_cast<Ref>(read_whole_used_++));
     return true;
+  }
+  // The memo's value at INDEX into V (a string's text left to offer_items), and, for a key, its
+  // field (FIELD). False when nothing was put there. What it finds is remembered by index.
+  bool recall(uint64_t index, Value& v, int* field) {
+    if (index < recalled_.size() && recalled_[index].ref != Document::kNoValue) {
+      const Recalled& known = recalled_[index];
+      v.kind = known.kind;
+      v.ref = known.ref;
+      if (known.kind == Kind::kInt || known.kind == Kind::kBool) v.integer = doc_.nodes_[known.ref].integer;
+      if (known.kind == Kind::kFloat) v.number = doc_.nodes_[known.ref].number;
+      if (field) *field = known.field;
+      return true;
+    }
+    const Ref* r = memo_.find(index);
+    if (!r) return false;
+    fill_value(doc_, *r, v);
+    int f = v.kind == Kind::kString ? field_of(v.text) : DictView::kNotAField;
+    if (field) *field = f;
+    if (index < kMaxRecalled) {
+      if (index >= recalled_.size()) recalled_.resize(index + 1);
+      recalled_[index] = {*r, v.kind, f};
+    }
+    return true;
+  }
+  void forget_recalled(uint64_t index) {
+    if (index < recalled_.size()) recalled_[index].ref = Document::kNoValue;
   }
   // V as a value of the Document: the one it came from, or a new one (then V names it).
   Ref build(Value& v) {
@@ -921,6 +966,7 @@ class Parser {
     put_ids_.add(index);
     if (!memo_.keeps(index)) return true;  // never read back: not kept
     memo_.put(index, stack_.back());
+    forget_recalled(index);
     if (sink_) puts_.push_back(index);
     return true;
   }
@@ -1185,6 +1231,15 @@ class Parser {
   };
   std::vector<ScanList> scan_lists_;
   std::vector<Ref> scan_refs_;
+  // What scan_dict found at small memo indices (a dict's keys are among the first put), until the
+  // index is put again or the values move.
+  struct Recalled {
+    Ref ref = Document::kNoValue;
+    Kind kind = Kind::kNone;
+    int field = DictView::kNotAField;
+  };
+  static constexpr uint64_t kMaxRecalled = uint64_t{1} << 16;
+  std::vector<Recalled> recalled_;
   bool offered_ = false;  // run_to: a batch went to the sink
   Ref resumed_list_ = 0;
   std::string problem_;

@@ -53,12 +53,10 @@ bool viewer_omits(std::string_view name, std::string_view file) {
   return false;
 }
 
-// Whether KEY is LITERAL: memcmp of a constant size against 0 is a few inline loads, where
-// string_view's == calls into the C library (once per key of every entry).
-template <size_t N>
-bool is(std::string_view key, const char (&literal)[N]) {
-  return key.size() == N - 1 && std::memcmp(key.data(), literal, N - 1) == 0;
-}
+// The keys of an entry this reads; the parser says which of them each key is (DictView::Item::field).
+enum EntryField : int { kAction, kAddr, kSize, kStream, kFrames, kTimeUs, kCategory, kDeviceFree };
+const std::vector<std::string_view> kEntryFields = {"action", "addr",    "size",     "stream",
+                                                    "frames", "time_us", "category", "device_free"};
 
 // An entry of a device's trace, read from the pickle: none when ITEM is not one (a dict with a
 // string 'action'). STACK_OF interns its frames; WITH_STACK says whether it is wanted.
@@ -71,37 +69,23 @@ std::optional<Entry> entry_from(const Document& doc, const pickle::DictView& ite
   std::string_view category;
   // In order, each key setting its field whatever its value: a key given again replaces the
   // first, as the dict the pickle builds keeps only the last.
-  for (const auto& [k, v] : item.items) {
-    if (k.kind != Kind::kString) continue;
-    std::string_view key = k.text;
+  for (const auto& [k, v, field] : item.items) {
     bool number = v.kind == Kind::kInt;
     const uint64_t as_unsigned = number ? static_cast<uint64_t>(v.integer) : 0;
-    switch (key.size()) {
-      case 4:
-        if (is(key, "addr")) e.addr = as_unsigned;
-        if (is(key, "size")) e.size = as_unsigned;
+    switch (field) {
+      case kAction:
+        has_action = v.kind == Kind::kString;
+        e.action = has_action ? torch_action(v.text) : std::nullopt;
         break;
-      case 6:
-        if (is(key, "action")) {
-          has_action = v.kind == Kind::kString;
-          e.action = has_action ? torch_action(v.text) : std::nullopt;
-        } else if (is(key, "stream")) {
-          e.stream = as_unsigned;
-        } else if (is(key, "frames")) {
-          frames = v.kind == Kind::kList ? v.ref : kNoRef;
-        }
-        break;
-      case 7:
-        if (is(key, "time_us")) e.time_us = number ? v.integer : -1;
-        break;
-      case 8:
-        if (is(key, "category")) category = v.text;
-        break;
-      case 11:
-        if (is(key, "device_free")) {
-          e.device_free = as_unsigned;
-          has_free = number;
-        }
+      case kAddr: e.addr = as_unsigned; break;
+      case kSize: e.size = as_unsigned; break;
+      case kStream: e.stream = as_unsigned; break;
+      case kFrames: frames = v.kind == Kind::kList ? v.ref : kNoRef; break;
+      case kTimeUs: e.time_us = number ? v.integer : -1; break;
+      case kCategory: category = v.text; break;
+      case kDeviceFree:
+        e.device_free = as_unsigned;
+        has_free = number;
         break;
       default: break;
     }
@@ -135,6 +119,7 @@ class Importer : public pickle::ItemSink {
   const Document& doc() const { return parse_.document(); }
 
   bool takes_dicts() const override { return true; }
+  const std::vector<std::string_view>& field_names() const override { return kEntryFields; }
   bool take(const Document&, Ref, Ref) override { return false; }  // an entry is a dict
   // The first pass: each entry seen once, the first batch of each list kept.
   bool take_dict(const Document& doc, Ref list, const pickle::DictView& item) override {
@@ -582,6 +567,7 @@ class Importer : public pickle::ItemSink {
     size_t position() const { return cursor_ && !cursor_->done() ? cursor_->position() : SIZE_MAX; }
 
     bool takes_dicts() const override { return true; }
+    const std::vector<std::string_view>& field_names() const override { return kEntryFields; }
     bool take(const Document&, Ref, Ref) override { return false; }  // an entry is a dict
     bool take_dict(const Document& doc, Ref list, const pickle::DictView& item) override {
       if (!cursor_ || list != cursor_->list()) return false;

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <utility>
@@ -284,10 +285,12 @@ std::string render(const Document& d, const Value& v, int depth) {
 }
 
 // Takes the dicts with an 'action' (as the snapshot importer does), writing down each.
+// With NAMES, it names those fields (ItemSink::field_names) and checks each item's.
 class ActionSink : public ItemSink {
  public:
-  explicit ActionSink(bool views) : views_(views) {}
+  explicit ActionSink(bool views, std::vector<std::string_view> names = {}) : views_(views), names_(std::move(names)) {}
   bool takes_dicts() const override { return views_; }
+  const std::vector<std::string_view>& field_names() const override { return names_; }
   bool take(const Document& doc, Ref, Ref item) override {
     if (!doc.is(item, Kind::kDict)) return false;
     DictView view;
@@ -306,7 +309,12 @@ class ActionSink : public ItemSink {
   bool take_view(const Document& doc, const DictView& dict) {
     std::vector<std::pair<std::string, std::string>> items;
     bool action = false;
-    for (const auto& [k, v] : dict.items) {
+    for (const auto& [k, v, field] : dict.items) {
+      if (field >= 0) {
+        EXPECT_EQ(k.text, names_[static_cast<size_t>(field)]);
+      } else if (k.kind == Kind::kString) {
+        EXPECT_EQ(std::find(names_.begin(), names_.end(), k.text), names_.end()) << k.text << " has a field";
+      }
       action |= k.kind == Kind::kString && k.text == "action";
       items.emplace_back(render(doc, k), render(doc, v));
     }
@@ -314,20 +322,24 @@ class ActionSink : public ItemSink {
     return action;
   }
   bool views_;
+  std::vector<std::string_view> names_;
 };
 
 void expect_same_with_views(const std::string& bytes, bool takes_some = true) {
-  ActionSink built(false), viewed(true);
-  StreamingParse a(bytes), b(bytes);
-  std::string error_a, error_b;
-  bool ok_a = a.run(built, error_a), ok_b = b.run(viewed, error_b);
+  ActionSink built(false), viewed(true), named(true, {"size", "action", "frames", "addr"});
+  StreamingParse a(bytes), b(bytes), c(bytes);
+  std::string error_a, error_b, error_c;
+  bool ok_a = a.run(built, error_a), ok_b = b.run(viewed, error_b), ok_c = c.run(named, error_c);
   EXPECT_TRUE(ok_a) << error_a;  // every case here is a pickle Python reads
   ASSERT_EQ(ok_a, ok_b) << error_a << " / " << error_b;
+  ASSERT_EQ(ok_a, ok_c) << error_a << " / " << error_c;
   EXPECT_EQ(error_a, error_b);
   EXPECT_EQ(built.taken, viewed.taken);
+  EXPECT_EQ(built.taken, named.taken);
   EXPECT_EQ(!built.taken.empty(), takes_some);
-  EXPECT_EQ(render(a.document(), value_of(a.document(), a.document().root())),
-            render(b.document(), value_of(b.document(), b.document().root())));
+  std::string whole = render(a.document(), value_of(a.document(), a.document().root()));
+  EXPECT_EQ(whole, render(b.document(), value_of(b.document(), b.document().root())));
+  EXPECT_EQ(whole, render(c.document(), value_of(c.document(), c.document().root())));
 }
 
 // The snapshot-like value below, pickled by CPython 3.11 with protocols 3 (BINPUT, BINUNICODE) and

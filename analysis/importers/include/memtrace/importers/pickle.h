@@ -88,8 +88,11 @@ void fill_value(const Document& doc, Ref v, Value& out);
 // A dict as a streaming parse offers it (ItemSink::take_dict): read straight from the opcodes when
 // its keys and values are scalars, strings or values of the memo, without building it.
 struct DictView {
+  // An item's key among the sink's field_names(): its index there, kNotAField for any other key.
+  static constexpr int kNotAField = -1;
   struct Item {
     Value key, value;
+    int field = kNotAField;  // set for a sink that names its fields
   };
   std::vector<Item> items;         // in the pickle's order; a key given twice is here twice, the last counts
   Ref built = Document::kNoValue;  // the parser's: the dict once it was built into the Document
@@ -124,6 +127,13 @@ class ItemSink {
     (void)list;
     (void)dict;
     return false;
+  }
+  // The string keys a takes_dicts() sink reads: each item of a DictView it is offered says which
+  // of them its key is (Item::field), so that the sink compares no key text. The parser learns a
+  // memoized key's field once, not once per dict (every key of a snapshot's entries is memoized).
+  virtual const std::vector<std::string_view>& field_names() const {
+    static const std::vector<std::string_view> kNone;
+    return kNone;
   }
   // The values from FIRST on are forgotten: a Ref the sink kept from there means something else now.
   virtual void forget_from(Ref first) { (void)first; }
