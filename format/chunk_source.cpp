@@ -2,6 +2,9 @@
 
 #include <zstd.h>
 
+#include <algorithm>
+#include <cstring>
+
 #include "memtrace/format/framing.h"
 
 namespace memtrace {
@@ -55,11 +58,48 @@ RawChunk& ChunkSource::next() {
   return ring_[consumed_ % kAhead];
 }
 
+size_t ChunkSource::fetch(void* into, size_t size) {
+  if (!channel_) return std::fread(into, 1, size, file_);
+  size_t got = 0;
+  while (got < size) {
+    if (item_read_ == item_.bytes.size()) {
+      // Events inside a chunk's bytes: no writer puts them there; the chunk reads as cut.
+      if (!channel_->take(item_) || item_.is_events) break;
+      item_read_ = 0;
+    }
+    size_t n = std::min(size - got, item_.bytes.size() - item_read_);
+    std::memcpy(static_cast<char*>(into) + got, item_.bytes.data() + item_read_, n);
+    item_read_ += n;
+    got += n;
+  }
+  return got;
+}
+
+size_t ChunkSource::read_bytes(void* into, size_t size) {
+  size_t got = fetch(into, size);
+  offset_ += got;
+  return got;
+}
+
 void ChunkSource::read(RawChunk& out) {
   out.status = RawChunk::Status::kOk;
   out.offset = offset_;
   out.is_events = false;
   out.problem.clear();
+  if (channel_ && item_read_ == item_.bytes.size()) {  // between chunks: events come as they are
+    if (!channel_->take(item_)) {
+      out.status = RawChunk::Status::kEnd;
+      out.end_offset = offset_;
+      return;
+    }
+    item_read_ = 0;
+    if (item_.is_events) {
+      out.events.swap(item_.events);  // the reader's old vector goes back to the writer
+      out.is_events = true;
+      out.end_offset = offset_;
+      return;
+    }
+  }
   auto cut = [&](uint64_t at) {
     out.status = RawChunk::Status::kCut;
     out.end_offset = at;
@@ -71,8 +111,8 @@ void ChunkSource::read(RawChunk& out) {
     out.problem = std::move(what);
   };
   unsigned char head[framing::kChunkHeaderBytes];
-  size_t got = std::fread(head, 1, sizeof head, file_);
-  if (got == 0 && std::feof(file_)) {  // clean end of file
+  size_t got = fetch(head, sizeof head);
+  if (got == 0 && (channel_ || std::feof(file_))) {  // clean end of file
     out.status = RawChunk::Status::kEnd;
     out.end_offset = offset_;
     return;
@@ -89,7 +129,7 @@ void ChunkSource::read(RawChunk& out) {
   // before any memory is taken for it.
   if (file_size_ && offset_ + sizeof head + length > file_size_) return cut(file_size_);
   buffer_.resize(length);
-  got = std::fread(buffer_.data(), 1, length, file_);
+  got = fetch(buffer_.data(), length);
   if (got < length) return cut(offset_ + sizeof head + got);
 #ifndef MEMTRACE_FUZZ_NO_CHECKSUM  // the fuzz target skips it, to reach what lies behind it
   if (framing::crc32c(buffer_.data(), length) != framing::get_u32(head + 8))

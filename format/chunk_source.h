@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -14,6 +15,7 @@
 
 #include "event_batch_wire.h"
 #include "memtrace.pb.h"
+#include "memtrace/format/chunk_channel.h"
 #include "memtrace/format/event.h"
 
 namespace memtrace {
@@ -37,6 +39,8 @@ class ChunkSource {
   // Reads FILE (which stays the caller's) from OFFSET; FILE_SIZE is 0 when unknown.
   ChunkSource(std::FILE* file, uint64_t offset, uint64_t file_size)
       : file_(file), offset_(offset), file_size_(file_size) {}
+  // Reads what a writer in this process puts into CHANNEL (its events as they are).
+  explicit ChunkSource(std::shared_ptr<ChunkChannel> channel) : channel_(std::move(channel)) {}
   ~ChunkSource();
   ChunkSource(const ChunkSource&) = delete;
   ChunkSource& operator=(const ChunkSource&) = delete;
@@ -46,14 +50,20 @@ class ChunkSource {
   // The next chunk; it stays valid until the next call. After a chunk whose status is not kOk,
   // there is no other.
   RawChunk& next();
+  // Up to SIZE bytes into INTO, before any chunk is read (the file header): how many there were.
+  size_t read_bytes(void* into, size_t size);
 
  private:
   void read(RawChunk& out);
   void run_ahead();
+  size_t fetch(void* into, size_t size);  // from the file or the channel
 
-  std::FILE* file_;
-  uint64_t offset_;
-  uint64_t file_size_;
+  std::FILE* file_ = nullptr;
+  uint64_t offset_ = 0;
+  uint64_t file_size_ = 0;
+  std::shared_ptr<ChunkChannel> channel_;
+  ChunkChannel::Item item_;  // the channel's item being read
+  size_t item_read_ = 0;     // of its bytes
   std::string buffer_, unpacked_;
   uint64_t stacks_seen_ = 1;  // stack 0 is "no stack"; the reader checks the tables themselves
   RawChunk current_;          // without prefetch

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "chunk_source.h"
+#include "memtrace/format/chunk_channel.h"
 #include "memtrace/format/framing.h"
 
 namespace memtrace {
@@ -28,8 +29,22 @@ std::unique_ptr<TraceReader> TraceReader::open(std::FILE* file, const std::strin
     if (end >= 0) file_size = static_cast<uint64_t>(end);
     std::rewind(file);
   }
+  reader->source_ = std::make_unique<ChunkSource>(file, 0, file_size);
+  return start(std::move(reader), error);
+}
+
+std::unique_ptr<TraceReader> TraceReader::open(std::shared_ptr<ChunkChannel> channel, const std::string& name,
+                                               std::string& error) {
+  std::unique_ptr<TraceReader> reader(new TraceReader(nullptr, name));
+  reader->channel_ = channel;
+  reader->source_ = std::make_unique<ChunkSource>(std::move(channel));
+  return start(std::move(reader), error);
+}
+
+std::unique_ptr<TraceReader> TraceReader::start(std::unique_ptr<TraceReader> reader, std::string& error) {
+  const std::string& path = reader->path_;
   unsigned char head[framing::kFileHeaderBytes];
-  size_t got = std::fread(head, 1, sizeof head, file);
+  size_t got = reader->source_->read_bytes(head, sizeof head);
   if (got < sizeof framing::kMagic || std::memcmp(head, framing::kMagic, sizeof framing::kMagic) != 0) {
     error = path + " is not a memtrace trace (no MEMTRACE magic at byte 0)";
     return nullptr;
@@ -49,7 +64,6 @@ std::unique_ptr<TraceReader> TraceReader::open(std::FILE* file, const std::strin
     return nullptr;
   }
   reader->offset_ = sizeof head;
-  reader->source_ = std::make_unique<ChunkSource>(file, sizeof head, file_size);
   if (!reader->read_chunk() || !reader->chunk_->chunk.has_header()) {
     error = path + ": " +
             (reader->problem_.empty()
@@ -64,8 +78,9 @@ std::unique_ptr<TraceReader> TraceReader::open(std::FILE* file, const std::strin
 TraceReader::TraceReader(std::FILE* file, std::string path) : file_(file), path_(std::move(path)) {}
 
 TraceReader::~TraceReader() {
-  source_.reset();  // its thread reads file_
-  std::fclose(file_);
+  if (channel_) channel_->close_reading();  // a writer waiting for room goes on, and stops
+  source_.reset();                          // its thread reads file_
+  if (file_) std::fclose(file_);
   writer_finished();
 }
 
@@ -101,7 +116,9 @@ bool TraceReader::read_chunk() {
   return false;
 }
 
-void TraceReader::prefetch() { source_->prefetch(); }
+void TraceReader::prefetch() {
+  if (!channel_) source_->prefetch();  // a channel's writer runs ahead on a thread of its own
+}
 
 bool TraceReader::take_chunk() {
   if (chunk_->is_events) {  // decoded by the source: take its events, give it back our vector

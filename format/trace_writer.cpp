@@ -40,6 +40,21 @@ std::unique_ptr<TraceWriter> TraceWriter::create_on(int fd, const std::string& n
   return writer;
 }
 
+std::unique_ptr<TraceWriter> TraceWriter::create_on(std::shared_ptr<ChunkChannel> channel, const std::string& name,
+                                                    std::string& error) {
+  std::unique_ptr<TraceWriter> writer(new TraceWriter(-1, name, 0));
+  writer->channel_ = std::move(channel);
+  unsigned char head[framing::kFileHeaderBytes] = {};
+  std::memcpy(head, framing::kMagic, sizeof framing::kMagic);
+  framing::put_u32(head + 8, framing::kFormatVersion);
+  writer->write_bytes(head, sizeof head);
+  if (writer->failed()) {
+    error = writer->error();
+    return nullptr;
+  }
+  return writer;
+}
+
 TraceWriter::TraceWriter(int fd, std::string path, int compression)
     : fd_(fd), path_(std::move(path)), compression_(compression) {
   pending_events_.reserve(kEventsPerBatch);
@@ -48,10 +63,17 @@ TraceWriter::TraceWriter(int fd, std::string path, int compression)
 
 TraceWriter::~TraceWriter() {
   if (fd_ >= 0) ::close(fd_);
+  if (channel_) channel_->close_writing();  // unfinished: the reader finds the trace cut
   ZSTD_freeCCtx(static_cast<ZSTD_CCtx*>(zstd_));
 }
 
 void TraceWriter::write_bytes(const void* data, size_t size) {
+  if (channel_) {
+    if (failed()) return;
+    if (!channel_->put_bytes(data, size)) error_ = "cannot write " + path_ + ": its reader went";
+    bytes_written_ += size;
+    return;
+  }
   auto p = static_cast<const char*>(data);
   while (size > 0 && !failed()) {
     ssize_t n = ::write(fd_, p, size);
@@ -147,7 +169,7 @@ std::string TraceWriter::framed(const pb::Chunk& chunk, int compression) {
 }
 
 void TraceWriter::write_chunk(const pb::Chunk& chunk) {
-  if (failed() || fd_ < 0) return;
+  if (failed() || (fd_ < 0 && !channel_)) return;
   if (chunk.ByteSizeLong() > framing::kMaxChunkBytes) {
     error_ = "internal error: chunk of " + std::to_string(chunk.ByteSizeLong()) + " bytes is too large";
     return;
@@ -301,6 +323,19 @@ void TraceWriter::encode_events(const std::vector<Event>& events, pb::EventBatch
 
 void TraceWriter::flush_events() {
   if (pending_events_.empty()) return;
+  if (channel_) {
+    if (failed()) return;
+    // As a reader of the file finds them: of the fields that share a column, the API's own.
+    for (Event& e : pending_events_) {
+      uint64_t aux = aux_value(e);
+      e.handle = e.heap = e.name = 0;
+      set_aux_value(e, aux);
+    }
+    events_written_ += pending_events_.size();
+    if (!channel_->put_events(pending_events_)) error_ = "cannot write " + path_ + ": its reader went";
+    pending_events_.clear();
+    return;
+  }
   pb::Chunk chunk;
   encode_events(pending_events_, *chunk.mutable_events());
   write_chunk(chunk);
@@ -361,6 +396,10 @@ void TraceWriter::finish(pb::Footer footer) {
   if (fd_ >= 0) {
     ::close(fd_);
     fd_ = -1;
+  }
+  if (channel_) {
+    channel_->close_writing();
+    channel_.reset();
   }
 }
 

@@ -1,7 +1,6 @@
 #include "memtrace/engine/trace_set.h"
 
 #include <fcntl.h>
-#include <pthread.h>
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -10,7 +9,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -20,6 +18,7 @@
 
 #include "memtrace/engine/process_analysis.h"
 #include "memtrace/engine/summary.h"
+#include "memtrace/format/chunk_channel.h"
 #include "memtrace/format/run_folder.h"
 #include "memtrace/importers/pickle.h"
 #include "memtrace/importers/torch_snapshot.h"
@@ -73,9 +72,10 @@ class MappedFile {
   size_t size_ = 0;
 };
 
-// A PyTorch snapshot becomes a trace written into a pipe, by a thread of its own, while it is
-// read as any trace is: the import and the analysis run at once, and the trace is never whole in
-// memory. What keeps the snapshot from being imported is found before the thread starts.
+// A PyTorch snapshot becomes a trace handed to its reader in this process (a ChunkChannel), by a
+// thread of its own, while it is read as any trace is: the import and the analysis run at once,
+// and the trace is never whole in memory. What keeps the snapshot from being imported is found
+// before the thread starts.
 std::unique_ptr<TraceReader> open_torch_snapshot(const std::string& path, std::string& error) {
   struct Import {
     std::string path;  // the import names it, from its thread, after the caller's may be gone
@@ -88,44 +88,27 @@ std::unique_ptr<TraceReader> open_torch_snapshot(const std::string& path, std::s
   auto state = std::make_shared<Import>();
   state->path = path;
   if (!state->file.open(path, error)) return nullptr;
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) {
-    error = "cannot read " + path + ": " + std::strerror(errno);
-    return nullptr;
-  }
-  // Not compressed: it is read at once, from the pipe.
-  state->writer = TraceWriter::create_on(fds[1], path, error, 0);
-  std::FILE* trace = state->writer ? ::fdopen(fds[0], "rb") : nullptr;
-  if (!trace) {
-    if (state->writer) error = "cannot read " + path + ": " + std::strerror(errno);
-    ::close(fds[0]);
-    return nullptr;
-  }
+  auto channel = std::make_shared<ChunkChannel>();
+  state->writer = TraceWriter::create_on(channel, path, error);
+  if (!state->writer) return nullptr;
   Import* s = state.get();
   s->import = std::make_unique<TorchSnapshotImport>(s->file.bytes(), s->path, *s->writer,
                                                     [s](size_t begin, size_t end) { s->file.release(begin, end); });
   if (!s->import->check()) {
     error = s->import->error();
-    std::fclose(trace);
     return nullptr;
   }
   s->thread = std::thread([s] {
-    // A reader that went early closes the pipe: its writes then fail (EPIPE) rather than raise
-    // SIGPIPE, which is this thread's to block.
-    sigset_t pipe_signal;
-    sigemptyset(&pipe_signal);
-    sigaddset(&pipe_signal, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &pipe_signal, nullptr);
     s->written = s->import->write();
-    s->writer.reset();  // the end of the pipe: the reader sees the end of the trace
+    s->writer.reset();  // the end of the trace, for the reader
   });
   auto finish = [state]() -> std::string {
     if (state->thread.joinable()) state->thread.join();
     return state->written ? std::string() : state->import->error();
   };
-  std::unique_ptr<TraceReader> reader = TraceReader::open(trace, path, error);
+  std::unique_ptr<TraceReader> reader = TraceReader::open(channel, path, error);
   if (!reader) {
-    std::string problem = finish();  // the reader closed the pipe: the writer stops
+    std::string problem = finish();  // the reader closed the channel: the writer stops
     if (!problem.empty()) error = problem;
     return nullptr;
   }

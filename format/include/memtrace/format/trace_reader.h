@@ -16,6 +16,7 @@
 
 namespace memtrace {
 
+class ChunkChannel;
 class ChunkSource;
 struct RawChunk;
 
@@ -26,6 +27,9 @@ class TraceReader {
   static std::unique_ptr<TraceReader> open(const std::string& path, std::string& error);
   // The same over an open FILE, which the reader then owns; NAME is for messages.
   static std::unique_ptr<TraceReader> open(std::FILE* file, const std::string& name, std::string& error);
+  // The same for the trace a writer in this process puts into CHANNEL (TraceWriter::create_on).
+  static std::unique_ptr<TraceReader> open(std::shared_ptr<ChunkChannel> channel, const std::string& name,
+                                           std::string& error);
   ~TraceReader();
 
   // The header, with the devices the trace described so far (they follow the header).
@@ -69,6 +73,8 @@ class TraceReader {
 
  private:
   TraceReader(std::FILE* file, std::string path);
+  // Reads the file header and the header chunk from source_; null with ERROR set when they are not.
+  static std::unique_ptr<TraceReader> start(std::unique_ptr<TraceReader> reader, std::string& error);
   // Reads one chunk into chunk_; false at end of file or on a problem (problem_ set).
   bool read_chunk();
   // The first event of the next batch that has one; null at the end.
@@ -80,6 +86,7 @@ class TraceReader {
   void writer_finished();
 
   std::FILE* file_;
+  std::shared_ptr<ChunkChannel> channel_;  // in place of FILE_
   std::string path_;
   std::function<std::string()> writer_finish_;
   uint64_t offset_ = 0;        // bytes consumed so far

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "memtrace.pb.h"
+#include "memtrace/format/chunk_channel.h"
 #include "memtrace/format/event.h"
 #include "memtrace/format/framing.h"
 
@@ -37,6 +38,10 @@ class TraceWriter {
   // messages.
   static std::unique_ptr<TraceWriter> create_on(int fd, const std::string& name, std::string& error,
                                                 int compression = 1);
+  // The same into CHANNEL, for a reader in this process: not compressed, and its events handed
+  // over as they are (each as a reader of the file would decode it).
+  static std::unique_ptr<TraceWriter> create_on(std::shared_ptr<ChunkChannel> channel, const std::string& name,
+                                                std::string& error);
   ~TraceWriter();
   TraceWriter(const TraceWriter&) = delete;
   TraceWriter& operator=(const TraceWriter&) = delete;
@@ -88,6 +93,7 @@ class TraceWriter {
   void flush_events();
 
   int fd_;
+  std::shared_ptr<ChunkChannel> channel_;  // in place of FD_ (create_on a channel)
   std::string path_;
   std::string error_;
   std::unordered_map<std::string, uint64_t> strings_;
