@@ -597,8 +597,12 @@ class Parser {
       bool taken;
       if (is_read_whole(item)) {
         DictView& view = read_whole_[item - kFirstReadWhole];
+        const std::vector<std::string_view>& names = sink_->field_names();
         for (DictView::Item& it : view.items) {  // the Document's strings may have moved since
-          refresh(it.key);
+          if (it.field >= 0)
+            it.key.text = names[static_cast<size_t>(it.field)];  // the same text, without the lookup
+          else
+            refresh(it.key);
           refresh(it.value);
         }
         name_fields(view);
@@ -739,12 +743,16 @@ class Parser {
     scan_lists_.clear();
     scan_refs_.clear();
     size_t p = pos_;
+    // In locals: the stores into the view below could alias the members, which the compiler would
+    // then load again at every opcode.
+    const char* const data = in_.data();
+    const size_t size = in_.size();
     uint64_t next_memoize = put_ids_.count();
     bool named_put = false;
     auto uint = [&](size_t n, uint64_t & out) __attribute__((always_inline)) {  // N: 1, 2, 4 or 8, little-endian
-      if (in_.size() - p < n) return false;
+      if (size - p < n) return false;
       out = 0;
-      const char* at = in_.data() + p;
+      const char* at = data + p;
       switch (n) {
         case 1: out = static_cast<uint8_t>(*at); break;
         case 2: out = load_le<uint16_t>(at); break;
@@ -755,15 +763,19 @@ class Parser {
       return true;
     };
     auto bytes = [&](size_t n, std::string_view & out) __attribute__((always_inline)) {
-      if (in_.size() - p < n) return false;
-      out = in_.substr(p, n);
+      if (size - p < n) return false;
+      out = std::string_view(data + p, n);
       p += n;
       return true;
     };
     auto next_op = [&](uint8_t & op) __attribute__((always_inline)) {
-      while (p < in_.size() && static_cast<uint8_t>(in_[p]) == kFrame && in_.size() - p > 8) p += 9;
-      if (p == in_.size()) return false;
-      op = static_cast<uint8_t>(in_[p++]);
+      if (p == size) return false;
+      op = static_cast<uint8_t>(data[p++]);
+      if (__builtin_expect(op != kFrame, 1)) return true;
+      --p;  // frames are rare: one every 64 KiB
+      while (p < size && static_cast<uint8_t>(data[p]) == kFrame && size - p > 8) p += 9;
+      if (p == size) return false;
+      op = static_cast<uint8_t>(data[p++]);
       return true;
     };
     // A put of the value read last (VALUE: its place among the keys and values, SIZE_MAX: the dict).
@@ -786,23 +798,19 @@ class Parser {
     if (!next_op(op)) return false;
     if (is_put(op) && (!put(op, SIZE_MAX) || !next_op(op))) return false;
     if (op != kMark) return false;
-    size_t values = 0;
-    for (;;) {
-      if (!next_op(op)) return false;
-      if (op == kSetItems) break;
-      if (values == 2 * kMaxReadWholeItems) return false;
-      // Filled in place: a Value copied through the stack stalls on store forwarding.
-      if (values % 2 == 0) view.items.emplace_back();
-      Value& v = values % 2 == 0 ? view.items.back().key : view.items.back().value;
+    // A put of the value just read, if the next opcode is one (VALUE: its place among the keys and
+    // values). Looked at without taking the opcode: most values have none.
+    auto put_after = [&](size_t value) __attribute__((always_inline)) {
+      if (p == size || !is_put(static_cast<uint8_t>(data[p]))) return true;
+      return put(static_cast<uint8_t>(data[p++]), value);
+    };
+    // The key or value OP begins, into V (VALUE: its place among the keys and values).
+    auto read_value = [&](uint8_t op, Value & v, int* field, size_t value) __attribute__((always_inline)) {
       uint64_t n = 0;
       std::string_view b;
       switch (op) {
         case kBinGet:
-        case kLongBinGet: {
-          if (!uint(op == kBinGet ? 1 : 4, n) || !recall(n, v, values % 2 == 0 ? &view.items.back().field : nullptr))
-            return false;
-          break;
-        }
+        case kLongBinGet: return uint(op == kBinGet ? 1 : 4, n) && recall(n, v, field);
         case kShortBinUnicode:
         case kBinUnicode:
         case kShortBinBytes:
@@ -810,37 +818,32 @@ class Parser {
           if (!uint(op == kShortBinUnicode || op == kShortBinBytes ? 1 : 4, n) || !bytes(n, b)) return false;
           v.kind = op == kShortBinUnicode || op == kBinUnicode ? Kind::kString : Kind::kBytes;
           v.text = b;
-          break;
+          return true;
         case kBinInt1:
         case kBinInt2:
           if (!uint(op == kBinInt1 ? 1 : 2, n)) return false;
           v.kind = Kind::kInt;
           v.integer = static_cast<int64_t>(n);
-          break;
+          return true;
         case kBinInt:
           if (!uint(4, n)) return false;
           v.kind = Kind::kInt;
           v.integer = static_cast<int32_t>(static_cast<uint32_t>(n));
-          break;
+          return true;
         case kLong1:
           if (!uint(1, n) || !bytes(n, b)) return false;
           v.kind = long_value(b, v.integer);
-          break;
+          return true;
         case kBinFloat:
           if (!uint(8, n)) return false;
           v.kind = Kind::kFloat;
           v.number = std::bit_cast<double>(__builtin_bswap64(n));  // stored big-endian
-          break;
-        case kNone: break;
-        case kEmptyList: {  // a list of memo values (a stack's frames, shared by every entry that has it)
-          if (values % 2 == 0) return false;  // not as a key
-          ScanList list{values, scan_refs_.size(), 0};
-          size_t at = p;
-          if (next_op(op) && is_put(op)) {
-            if (!put(op, values)) return false;
-          } else {
-            p = at;
-          }
+          return true;
+        case kNone: return true;
+        case kEmptyList: {          // a list of memo values (a stack's frames, shared by every entry that has it)
+          if (field) return false;  // not as a key
+          ScanList list{value, scan_refs_.size(), 0};
+          if (!put_after(value)) return false;
           auto memo_value = [&](uint8_t get) {
             uint64_t index = 0;
             if ((get != kBinGet && get != kLongBinGet) || !uint(get == kBinGet ? 1 : 4, index)) return false;
@@ -850,7 +853,7 @@ class Parser {
             return true;
           };
           for (;;) {  // batches: MARK gets APPENDS, or one get APPEND
-            at = p;
+            size_t at = p;
             if (!next_op(op)) return false;
             if (op == kMark) {
               while (next_op(op) && op != kAppends)
@@ -866,24 +869,27 @@ class Parser {
           list.end = scan_refs_.size();
           scan_lists_.push_back(list);
           v.kind = Kind::kList;
-          break;
+          return true;
         }
         case kNewTrue:
         case kNewFalse:
           v.kind = Kind::kBool;
           v.integer = op == kNewTrue;
-          break;
+          return true;
         default: return false;
       }
-      size_t at = p;
-      if (next_op(op) && is_put(op)) {
-        if (!put(op, values)) return false;
-      } else {
-        p = at;
-      }
-      ++values;
+    };
+    size_t values = 0;
+    for (;; values += 2) {  // a key and its value each time round
+      if (!next_op(op)) return false;
+      if (op == kSetItems) break;
+      if (values == 2 * kMaxReadWholeItems) return false;
+      // Filled in place: a Value copied through the stack stalls on store forwarding.
+      DictView::Item& item = view.items.emplace_back();
+      if (!read_value(op, item.key, &item.field, values) || !put_after(values)) return false;
+      if (!next_op(op) || op == kSetItems) return false;  // a key without a value
+      if (!read_value(op, item.value, nullptr, values + 1) || !put_after(values + 1)) return false;
     }
-    if (values % 2) return false;  // a key without a value
     // Read: now as the opcodes would have done it.
     for (const ScanList& list : scan_lists_) {
       doc_.lists_.emplace_back(scan_refs_.begin() + static_cast<std::ptrdiff_t>(list.begin),
@@ -905,7 +911,7 @@ class Parser {
   }
   // The memo's value at INDEX into V (a string's text left to offer_items), and, for a key, its
   // field (FIELD). False when nothing was put there. What it finds is remembered by index.
-  bool recall(uint64_t index, Value& v, int* field) {
+  __attribute__((always_inline)) bool recall(uint64_t index, Value& v, int* field) {
     if (index < recalled_.size() && recalled_[index].ref != Document::kNoValue) {
       const Recalled& known = recalled_[index];
       v.kind = known.kind;
@@ -915,6 +921,9 @@ class Parser {
       if (field) *field = known.field;
       return true;
     }
+    return recall_first(index, v, field);
+  }
+  bool recall_first(uint64_t index, Value& v, int* field) {
     const Ref* r = memo_.find(index);
     if (!r) return false;
     fill_value(doc_, *r, v);
