@@ -142,7 +142,7 @@ class MemoIds {
     ++count_;
     return true;
   }
-  bool has(uint64_t id) const {
+  __attribute__((always_inline)) bool has(uint64_t id) const {
     if (id >= dense_limit_) return sparse_.count(id) > 0;
     size_t word = id >> 6;
     return word < words_.size() && (words_[word] >> (id & 63)) & 1;
@@ -217,6 +217,8 @@ T load_le(const char* at) {  // x86-64 and aarch64 are little-endian, as pickles
 // It stops at anything it does not know: the parse that follows says what is wrong there.
 MemoIds memo_reads(std::string_view in, const std::function<void(size_t, size_t)>& done_with) {
   MemoIds reads(in.size() + 1);  // what is put is not needed here: only what is read back
+  const char* const data = in.data();
+  const size_t size = in.size();
   size_t pos = 0;
   auto uint = [&](size_t n, uint64_t& out) {  // N: 1, 4 or 8
     if (in.size() - pos < n) return false;
@@ -241,7 +243,7 @@ MemoIds memo_reads(std::string_view in, const std::function<void(size_t, size_t)
     auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
     return ec == std::errc() && end == text.data() + text.size();
   };
-  auto read = [&](uint64_t index) {  // the same few (a dict's keys) are read again and again
+  auto read = [&](uint64_t index) __attribute__((always_inline)) {  // the same few (a dict's keys), again and again
     if (!reads.has(index)) reads.add(index);
     return true;
   };
@@ -252,6 +254,40 @@ MemoIds memo_reads(std::string_view in, const std::function<void(size_t, size_t)
       done_with(released, pos);
       released = pos;
       next_release = pos + kReleaseStep;
+    }
+    // The opcodes a snapshot's entries are made of, without a bound check each where more bytes
+    // are left than any of them takes (a short string: its length is checked).
+    if (size - pos > 9) {
+      const char* at = data + pos;
+      switch (static_cast<uint8_t>(*at)) {
+        case kBinGet: read(static_cast<uint8_t>(at[1])), pos += 2; continue;
+        case kLongBinGet: read(load_le<uint32_t>(at + 1)), pos += 5; continue;
+        case kBinInt1:
+        case kBinPut: pos += 2; continue;
+        case kBinInt2: pos += 3; continue;
+        case kBinInt:
+        case kLongBinPut: pos += 5; continue;
+        case kMark:
+        case kEmptyDict:
+        case kEmptyList:
+        case kSetItems:
+        case kAppends:
+        case kAppend:
+        case kMemoize:
+        case kNone:
+        case kNewTrue:
+        case kNewFalse:
+        case kTuple2: pos += 1; continue;
+        case kLong1:
+        case kShortBinUnicode:
+        case kShortBinBytes: {
+          size_t n = static_cast<uint8_t>(at[1]);
+          if (size - pos - 2 < n) break;  // cut short: as the general case finds it
+          pos += 2 + n;
+          continue;
+        }
+        default: break;
+      }
     }
     uint8_t op = static_cast<uint8_t>(in[pos++]);
     uint64_t n = 0;
