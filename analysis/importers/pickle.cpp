@@ -880,12 +880,13 @@ class Parser {
           if (field) return false;  // not as a key
           ScanList list{value, scan_refs_.size(), 0};
           if (!put_after(value)) return false;
-          auto memo_value = [&](uint8_t get) {
+          auto memo_value = [&](uint8_t get) __attribute__((always_inline)) {  // a frame, shared
             uint64_t index = 0;
-            if ((get != kBinGet && get != kLongBinGet) || !uint(get == kBinGet ? 1 : 4, index)) return false;
-            const Ref* r = memo_.find(index);
-            if (!r) return false;
-            scan_refs_.push_back(*r);
+            Value item;
+            if ((get != kBinGet && get != kLongBinGet) || !uint(get == kBinGet ? 1 : 4, index) ||
+                !recall(index, item, nullptr))
+              return false;
+            scan_refs_.push_back(item.ref);
             return true;
           };
           for (;;) {  // batches: MARK gets APPENDS, or one get APPEND

@@ -98,7 +98,45 @@ std::optional<Entry> entry_from(const Document& doc, const pickle::DictView& ite
 }
 
 // Frames lists already interned, by the Ref they had in the parse that read them.
-using StackCache = std::map<Ref, uint64_t>;
+// Stacks already interned, by the Ref of the frames list in the parse that read it (a list the
+// pickle shares: memtrace's exports), and by the Refs of its frames (PyTorch's own snapshots give
+// every entry a list of its own, of frame dicts the memo shares): each stack is read once.
+class StackCache {
+ public:
+  uint64_t* by_list(Ref list) {
+    auto it = lists_.find(list);
+    return it == lists_.end() ? nullptr : &it->second;
+  }
+  uint64_t* by_frames(const std::vector<Ref>& frames) {
+    auto it = frames_.find(frames);
+    return it == frames_.end() ? nullptr : &it->second.stack;
+  }
+  void add(Ref list, const std::vector<Ref>& frames, uint64_t stack) {
+    lists_[list] = stack;
+    Ref newest = frames.empty() ? 0 : *std::max_element(frames.begin(), frames.end());
+    frames_.try_emplace(frames, Known{stack, newest});
+  }
+  // The values from FIRST on are forgotten (ItemSink::forget_from): so is what names them.
+  void forget_from(Ref first) {
+    lists_.erase(lists_.lower_bound(first), lists_.end());
+    std::erase_if(frames_, [first](const auto& known) { return known.second.newest >= first; });
+  }
+
+ private:
+  struct RefsHash {
+    size_t operator()(const std::vector<Ref>& refs) const {
+      uint64_t h = refs.size();
+      for (Ref r : refs) h = (h ^ r) * 0x9E3779B97F4A7C15ull;
+      return static_cast<size_t>(h ^ (h >> 29));
+    }
+  };
+  struct Known {
+    uint64_t stack;
+    Ref newest;  // its frames' newest Ref
+  };
+  std::map<Ref, uint64_t> lists_;
+  std::unordered_map<std::vector<Ref>, Known, RefsHash> frames_;
+};
 
 // The snapshot is read in two passes over the pickle, neither holding its traces: the first
 // keeps all but the entries of the devices' traces (segments, annotations: the state at the end)
@@ -145,7 +183,7 @@ class Importer : public pickle::ItemSink {
     release_below(here.offset);
   }
   void forget_from(Ref first) override {
-    stacks_.erase(stacks_.lower_bound(first), stacks_.end());
+    stacks_.forget_from(first);
     traces_.erase(traces_.lower_bound(first), traces_.end());  // only a list built inside an entry
   }
 
@@ -318,17 +356,18 @@ class Importer : public pickle::ItemSink {
     }
   }
 
-  // The stack FRAMES (a list in DOC) names, interned; a list the pickle shares is read once.
+  // The stack FRAMES (a list in DOC) names, interned; each is read once (StackCache).
   uint64_t stack_of(const Document& doc, Ref frames, StackCache& cache) {
     if (frames == kNoRef) return 0;
-    auto [it, fresh] = cache.try_emplace(frames, 0);
-    if (!fresh) return it->second;
+    if (const uint64_t* known = cache.by_list(frames)) return *known;
+    const std::vector<Ref>& items = doc.items(frames);
+    if (const uint64_t* known = cache.by_frames(items)) return *known;
     std::vector<uint64_t> ids;
     auto text = [&](Ref f, std::string_view key) {
       Ref v;
       return doc.find(f, key, v) ? doc.text(v) : std::string_view();
     };
-    for (Ref f : doc.items(frames)) {
+    for (Ref f : items) {
       if (ids.size() == kMaxFramesPerStack) break;
       if (!doc.is(f, Kind::kDict)) continue;
       std::string_view name = text(f, "name"), file = text(f, "filename");
@@ -343,8 +382,9 @@ class Importer : public pickle::ItemSink {
       info.line = line > 0 && line < (1ll << 31) ? static_cast<uint32_t>(line) : 0;
       ids.push_back(w_.intern_frame(info));
     }
-    it->second = ids.empty() ? 0 : w_.intern_stack(ids);
-    return it->second;
+    uint64_t stack = ids.empty() ? 0 : w_.intern_stack(ids);
+    cache.add(frames, items, stack);
+    return stack;
   }
 
   void emit(Api api, int32_t device, uint64_t addr, uint64_t size, uint64_t stream = 0, uint64_t stack = 0) {
@@ -579,7 +619,7 @@ class Importer : public pickle::ItemSink {
       buffer_.push_back(*e);
       return true;
     }
-    void forget_from(Ref first) override { stacks_.erase(stacks_.lower_bound(first), stacks_.end()); }
+    void forget_from(Ref first) override { stacks_.forget_from(first); }
 
    private:
     Importer& importer_;
