@@ -889,6 +889,11 @@ class Parser {
             scan_refs_.push_back(item.ref);
             return true;
           };
+          // Whether the get OP began (its index still to read) is followed by APPEND.
+          auto appended_alone = [&](uint8_t get) {
+            size_t after = p + (get == kBinGet ? 1 : 4);
+            return after < size && static_cast<uint8_t>(data[after]) == kAppend;
+          };
           for (;;) {  // batches: MARK gets APPENDS, or one get APPEND
             size_t at = p;
             if (!next_op(op)) return false;
@@ -896,10 +901,10 @@ class Parser {
               while (next_op(op) && op != kAppends)
                 if (!memo_value(op)) return false;
               if (op != kAppends) return false;
-            } else if (op == kBinGet || op == kLongBinGet) {
-              if (!memo_value(op) || !next_op(op) || op != kAppend) return false;
+            } else if ((op == kBinGet || op == kLongBinGet) && appended_alone(op)) {
+              if (!memo_value(op) || !next_op(op)) return false;  // and its APPEND
             } else {
-              p = at;  // the dict's next key, or its SETITEMS
+              p = at;  // the dict's next key (a memo get too, without an APPEND), or its SETITEMS
               break;
             }
           }

@@ -400,6 +400,30 @@ TEST(StreamingParse, DictsReadWholeAreWhatTheParserWouldBuild) {
   EXPECT_EQ(viewed.views_taken, 6u);
 }
 
+// PyTorch gives every entry a frames list of its own. Where 'frames' is not the last key, the next
+// key (a memo get) follows the list: it is no item of it (an APPEND would say so), and the entry
+// is still read whole. Pickled by CPython 3.11, protocol 4:
+//   F = {'filename': 'a.py', 'line': 1, 'name': 'f'}; G = {'filename': 'b.py', 'line': 2, 'name': 'g'}
+//   {'segments': [], 'device_traces': [[{'action': 'alloc', 'frames': [F, G], 'addr': i, 'size': 512}
+//                                         for i in range(3)] +
+//                                        [{'action': 'free_requested', 'frames': [G], 'addr': 1, 'size': 512}]]}
+TEST(StreamingParse, AFramesListBeforeAnotherKeyIsReadWhole) {
+  std::string bytes = unhex(
+      "800495fc000000000000007d94288c087365676d656e7473945d948c0d6465766963655f747261636573945d945d9428"
+      "7d94288c06616374696f6e948c05616c6c6f63948c066672616d6573945d94287d94288c0866696c656e616d65948c04"
+      "612e7079948c046c696e65944b018c046e616d65948c016694757d9428680c8c04622e707994680e4b02680f8c016794"
+      "75658c0461646472944b008c0473697a65944d0002757d94286807680868095d9428680b68116568144b0168154d0002"
+      "757d94286807680868095d9428680b68116568144b0268154d0002757d942868078c0e667265655f7265717565737465"
+      "649468095d9468116168144b0168154d0002756561752e");
+  expect_same_with_views(bytes);
+  ActionSink viewed(true);
+  StreamingParse parse(bytes);
+  std::string error;
+  ASSERT_TRUE(parse.run(viewed, error)) << error;
+  EXPECT_EQ(viewed.taken.size(), 4u);
+  EXPECT_EQ(viewed.views_taken, 3u);  // all but the first, whose list holds F and G themselves
+}
+
 // Opcodes Python does not write, each around a dict the parser could read whole.
 TEST(StreamingParse, DictsReadWholeAreBuiltWhenTheOpcodesAskForThem) {
   const std::string head = std::string("\x80\x04]\x94(", 5);
