@@ -29,21 +29,17 @@ std::unique_ptr<TraceWriter> TraceWriter::create(const std::string& path, std::s
 std::unique_ptr<TraceWriter> TraceWriter::create_on(int fd, const std::string& name, std::string& error,
                                                     int compression) {
   std::unique_ptr<TraceWriter> writer(new TraceWriter(fd, name, compression));
-  unsigned char head[framing::kFileHeaderBytes] = {};
-  std::memcpy(head, framing::kMagic, sizeof framing::kMagic);
-  framing::put_u32(head + 8, framing::kFormatVersion);
-  writer->write_bytes(head, sizeof head);
-  if (writer->failed()) {
-    error = writer->error();
-    return nullptr;
-  }
-  return writer;
+  return start(std::move(writer), error);
 }
 
 std::unique_ptr<TraceWriter> TraceWriter::create_on(std::shared_ptr<ChunkChannel> channel, const std::string& name,
                                                     std::string& error) {
   std::unique_ptr<TraceWriter> writer(new TraceWriter(-1, name, 0));
   writer->channel_ = std::move(channel);
+  return start(std::move(writer), error);
+}
+
+std::unique_ptr<TraceWriter> TraceWriter::start(std::unique_ptr<TraceWriter> writer, std::string& error) {
   unsigned char head[framing::kFileHeaderBytes] = {};
   std::memcpy(head, framing::kMagic, sizeof framing::kMagic);
   framing::put_u32(head + 8, framing::kFormatVersion);

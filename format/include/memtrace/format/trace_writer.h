@@ -85,6 +85,8 @@ class TraceWriter {
 
  private:
   TraceWriter(int fd, std::string path, int compression);
+  // Writes the file header; null with ERROR set when it cannot.
+  static std::unique_ptr<TraceWriter> start(std::unique_ptr<TraceWriter> writer, std::string& error);
   // A chunk framed as it is stored in a file, compressed at level COMPRESSION (0: not).
   static std::string framed(const pb::Chunk& chunk, int compression);
   void write_chunk(const pb::Chunk& chunk);
