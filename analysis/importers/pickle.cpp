@@ -213,10 +213,10 @@ T load_le(const char* at) {  // x86-64 and aarch64 are little-endian, as pickles
   return v;
 }
 
-// The memo entries a pickle reads back (GET), found by walking its opcodes and building nothing.
-// It stops at anything it does not know: the parse that follows says what is wrong there.
-MemoIds memo_reads(std::string_view in, const std::function<void(size_t, size_t)>& done_with) {
-  MemoIds reads(in.size() + 1);  // what is put is not needed here: only what is read back
+// Walks a pickle's opcodes, building nothing, and tells ON_GET(index, offset) of each memo read
+// (GET). It stops at anything it does not know: the parse that follows says what is wrong there.
+template <typename OnGet>
+void walk_memo_reads(std::string_view in, const std::function<void(size_t, size_t)>& done_with, OnGet&& on_get) {
   const char* const data = in.data();
   const size_t size = in.size();
   size_t pos = 0;
@@ -243,8 +243,9 @@ MemoIds memo_reads(std::string_view in, const std::function<void(size_t, size_t)
     auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
     return ec == std::errc() && end == text.data() + text.size();
   };
-  auto read = [&](uint64_t index) __attribute__((always_inline)) {  // the same few (a dict's keys), again and again
-    if (!reads.has(index)) reads.add(index);
+  size_t op_at = 0;  // where the opcode being read starts
+  auto read = [&](uint64_t index) __attribute__((always_inline)) {
+    on_get(index, op_at);
     return true;
   };
   constexpr size_t kReleaseStep = 8 << 20;
@@ -255,6 +256,7 @@ MemoIds memo_reads(std::string_view in, const std::function<void(size_t, size_t)
       released = pos;
       next_release = pos + kReleaseStep;
     }
+    op_at = pos;
     // The opcodes a snapshot's entries are made of, without a bound check each where more bytes
     // are left than any of them takes (a short string: its length is checked).
     if (size - pos > 9) {
@@ -294,7 +296,7 @@ MemoIds memo_reads(std::string_view in, const std::function<void(size_t, size_t)
     std::string_view text;
     bool ok = true;
     switch (op) {
-      case kStop: reads.number(); return reads;
+      case kStop: return;
       case kProto:
       case kBinInt1: ok = skip(1); break;
       case kBinInt2: ok = skip(2); break;
@@ -350,11 +352,33 @@ MemoIds memo_reads(std::string_view in, const std::function<void(size_t, size_t)
     }
     if (!ok) break;
   }
-  reads.number();
-  return reads;
 }
 
 }  // namespace
+
+// What the memo's entries are read back for: which are (GET), and where each is read the last
+// time, so that a streaming parse keeps a value only while something may still read it.
+struct MemoReads {
+  MemoIds ids;
+  std::vector<uint64_t> last_read;  // by the index's rank among the dense ones
+
+  MemoReads(std::string_view in, const std::function<void(size_t, size_t)>& done_with) : ids(in.size() + 1) {
+    // Twice: the ranks are known once every read index is (the same few, a dict's keys, again and again).
+    walk_memo_reads(in, done_with, [this](uint64_t index, size_t) {
+      if (!ids.has(index)) ids.add(index);
+    });
+    ids.number();
+    last_read.assign(ids.dense_count(), 0);
+    walk_memo_reads(in, done_with, [this](uint64_t index, size_t at) {
+      if (int64_t n = ids.rank(index); n >= 0) last_read[static_cast<size_t>(n)] = at;
+    });
+  }
+  // Whether INDEX may be read back at or after OFFSET.
+  bool read_from(uint64_t index, size_t offset) const {
+    int64_t n = ids.rank(index);
+    return n < 0 ? ids.has(index) : last_read[static_cast<size_t>(n)] >= offset;
+  }
+};
 
 int64_t Document::integer(Ref v) const {
   const Node& n = node(v);
@@ -417,16 +441,12 @@ void view_dict(const Document& doc, Ref v, DictView& out) {
   for (auto [key, value] : doc.entries(v)) out.items.push_back({value_of(doc, key), value_of(doc, value)});
 }
 
-struct MemoReads {
-  MemoIds ids;
-};
-
 class Parser {
  public:
   Parser(std::string_view bytes, Document& doc) : in_(bytes), doc_(doc), put_ids_(bytes.size() + 1) {}
   // Streaming: list items offered to SINK; only the memo entries in READS kept.
-  Parser(std::string_view bytes, ItemSink& sink, const MemoIds& reads)
-      : in_(bytes), doc_(owned_), sink_(&sink), reads_(&reads), put_ids_(bytes.size() + 1) {}
+  Parser(std::string_view bytes, ItemSink& sink, const MemoReads& reads)
+      : in_(bytes), doc_(owned_), sink_(&sink), reads_(&reads.ids), last_reads_(&reads), put_ids_(bytes.size() + 1) {}
   // Streaming again from where FROM left a list: its values and memo, a new empty list on the stack.
   Parser(const Parser& from, const ResumePoint& at, ItemSink& sink)
       : in_(from.in_),
@@ -434,6 +454,7 @@ class Parser {
         pos_(std::min(at.offset, from.in_.size())),
         sink_(&sink),
         reads_(from.reads_),
+        last_reads_(from.last_reads_),
         put_ids_(from.in_.size() + 1) {
     keep_memo_of(from);
     put_ids_.start_at(at.memo_count);
@@ -686,6 +707,17 @@ class Parser {
     return kept;
   }
   void forget_since(const Checkpoint& at) {
+    // What the memo will not read again goes with the rest (PyTorch's snapshots read each free's
+    // frames back once, in the entry after it: kept to the end, they grew with the file).
+    size_t live = at.puts;
+    for (size_t i = at.puts; i < puts_.size(); ++i) {
+      uint64_t index = puts_[i];
+      if (last_reads_ && !last_reads_->read_from(index, pos_))
+        memo_.slot(index) = Document::kNoValue;
+      else
+        puts_[live++] = index;
+    }
+    puts_.resize(live);
     std::unordered_map<Ref, Ref> moved;  // kept value -> where it goes
     std::vector<Ref> todo;
     for (size_t i = at.puts; i < puts_.size(); ++i) todo.push_back(memo_.slot(puts_[i]));
@@ -727,7 +759,9 @@ class Parser {
     const Document& d = from.doc_;
     std::unordered_map<Ref, Ref> moved;
     std::vector<Ref> todo;
-    std::vector<uint64_t> indices(from.puts_);
+    std::vector<uint64_t> indices;
+    for (uint64_t index : from.puts_)
+      if (from.memo_.find(index)) indices.push_back(index);  // not let go (forget_since)
     std::sort(indices.begin(), indices.end());
     indices.erase(std::unique(indices.begin(), indices.end()), indices.end());
     for (uint64_t index : indices) todo.push_back(*from.memo_.find(index));
@@ -1264,7 +1298,8 @@ class Parser {
   std::vector<Ref> stack_;
   std::vector<Mark> marks_;
   ItemSink* sink_ = nullptr;
-  const MemoIds* reads_ = nullptr;  // streaming: the memo entries ever read back
+  const MemoIds* reads_ = nullptr;         // streaming: the memo entries ever read back
+  const MemoReads* last_reads_ = nullptr;  // and where each is read the last time
   Memo memo_{reads_};
   MemoIds put_ids_;                   // every index put (MEMOIZE puts at their count)
   std::vector<uint64_t> puts_;        // streaming: the indices kept, in the order put
@@ -1299,11 +1334,11 @@ class Parser {
 bool parse(std::string_view bytes, Document& out, std::string& error) { return Parser(bytes, out).run(error); }
 
 StreamingParse::StreamingParse(std::string_view bytes, const std::function<void(size_t, size_t)>& done_with)
-    : bytes_(bytes), reads_(std::make_unique<MemoReads>(MemoReads{memo_reads(bytes, done_with)})) {}
+    : bytes_(bytes), reads_(std::make_unique<MemoReads>(bytes, done_with)) {}
 StreamingParse::~StreamingParse() = default;
 
 bool StreamingParse::run(ItemSink& sink, std::string& error) {
-  parser_ = std::make_unique<Parser>(bytes_, sink, reads_->ids);
+  parser_ = std::make_unique<Parser>(bytes_, sink, *reads_);
   return parser_->run(error);
 }
 

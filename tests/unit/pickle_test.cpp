@@ -424,6 +424,48 @@ TEST(StreamingParse, AFramesListBeforeAnotherKeyIsReadWhole) {
   EXPECT_EQ(viewed.views_taken, 3u);  // all but the first, whose list holds F and G themselves
 }
 
+// PyTorch records both halves of a free with one context: each free_completed reads its
+// free_requested's frames list back through the memo. A streaming parse lets such a value go once
+// nothing will read it again, so that what it holds does not grow with the file.
+TEST(StreamingParse, WhatTheMemoReadsBackIsLetGoAfterItsLastRead) {
+  constexpr int kFrees = 20000;
+  Writer w;
+  w.begin_dict();
+  w.str("device_traces");
+  w.begin_list();
+  w.begin_list();
+  for (int i = 0; i < kFrees; ++i) {
+    for (const char* action : {"free_requested", "free_completed"}) {
+      w.begin_dict();
+      w.str("action");
+      w.str(action);
+      w.str("addr");
+      w.integer(i);
+      w.str("frames");
+      if (!w.recall(static_cast<uint64_t>(i))) {
+        w.begin_list();
+        w.integer(i);
+        w.integer(i + 1);
+        w.end_list();
+        w.memoize(static_cast<uint64_t>(i));
+      }
+      w.end_dict();
+    }
+  }
+  w.end_list();
+  w.end_list();
+  w.end_dict();
+  std::string bytes = w.finish();
+  ActionSink sink(true, {"action", "frames"});
+  StreamingParse parse(bytes);
+  std::string error;
+  ASSERT_TRUE(parse.run(sink, error)) << error;
+  ASSERT_EQ(sink.taken.size(), 2u * kFrees);
+  EXPECT_EQ(sink.taken[1], sink.taken[0].replace(sink.taken[0].find("requested"), 9, "completed"));
+  // Kept to the end, the lists were 3 values each (60,000); what is left is the containers.
+  EXPECT_LT(parse.document().size(), 100u);
+}
+
 // Opcodes Python does not write, each around a dict the parser could read whole.
 TEST(StreamingParse, DictsReadWholeAreBuiltWhenTheOpcodesAskForThem) {
   const std::string head = std::string("\x80\x04]\x94(", 5);
