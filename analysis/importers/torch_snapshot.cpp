@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <deque>
 #include <map>
 #include <memory>
@@ -97,7 +96,6 @@ std::optional<Entry> entry_from(const Document& doc, const pickle::DictView& ite
   return e;
 }
 
-// Frames lists already interned, by the Ref they had in the parse that read them.
 // Stacks already interned, by the Ref of the frames list in the parse that read it (a list the
 // pickle shares: memtrace's exports), and by the Refs of its frames (PyTorch's own snapshots give
 // every entry a list of its own, of frame dicts the memo shares): each stack is read once.
