@@ -92,8 +92,9 @@ std::unique_ptr<TraceReader> open_torch_snapshot(const std::string& path, std::s
   state->writer = TraceWriter::create_on(channel, path, error);
   if (!state->writer) return nullptr;
   Import* s = state.get();
-  s->import = std::make_unique<TorchSnapshotImport>(s->file.bytes(), s->path, *s->writer,
-                                                    [s](size_t begin, size_t end) { s->file.release(begin, end); });
+  s->import = std::make_unique<TorchSnapshotImport>(
+      s->file.bytes(), s->path, *s->writer, [s](size_t begin, size_t end) { s->file.release(begin, end); },
+      usable_cores());
   if (!s->import->check()) {
     error = s->import->error();
     return nullptr;

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <system_error>
+#include <thread>
 #include <unordered_set>
 
 namespace memtrace::pickle {
@@ -147,6 +149,14 @@ class MemoIds {
     size_t word = id >> 6;
     return word < words_.size() && (words_[word] >> (id & 63)) & 1;
   }
+  // Adds every index of OTHER (of the same dense limit).
+  void merge(const MemoIds& other) {
+    if (other.words_.size() > words_.size()) words_.resize(other.words_.size());
+    for (size_t w = 0; w < other.words_.size(); ++w) words_[w] |= other.words_[w];
+    sparse_.insert(other.sparse_.begin(), other.sparse_.end());
+    count_ = sparse_.size();
+    for (uint64_t word : words_) count_ += popcount64(word);
+  }
   // Counts on from COUNT, the indices put before not known.
   void start_at(size_t count) { count_ = count; }
   size_t count() const { return count_; }
@@ -213,13 +223,22 @@ T load_le(const char* at) {  // x86-64 and aarch64 are little-endian, as pickles
   return v;
 }
 
-// Walks a pickle's opcodes, building nothing, and tells ON_GET(index, offset) of each memo read
-// (GET). It stops at anything it does not know: the parse that follows says what is wrong there.
+// Where walk_memo_reads stopped: at the end of its range (END: the offset after the last opcode
+// it read, at or past the range's end), or short of it, at STOP or at what it does not know.
+struct WalkEnd {
+  size_t end = 0;
+  bool whole = false;  // it read on to the range's end
+};
+
+// Walks a pickle's opcodes from FROM (where one begins) until one ends at or past TO, building
+// nothing, and tells ON_GET(index, offset) of each memo read (GET). It stops at anything it does
+// not know: the parse that follows says what is wrong there.
 template <typename OnGet>
-void walk_memo_reads(std::string_view in, const std::function<void(size_t, size_t)>& done_with, OnGet&& on_get) {
+WalkEnd walk_memo_reads(std::string_view in, size_t from, size_t to,
+                        const std::function<void(size_t, size_t)>& done_with, OnGet&& on_get) {
   const char* const data = in.data();
   const size_t size = in.size();
-  size_t pos = 0;
+  size_t pos = from;
   auto uint = [&](size_t n, uint64_t& out) {  // N: 1, 4 or 8
     if (in.size() - pos < n) return false;
     const char* at = in.data() + pos;
@@ -249,8 +268,8 @@ void walk_memo_reads(std::string_view in, const std::function<void(size_t, size_
     return true;
   };
   constexpr size_t kReleaseStep = 8 << 20;
-  size_t released = 0, next_release = done_with ? kReleaseStep : SIZE_MAX;
-  while (pos < in.size()) {
+  size_t released = from, next_release = done_with ? from + kReleaseStep : SIZE_MAX;
+  while (pos < to) {
     if (pos >= next_release) {
       done_with(released, pos);
       released = pos;
@@ -296,7 +315,7 @@ void walk_memo_reads(std::string_view in, const std::function<void(size_t, size_
     std::string_view text;
     bool ok = true;
     switch (op) {
-      case kStop: return;
+      case kStop: return {pos, false};
       case kProto:
       case kBinInt1: ok = skip(1); break;
       case kBinInt2: ok = skip(2); break;
@@ -350,8 +369,39 @@ void walk_memo_reads(std::string_view in, const std::function<void(size_t, size_
       case kAddItems: break;
       default: ok = false;
     }
-    if (!ok) break;
+    if (!ok) return {op_at, false};
   }
+  return {pos, pos >= to};
+}
+
+// Where the walk may start besides the beginning, to walk in PIECES at once: frames' starts (each
+// FRAME opcode found from the one before by its length) about evenly apart, PIECES - 1 at most;
+// none when the pickle has no frames or is too small to share. DONE_WITH is told of what it read
+// as it goes (a file's mapping brings in the pages around each one read).
+std::vector<size_t> walk_starts(std::string_view in, unsigned pieces,
+                                const std::function<void(size_t, size_t)>& done_with) {
+  constexpr size_t kMinPiece = 256 << 10;
+  constexpr unsigned kMaxPieces = 4;  // each piece's second walk keeps 8 bytes a value read back
+  pieces = std::min(pieces, kMaxPieces);
+  std::vector<size_t> starts;
+  if (pieces < 2 || in.size() < 2 * kMinPiece || static_cast<uint8_t>(in[0]) != kProto) return starts;
+  const size_t want = in.size() / pieces;
+  size_t next = std::max(want, kMinPiece), p = 2, released = 0;
+  while (starts.size() + 1 < pieces && in.size() - p > 9 && static_cast<uint8_t>(in[p]) == kFrame) {
+    if (p >= next && in.size() - p >= kMinPiece) {
+      starts.push_back(p);
+      next = p + want;
+    }
+    uint64_t length = load_le<uint64_t>(in.data() + p + 1);
+    if (length > in.size() - p - 9) break;
+    p += 9 + length;
+    if (done_with && p - released >= (8 << 20)) {
+      done_with(released, p);
+      released = p;
+    }
+  }
+  if (done_with) done_with(released, std::min(p, in.size()));
+  return starts;
 }
 
 }  // namespace
@@ -361,17 +411,60 @@ void walk_memo_reads(std::string_view in, const std::function<void(size_t, size_
 struct MemoReads {
   MemoIds ids;
   std::vector<uint64_t> last_read;  // by the index's rank among the dense ones
+  unsigned pieces = 1;              // the walks', each on a thread of its own
 
-  MemoReads(std::string_view in, const std::function<void(size_t, size_t)>& done_with) : ids(in.size() + 1) {
-    // Twice: the ranks are known once every read index is (the same few, a dict's keys, again and again).
-    walk_memo_reads(in, done_with, [this](uint64_t index, size_t) {
-      if (!ids.has(index)) ids.add(index);
-    });
+  MemoReads(std::string_view in, const std::function<void(size_t, size_t)>& done_with, unsigned walkers)
+      : ids(in.size() + 1) {
+    // Twice: the ranks are known once every read index is (the same few, a dict's keys, again and
+    // again). Each walk in pieces, on threads of their own, where the pickle has frames to start
+    // them at: the first piece's walk, from the beginning, must end where the second begins (else
+    // the frames lied, and one walk reads it all), and so on.
+    std::vector<size_t> starts = walk_starts(in, walkers, done_with);
+    std::vector<MemoIds> piece_ids(starts.size() + 1, MemoIds(in.size() + 1));
+    auto first_walk = [&](size_t piece, size_t from, size_t to) {
+      MemoIds& found = piece_ids[piece];
+      return walk_memo_reads(in, from, to, done_with, [&found](uint64_t index, size_t) {
+        if (!found.has(index)) found.add(index);
+      });
+    };
+    if (!in_pieces(in.size(), starts, first_walk)) {
+      starts.clear();
+      piece_ids.assign(1, MemoIds(in.size() + 1));
+      first_walk(0, 0, in.size());
+    }
+    pieces = static_cast<unsigned>(piece_ids.size());
+    ids = std::move(piece_ids[0]);
+    for (size_t i = 1; i < piece_ids.size(); ++i) ids.merge(piece_ids[i]);
+    piece_ids.clear();
     ids.number();
-    last_read.assign(ids.dense_count(), 0);
-    walk_memo_reads(in, done_with, [this](uint64_t index, size_t at) {
-      if (int64_t n = ids.rank(index); n >= 0) last_read[static_cast<size_t>(n)] = at;
+    std::vector<std::vector<uint64_t>> piece_last(starts.size() + 1, std::vector<uint64_t>(ids.dense_count(), 0));
+    in_pieces(in.size(), starts, [&](size_t piece, size_t from, size_t to) {
+      std::vector<uint64_t>& last = piece_last[piece];
+      return walk_memo_reads(in, from, to, done_with, [&](uint64_t index, size_t at) {
+        if (int64_t n = ids.rank(index); n >= 0) last[static_cast<size_t>(n)] = at;
+      });
     });
+    last_read = std::move(piece_last[0]);
+    for (size_t i = 1; i < piece_last.size(); ++i)  // a later piece's reads are later
+      for (size_t n = 0; n < last_read.size(); ++n) last_read[n] = std::max(last_read[n], piece_last[i][n]);
+  }
+  // WALK(piece, from, to) of each piece between STARTS, the first on this thread, the others at
+  // once on threads of their own: whether every piece's walk ended where the next begins.
+  template <typename Walk>
+  static bool in_pieces(size_t size, const std::vector<size_t>& starts, Walk&& walk) {
+    std::vector<WalkEnd> ends(starts.size() + 1);
+    std::vector<std::thread> threads;
+    auto piece = [&](size_t i) { ends[i] = walk(i, i == 0 ? 0 : starts[i - 1], i < starts.size() ? starts[i] : size); };
+    try {
+      for (size_t i = 1; i < ends.size(); ++i) threads.emplace_back(piece, i);
+    } catch (const std::system_error&) {  // no thread to be had: the rest here, one after the other
+      for (size_t i = threads.size() + 1; i < ends.size(); ++i) piece(i);
+    }
+    piece(0);
+    for (std::thread& t : threads) t.join();
+    for (size_t i = 0; i < starts.size(); ++i)
+      if (!ends[i].whole || ends[i].end != starts[i]) return false;
+    return true;
   }
   // Whether INDEX may be read back at or after OFFSET.
   bool read_from(uint64_t index, size_t offset) const {
@@ -1333,9 +1426,11 @@ class Parser {
 
 bool parse(std::string_view bytes, Document& out, std::string& error) { return Parser(bytes, out).run(error); }
 
-StreamingParse::StreamingParse(std::string_view bytes, const std::function<void(size_t, size_t)>& done_with)
-    : bytes_(bytes), reads_(std::make_unique<MemoReads>(bytes, done_with)) {}
+StreamingParse::StreamingParse(std::string_view bytes, const std::function<void(size_t, size_t)>& done_with,
+                               unsigned walkers)
+    : bytes_(bytes), reads_(std::make_unique<MemoReads>(bytes, done_with, walkers)) {}
 StreamingParse::~StreamingParse() = default;
+unsigned StreamingParse::walked_in() const { return reads_->pieces; }
 
 bool StreamingParse::run(ItemSink& sink, std::string& error) {
   parser_ = std::make_unique<Parser>(bytes_, sink, *reads_);
@@ -1368,14 +1463,39 @@ bool looks_like_pickle(std::string_view bytes) {
 
 namespace {
 constexpr uint32_t kBatch = 1000;  // items per APPENDS/SETITEMS, as Python's pickler writes them
-}
+// Frames as Python's pickler writes them from protocol 4 on (Lib/pickle.py _Framer, the C
+// pickler's _Pickler_CommitFrame, 3.4 to 3.13): FRAME and a length before each run of whole
+// opcodes of at least 64 KiB, none before a last run under 4 bytes. A reader can start at any of
+// them: memtrace's walks a large pickle's frames on several cores (MemoReads).
+constexpr size_t kFrameTarget = 64 * 1024, kFrameMin = 4, kFrameHeader = 9;
+}  // namespace
 
 Writer::Writer() {
   out_ += static_cast<char>(kProto);
   out_ += static_cast<char>(4);
+  open_frame();
+}
+
+void Writer::open_frame() {
+  frame_at_ = out_.size();
+  out_.append(kFrameHeader, '\0');  // its length once it is whole (commit_frame)
+}
+
+void Writer::commit_frame() {
+  uint64_t length = out_.size() - frame_at_ - kFrameHeader;
+  if (length < kFrameMin) {
+    out_.erase(frame_at_, kFrameHeader);
+    return;
+  }
+  out_[frame_at_] = static_cast<char>(kFrame);
+  for (size_t i = 0; i < 8; ++i) out_[frame_at_ + 1 + i] = static_cast<char>((length >> (8 * i)) & 0xff);
 }
 
 void Writer::item() {
+  if (out_.size() - frame_at_ - kFrameHeader >= kFrameTarget) {  // between two opcodes: a frame may end
+    commit_frame();
+    open_frame();
+  }
   if (open_.empty()) return;
   Open& c = open_.back();
   uint32_t limit = c.dict ? 2 * kBatch : kBatch;
@@ -1515,6 +1635,7 @@ void Writer::memoize(uint64_t key) {
 
 std::string Writer::finish() {
   out_ += static_cast<char>(kStop);
+  commit_frame();
   return std::move(out_);
 }
 

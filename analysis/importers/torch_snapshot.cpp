@@ -143,8 +143,8 @@ class StackCache {
 class Importer : public pickle::ItemSink {
  public:
   Importer(std::string_view bytes, const std::string& path, TraceWriter& writer, std::string& error,
-           const ReleaseBytes& done_with = nullptr)
-      : parse_(bytes, done_with), path_(path), w_(writer), error_(error), done_with_(done_with) {}
+           const ReleaseBytes& done_with = nullptr, unsigned walkers = 1)
+      : parse_(bytes, done_with, walkers), path_(path), w_(writer), error_(error), done_with_(done_with) {}
 
   bool parse() {
     std::string problem;
@@ -684,13 +684,14 @@ bool import_torch_snapshot(std::string_view bytes, const std::string& path, Trac
 struct TorchSnapshotImport::State {
   std::string error;
   Importer importer;
-  State(std::string_view bytes, const std::string& path, TraceWriter& writer, const ReleaseBytes& done_with)
-      : importer(bytes, path, writer, error, done_with) {}
+  State(std::string_view bytes, const std::string& path, TraceWriter& writer, const ReleaseBytes& done_with,
+        unsigned walkers)
+      : importer(bytes, path, writer, error, done_with, walkers) {}
 };
 
 TorchSnapshotImport::TorchSnapshotImport(std::string_view bytes, const std::string& path, TraceWriter& writer,
-                                         const ReleaseBytes& done_with)
-    : state_(std::make_unique<State>(bytes, path, writer, done_with)) {}
+                                         const ReleaseBytes& done_with, unsigned walkers)
+    : state_(std::make_unique<State>(bytes, path, writer, done_with, walkers)) {}
 TorchSnapshotImport::~TorchSnapshotImport() = default;
 
 bool TorchSnapshotImport::check() { return state_->importer.parse() && state_->importer.prepare(); }

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -464,6 +466,111 @@ TEST(StreamingParse, WhatTheMemoReadsBackIsLetGoAfterItsLastRead) {
   EXPECT_EQ(sink.taken[1], sink.taken[0].replace(sink.taken[0].find("requested"), 9, "completed"));
   // Kept to the end, the lists were 3 values each (60,000); what is left is the containers.
   EXPECT_LT(parse.document().size(), 100u);
+}
+
+// A snapshot-like pickle of KFREES free_requested/free_completed pairs, each pair sharing its
+// frames list through the memo, and a string MARKER an entry (MARKER(i), when given) that a test
+// may rewrite.
+std::string free_pairs(int frees, const std::function<std::string(int)>& marker = nullptr) {
+  Writer w;
+  w.begin_dict();
+  w.str("device_traces");
+  w.begin_list();
+  w.begin_list();
+  for (int i = 0; i < frees; ++i) {
+    for (const char* action : {"free_requested", "free_completed"}) {
+      w.begin_dict();
+      w.str("action");
+      w.str(action);
+      w.str("addr");
+      w.integer(i);
+      if (marker) {
+        w.str("note");
+        w.str(marker(i) + (*action == 'f' && action[5] == 'r' ? "r" : "c"));
+      }
+      w.str("frames");
+      if (!w.recall(static_cast<uint64_t>(i))) {
+        w.begin_list();
+        w.integer(i);
+        w.integer(i + 1);
+        w.end_list();
+        w.memoize(static_cast<uint64_t>(i));
+      }
+      w.end_dict();
+    }
+  }
+  w.end_list();
+  w.end_list();
+  w.end_dict();
+  return w.finish();
+}
+
+// What a parse of BYTES took, and how many values it kept; walked in WALKERS pieces at most.
+struct Parsed {
+  std::vector<std::string> taken;
+  size_t kept = 0;
+  unsigned pieces = 0;
+};
+Parsed parse_walked(const std::string& bytes, unsigned walkers) {
+  ActionSink sink(true, {"action", "frames"});
+  StreamingParse parse(bytes, nullptr, walkers);
+  std::string error;
+  EXPECT_TRUE(parse.run(sink, error)) << error;
+  return {sink.taken, parse.document().size(), parse.walked_in()};
+}
+
+// The walks that learn what the memo reads back run in pieces on threads of their own, each from
+// a frame's start (Python's pickler and memtrace's writer frame every 64 KiB): what they find is
+// what one walk finds, so the parse takes and keeps the same.
+TEST(StreamingParse, WalkedInPiecesAtFramesAsInOne) {
+  std::string bytes = free_pairs(60000);
+  ASSERT_GT(bytes.size(), 2u << 20);
+  Parsed one = parse_walked(bytes, 1);
+  EXPECT_EQ(one.pieces, 1u);
+  ASSERT_EQ(one.taken.size(), 120000u);
+  EXPECT_LT(one.kept, 100u);  // each pair's list let go after its second read
+  for (unsigned walkers : {2u, 3u, 4u, 64u}) {
+    Parsed many = parse_walked(bytes, walkers);
+    EXPECT_EQ(many.pieces, std::min(walkers, 4u)) << walkers;  // 4 at most: 8 bytes a value read back each
+    EXPECT_EQ(many.taken, one.taken) << walkers;
+    EXPECT_EQ(many.kept, one.kept) << walkers;
+  }
+  // Too small to share: one walk.
+  EXPECT_EQ(parse_walked(free_pairs(100), 4).pieces, 1u);
+}
+
+// A frame's length may lie (nothing but our own walk reads them: Python's C unpickler and our
+// parse do not). A piece's walk that does not end where the next piece begins finds the lie, and
+// one walk reads the pickle.
+TEST(StreamingParse, FramesThatLieAreWalkedAsOne) {
+  // Strings that look like a frame's header once rewritten: FRAME and eight bytes.
+  std::string bytes = free_pairs(60000, [](int i) { return "\x95" + std::to_string(10000000 + i); });
+  std::vector<size_t> frames;  // the frames' starts, as chained by their lengths
+  for (size_t p = 2; p + 9 < bytes.size() && static_cast<uint8_t>(bytes[p]) == 0x95;) {
+    frames.push_back(p);
+    uint64_t length = 0;
+    std::memcpy(&length, bytes.data() + p + 1, 8);
+    p += 9 + length;
+  }
+  ASSERT_GT(frames.size(), 10u);
+  // The frame that holds the middle leads to a marker inside it past the middle (inside a string,
+  // not at an opcode), and the marker's eight bytes on to the next frame, as a true chain would.
+  size_t middle = bytes.size() / 2;
+  size_t j = 0;
+  while (j + 1 < frames.size() && frames[j + 1] <= middle) ++j;
+  size_t fake = bytes.find(std::string("\x8c\x0a\x95", 3), middle) + 2;  // SHORT_BINUNICODE of ten bytes
+  ASSERT_LT(fake + 9, frames[j + 1]);
+  ASSERT_GT(fake, frames[j] + 9);
+  uint64_t to_fake = fake - frames[j] - 9, to_next = frames[j + 1] - fake - 9;
+  ASSERT_EQ(parse_walked(bytes, 2).pieces, 2u);  // before the lie
+  std::memcpy(bytes.data() + frames[j] + 1, &to_fake, 8);
+  std::memcpy(bytes.data() + fake + 1, &to_next, 8);
+
+  Parsed one = parse_walked(bytes, 1), two = parse_walked(bytes, 2);
+  EXPECT_EQ(two.pieces, 1u);
+  ASSERT_EQ(one.taken.size(), 120000u);
+  EXPECT_EQ(two.taken, one.taken);
+  EXPECT_EQ(two.kept, one.kept);
 }
 
 // Opcodes Python does not write, each around a dict the parser could read whole.

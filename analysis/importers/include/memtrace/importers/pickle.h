@@ -149,14 +149,19 @@ class Parser;
 class ListCursor;
 
 // A parse whose memory grows with what its sink does not take (and with the values the pickle
-// shares through its memo), not with the file. Walks the opcodes once first, building nothing,
-// to learn which memo entries are ever read back.
+// shares through its memo), not with the file. Walks the opcodes first, building nothing, to
+// learn which memo entries are ever read back and where the last time.
 class StreamingParse {
  public:
-  // DONE_WITH(begin, end), when given, is told of the bytes the first walk is done with.
+  // DONE_WITH(begin, end), when given, is told of the bytes the walks are done with. The walks
+  // run in up to WALKERS pieces at once where the pickle has frames (Python's pickler writes them):
+  // DONE_WITH may be called from several threads at once.
   explicit StreamingParse(std::string_view bytes,
-                          const std::function<void(size_t begin, size_t end)>& done_with = nullptr);
+                          const std::function<void(size_t begin, size_t end)>& done_with = nullptr,
+                          unsigned walkers = 1);
   ~StreamingParse();
+  // How many pieces the walks ran in (1: the pickle as one).
+  unsigned walked_in() const;
   // Parses the whole pickle as parse() does, offering list items to SINK. False with ERROR set
   // (one sentence naming the byte offset) as parse().
   bool run(ItemSink& sink, std::string& error);
@@ -229,7 +234,10 @@ class Writer {
   void close_batch(Open& c);
   void put_memo();
   void get_memo(uint32_t index);
+  void open_frame();
+  void commit_frame();
   std::string out_;
+  size_t frame_at_ = 0;  // the header of the frame being written
   std::vector<Open> open_;
   std::unordered_map<std::string, uint32_t> strings_;
   std::unordered_map<uint64_t, uint32_t> keys_;

@@ -32,11 +32,11 @@ bool import_torch_snapshot(std::string_view bytes, const std::string& path, Trac
 // The same in two steps, for a reader that reads the trace while it is written (on another
 // thread): check() reads the snapshot through and says now what keeps it from being imported;
 // write() then writes the trace into WRITER, header to footer. Each false with error() set (one
-// sentence). BYTES, PATH and WRITER outlive it.
+// sentence). BYTES, PATH and WRITER outlive it. check() may read on up to WALKERS threads at once.
 class TorchSnapshotImport {
  public:
   TorchSnapshotImport(std::string_view bytes, const std::string& path, TraceWriter& writer,
-                      const ReleaseBytes& done_with = nullptr);
+                      const ReleaseBytes& done_with = nullptr, unsigned walkers = 1);
   ~TorchSnapshotImport();
   bool check();
   bool write();
