@@ -45,9 +45,16 @@ def make_snapshot(path, allocations):
 
 
 def timed(command):
+    """Wall seconds, the completed process (its output small), and its peak memory in MiB."""
     start = time.perf_counter()
-    out = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    return time.perf_counter() - start, out
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        child = subprocess.Popen(command, stdout=out, stderr=err, text=True)
+        _, status, usage = os.wait4(child.pid, 0)
+        wall = time.perf_counter() - start
+        out.seek(0)
+        err.seek(0)
+        done = subprocess.CompletedProcess(command, os.waitstatus_to_exitcode(status), out.read(), err.read())
+    return wall, done, usage.ru_maxrss / 1024
 
 
 def main():
@@ -55,25 +62,34 @@ def main():
     parser.add_argument("memtrace")
     parser.add_argument("--allocations", type=int, default=300_000)
     parser.add_argument("--keep", help="write the snapshot here and keep it")
+    parser.add_argument("--only-make", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.only_make:
+        return make_snapshot(args.only_make, args.allocations)
     path = args.keep or os.path.join(tempfile.mkdtemp(prefix="memtrace-snapshot-read."), "snapshot.pickle")
     start = time.perf_counter()
-    make_snapshot(path, args.allocations)
+    # In a process of its own: a child forked from one that holds PyTorch and its CUDA context
+    # would count that memory as its own (ru_maxrss carries across exec).
+    subprocess.run([sys.executable, __file__, args.memtrace, "--allocations", str(args.allocations),
+                    "--only-make", path], check=True)
     size = os.path.getsize(path) / (1 << 20)
     print(f"snapshot: {size:.0f} MiB from {args.allocations} allocations in {time.perf_counter() - start:.0f} s")
     load = "import pickle, sys, time; t = time.perf_counter(); s = pickle.load(open(sys.argv[1], 'rb')); " \
            "print(time.perf_counter() - t, sum(len(d) for d in s['device_traces']))"
-    ours, theirs, entries = [], [], 0
+    ours, theirs, entries, our_mib, their_mib = [], [], 0, 0, 0
     for _ in range(3):
-        wall, out = timed([args.memtrace, "peak", path])
+        wall, out, mib = timed([args.memtrace, "peak", path])
         if out.returncode != 0:
             sys.exit(f"memtrace peak failed: {out.stderr.strip()}")
         ours.append(wall)
-        _, out = timed([sys.executable, "-c", load, path])
+        our_mib = max(our_mib, mib)
+        _, out, mib = timed([sys.executable, "-c", load, path])
         seconds, entries = out.stdout.split()
         theirs.append(float(seconds))
+        their_mib = max(their_mib, mib)
     a, b = statistics.median(ours), statistics.median(theirs)
-    print(f"entries: {entries}; memtrace peak {a:.2f} s, pickle.load {b:.2f} s: {b / a:.2f}x as fast")
+    print(f"entries: {entries}; memtrace peak {a:.2f} s, {our_mib:.0f} MiB; pickle.load {b:.2f} s, "
+          f"{their_mib:.0f} MiB: {b / a:.2f}x as fast")
     if not args.keep:
         os.remove(path)
 

@@ -251,13 +251,22 @@ for name in ("default", "expandable", "cupti"):
             "(simulated)" if simulated else "within 5%", simulated or ratio <= 1.05)
 
 # The cudaMallocAsync backend has no trace tracker (attaching throws): the program runs as without
-# memtrace, and every tensor is its own cudaMallocAsync, the reserved layer's.
+# memtrace, and every tensor is its own cudaMallocAsync, the reserved layer's. What the pool reserves
+# at its highest depends on time: a pool reuses a free already completed on the GPU even with no
+# stream order between it and the allocation (cudaMemPoolReuseAllowOpportunistic, on by default,
+# CUDA Runtime API, cudaMemPoolSetAttribute), and any CPU time added between calls changes which
+# frees have completed. Measured on an H200 (PyTorch 2.11, 8 steps): 4093640704 in 3 runs of 3
+# without memtrace, 4093640704 to 4194304000 with it; so that one is held to 5%, the rest exactly.
 status = open(f"{work}/async.status").read().strip()
 traced, bare = account(f"{work}/async.out"), account(f"{work}/async.bare")
-same = traced is not None and bare is not None and all(
-    traced[k] == bare[k] for k in traced if k not in ("pid", "step_ms"))
+timed_keys = ("pid", "step_ms", "max_memory_reserved")
+same = traced is not None and bare is not None and all(traced[k] == bare[k] for k in traced if k not in timed_keys)
 row("async: exit status and account, with memtrace and without", f"exit {status}, " + ("same" if same else "differ"),
     "exit 0, same", status == "0" and same)
+if traced and bare and bare.get("max_memory_reserved"):
+    ratio = traced["max_memory_reserved"] / bare["max_memory_reserved"]
+    row("async: the pool's reserved high-water (max_memory_reserved), with / without", f"{ratio:.3f}x",
+        "within 5% (time-dependent reuse)", abs(ratio - 1) <= 0.05)
 report = memtrace_json("report", f"{work}/async")
 p = report["processes"][0] if report else {}
 row("async: allocated layer recorded by", attach_path(p), "none", attach_path(p) == "none")
