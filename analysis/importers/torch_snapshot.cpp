@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "entry_spill.h"
 #include "memtrace/format/torch_action.h"
 #include "memtrace/importers/pickle.h"
 #include "snapshot_state.h"
@@ -136,15 +137,22 @@ class StackCache {
   std::unordered_map<std::vector<Ref>, Known, RefsHash> frames_;
 };
 
-// The snapshot is read in two passes over the pickle, neither holding its traces: the first
-// keeps all but the entries of the devices' traces (segments, annotations: the state at the end)
-// and learns from the entries what was live before them; the second reads each device's entries
-// again from where they begin, and writes them, the devices' merged by time.
+// The snapshot is read in two passes, neither holding its traces: the first, over the pickle,
+// keeps all but the entries of the devices' traces (segments, annotations: the state at the end),
+// learns from the entries what was live before them, and puts each list's entries in a temporary
+// file of their own (EntrySpill); the second reads them back, and writes them, the devices' merged
+// by time. Where no temporary file can be had (or SPILL is false), the second pass reads each
+// device's entries again from the pickle, from where they begin.
 class Importer : public pickle::ItemSink {
  public:
   Importer(std::string_view bytes, const std::string& path, TraceWriter& writer, std::string& error,
-           const ReleaseBytes& done_with = nullptr, unsigned walkers = 1)
-      : parse_(bytes, done_with, walkers), path_(path), w_(writer), error_(error), done_with_(done_with) {}
+           const ReleaseBytes& done_with = nullptr, unsigned walkers = 1, bool spill = true)
+      : parse_(bytes, done_with, walkers),
+        path_(path),
+        w_(writer),
+        error_(error),
+        done_with_(done_with),
+        spill_(spill) {}
 
   bool parse() {
     std::string problem;
@@ -165,9 +173,13 @@ class Importer : public pickle::ItemSink {
     Trace* seen = known == traces_.end() ? nullptr : &known->second;
     std::optional<Entry> e = entry_from(
         doc, item, w_, [&](const Document& d, Ref f) { return stack_of(d, f, stacks_); },
-        [&](const Entry& entry) { return !seen || !seen->head_complete || seen->start.may_keep(entry); });
+        [&](const Entry& entry) {
+          return !seen || seen->spill || !seen->head_complete || seen->start.may_keep(entry);
+        });
     if (!e) return false;
     Trace& t = seen ? *seen : traces_[list];
+    if (!seen && spill_) t.spill = snapshot::EntrySpill::create();
+    if (t.spill) t.spill->add(*e);
     if (!t.head_complete) t.head.push_back(*e);
     t.start.see(*e);
     if (e->time_us >= 0) t.first_time_us = std::min<uint64_t>(t.first_time_us, static_cast<uint64_t>(e->time_us));
@@ -324,7 +336,10 @@ class Importer : public pickle::ItemSink {
         timed_ = timed_ || t.first_time_us != UINT64_MAX;
         first_time_us_ = std::min(first_time_us_, t.first_time_us);
         d.entries = std::make_unique<EntryStream>(*this, device, std::move(t.head));
-        if (t.end > t.resume.offset) d.entries->resume(parse_, t.resume, t.end);
+        if (t.spill && t.spill->finish())
+          d.entries->read_back(std::move(t.spill));
+        else if (t.end > t.resume.offset)
+          d.entries->resume(parse_, t.resume, t.end);
         traces_.erase(taken);
       }
       ++device;
@@ -594,9 +609,27 @@ class Importer : public pickle::ItemSink {
       // Its own stack cache: the parse starts from a copy of the first's shared values, renumbered.
       cursor_ = parse.resume_list(at, end, *this);
     }
+    // Every entry from SPILL instead (the first batch too).
+    void read_back(std::unique_ptr<snapshot::EntrySpill> spill) {
+      buffer_.clear();
+      spill_ = std::move(spill);
+    }
     // The next entry, or null at the end or on a problem (then ok() is false and ERROR says why).
     const Entry* peek(std::string& error) {
-      while (buffer_.empty() && ok_ && cursor_ && !cursor_->done()) ok_ = cursor_->next(error);
+      if (spill_) {
+        if (buffer_.empty() && ok_) {
+          Entry e;
+          if (spill_->next(e)) {
+            e.device = device_;
+            buffer_.push_back(e);
+          } else if (!spill_->error().empty()) {
+            ok_ = false;
+            error = spill_->error();
+          }
+        }
+      } else {
+        while (buffer_.empty() && ok_ && cursor_ && !cursor_->done()) ok_ = cursor_->next(error);
+      }
       return buffer_.empty() ? nullptr : &buffer_.front();
     }
     void pop() { buffer_.pop_front(); }
@@ -624,6 +657,7 @@ class Importer : public pickle::ItemSink {
     int32_t device_;
     std::deque<Entry> buffer_;
     std::unique_ptr<pickle::ListCursor> cursor_;
+    std::unique_ptr<snapshot::EntrySpill> spill_;
     StackCache stacks_;
     bool ok_ = true;
   };
@@ -643,8 +677,9 @@ class Importer : public pickle::ItemSink {
   struct Trace {
     std::vector<Entry> head;  // its first batch
     bool head_complete = false;
-    pickle::ResumePoint resume;  // after the first batch
-    size_t end = 0;              // after the last
+    pickle::ResumePoint resume;                   // after the first batch
+    size_t end = 0;                               // after the last
+    std::unique_ptr<snapshot::EntrySpill> spill;  // all of them, when one could be made
     snapshot::StartState start;
     uint64_t first_time_us = UINT64_MAX;
   };
@@ -662,6 +697,7 @@ class Importer : public pickle::ItemSink {
   TraceWriter& w_;
   std::string& error_;
   ReleaseBytes done_with_;
+  bool spill_;
   size_t released_ = 0;
   std::map<int32_t, Device> devices_;
   std::vector<Annotation> annotations_;
@@ -676,8 +712,8 @@ class Importer : public pickle::ItemSink {
 }  // namespace
 
 bool import_torch_snapshot(std::string_view bytes, const std::string& path, TraceWriter& writer, std::string& error,
-                           const ReleaseBytes& done_with) {
-  Importer importer(bytes, path, writer, error, done_with);
+                           const ReleaseBytes& done_with, bool spill) {
+  Importer importer(bytes, path, writer, error, done_with, 1, spill);
   return importer.parse() && importer.run();
 }
 

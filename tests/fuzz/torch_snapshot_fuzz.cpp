@@ -24,6 +24,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                                          *writer, error);
     if (!ok && error.empty()) __builtin_trap();  // a refusal must say why
   }
+  {
+    // The second pass parsing the pickle again, not reading the first's entries back: the same verdict.
+    std::string again;
+    auto writer = memtrace::TraceWriter::create_on(::memfd_create("fuzz-again", MFD_CLOEXEC), "fuzz", again, 0);
+    if (!writer) __builtin_trap();
+    bool parsed = memtrace::import_torch_snapshot(std::string_view(reinterpret_cast<const char*>(data), size),
+                                                  "fuzz input", *writer, again, nullptr, false);
+    if (parsed != ok) __builtin_trap();
+  }
   if (ok) {
     ::lseek(fd, 0, SEEK_SET);
     std::FILE* file = ::fdopen(::dup(fd), "rb");

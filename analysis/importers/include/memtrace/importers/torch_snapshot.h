@@ -26,8 +26,10 @@ inline constexpr const char* kTorchSnapshotSource = "PyTorch memory snapshot";
 // DONE_WITH(begin, end), when given, is told of byte ranges of BYTES the import will not read
 // again soon (a file mapping can let them go; the import may read them again later).
 using ReleaseBytes = std::function<void(size_t begin, size_t end)>;
+// SPILL false: the second pass reads the entries again from BYTES, not from a temporary file (the
+// same trace; where no temporary file can be made, that is what it does).
 bool import_torch_snapshot(std::string_view bytes, const std::string& path, TraceWriter& writer, std::string& error,
-                           const ReleaseBytes& done_with = nullptr);
+                           const ReleaseBytes& done_with = nullptr, bool spill = true);
 
 // The same in two steps, for a reader that reads the trace while it is written (on another
 // thread): check() reads the snapshot through and says now what keeps it from being imported;

@@ -1,0 +1,171 @@
+#include "entry_spill.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+namespace memtrace::snapshot {
+
+namespace {
+
+constexpr size_t kBlock = 1 << 20;         // written and read a MiB at a time
+constexpr size_t kMaxRecord = 2 + 7 * 10;  // two bytes of flags, seven varints of 10 bytes at most
+
+// An entry's first byte: its action (0: one this table does not know, else 1 + TorchAction), and
+// which of the fields after its address and size it has.
+constexpr uint8_t kActionMask = 0x0f, kHasStream = 0x10, kHasFree = 0x20, kHasTime = 0x40, kHasMore = 0x80;
+// kHasMore: a second byte follows, saying which of the stack and the category it has.
+constexpr uint8_t kHasStack = 0x01, kHasCategory = 0x02;
+
+inline char* put_varint(char* out, uint64_t v) {
+  while (v >= 0x80) {
+    *out++ = static_cast<char>(v | 0x80);
+    v >>= 7;
+  }
+  *out++ = static_cast<char>(v);
+  return out;
+}
+
+uint64_t zigzag(int64_t v) { return (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63); }
+int64_t unzigzag(uint64_t v) { return static_cast<int64_t>(v >> 1) ^ -static_cast<int64_t>(v & 1); }
+
+// Opens an unnamed file in DIR: O_TMPFILE where the file system has it, else a name let go at once.
+int open_temporary(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd >= 0) return fd;
+  std::string name = dir + "/memtrace-snapshot-entries.XXXXXX";
+  fd = ::mkostemp(name.data(), O_CLOEXEC);
+  if (fd >= 0) ::unlink(name.c_str());
+  return fd;
+}
+
+}  // namespace
+
+std::unique_ptr<EntrySpill> EntrySpill::create() {
+  const char* tmpdir = std::getenv("TMPDIR");
+  int fd = open_temporary(tmpdir && *tmpdir ? tmpdir : "/tmp");
+  if (fd < 0 && tmpdir && *tmpdir) fd = open_temporary("/tmp");
+  if (fd < 0) return nullptr;
+  return std::unique_ptr<EntrySpill>(new EntrySpill(fd));
+}
+
+EntrySpill::~EntrySpill() { ::close(fd_); }
+
+void EntrySpill::add(const Entry& e) {
+  if (failed_) return;
+  uint8_t first = e.action ? static_cast<uint8_t>(1 + static_cast<int>(*e.action)) : 0;
+  uint8_t more = (e.stack ? kHasStack : 0) | (e.category ? kHasCategory : 0);
+  first |= (e.stream ? kHasStream : 0) | (e.device_free != e.addr ? kHasFree : 0) | (e.time_us != -1 ? kHasTime : 0) |
+           (more ? kHasMore : 0);
+  char record[kMaxRecord];
+  char* p = record;
+  *p++ = static_cast<char>(first);
+  if (more) *p++ = static_cast<char>(more);
+  p = put_varint(p, zigzag(static_cast<int64_t>(e.addr - last_addr_)));
+  last_addr_ = e.addr;
+  p = put_varint(p, e.size);
+  if (e.stream) p = put_varint(p, e.stream);
+  if (e.device_free != e.addr) p = put_varint(p, e.device_free);
+  if (e.time_us != -1) {
+    p = put_varint(p,
+                   zigzag(static_cast<int64_t>(static_cast<uint64_t>(e.time_us) - static_cast<uint64_t>(last_time_))));
+    last_time_ = e.time_us;
+  }
+  if (e.stack) p = put_varint(p, e.stack);
+  if (e.category) p = put_varint(p, e.category);
+  buffer_.append(record, static_cast<size_t>(p - record));
+  ++count_;
+  if (buffer_.size() >= kBlock) flush();
+}
+
+bool EntrySpill::flush() {
+  size_t done = 0;
+  while (done < buffer_.size()) {
+    ssize_t n = ::write(fd_, buffer_.data() + done, buffer_.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      failed_ = true;
+      error_ = std::string("its entries' temporary file could not be written: ") + std::strerror(errno);
+      buffer_.clear();
+      return false;
+    }
+    done += static_cast<size_t>(n);
+  }
+  buffer_.clear();
+  return true;
+}
+
+bool EntrySpill::finish() {
+  if (!failed_) flush();
+  finished_ = true;
+  last_addr_ = 0;
+  last_time_ = 0;
+  return !failed_;
+}
+
+bool EntrySpill::refill() {
+  buffer_.erase(0, at_);
+  at_ = 0;
+  size_t had = buffer_.size();
+  buffer_.resize(had + kBlock);
+  ssize_t n;
+  do n = ::pread(fd_, buffer_.data() + had, kBlock, static_cast<off_t>(read_offset_));
+  while (n < 0 && errno == EINTR);
+  if (n < 0) {
+    error_ = std::string("its entries' temporary file could not be read back: ") + std::strerror(errno);
+    buffer_.resize(had);
+    return false;
+  }
+  buffer_.resize(had + static_cast<size_t>(n));
+  read_offset_ += static_cast<uint64_t>(n);
+  at_end_ = n == 0;
+  return true;
+}
+
+bool EntrySpill::next(Entry& out) {
+  if (!finished_ || failed_ || !error_.empty() || count_ == 0) return false;
+  if (buffer_.size() - at_ < kMaxRecord && !at_end_ && !refill()) return false;
+  if (at_ == buffer_.size()) return false;
+  const char* p = buffer_.data() + at_;
+  const char* end = buffer_.data() + buffer_.size();
+  auto varint = [&](uint64_t& v) {
+    v = 0;
+    for (int shift = 0; p < end && shift < 64; shift += 7) {
+      uint8_t b = static_cast<uint8_t>(*p++);
+      v |= static_cast<uint64_t>(b & 0x7f) << shift;
+      if (!(b & 0x80)) return true;
+    }
+    return false;
+  };
+  uint8_t first = static_cast<uint8_t>(*p++), more = 0;
+  if ((first & kHasMore) && p < end) more = static_cast<uint8_t>(*p++);
+  out = Entry();
+  uint8_t action = first & kActionMask;
+  if (action) out.action = static_cast<TorchAction>(action - 1);
+  uint64_t v = 0;
+  bool ok = varint(v);
+  out.addr = last_addr_ + static_cast<uint64_t>(unzigzag(v));
+  last_addr_ = out.addr;
+  ok = ok && varint(out.size);
+  if (first & kHasStream) ok = ok && varint(out.stream);
+  out.device_free = out.addr;
+  if (first & kHasFree) ok = ok && varint(out.device_free);
+  if (first & kHasTime) {
+    ok = ok && varint(v);
+    out.time_us = static_cast<int64_t>(static_cast<uint64_t>(last_time_) + static_cast<uint64_t>(unzigzag(v)));
+    last_time_ = out.time_us;
+  }
+  if (more & kHasStack) ok = ok && varint(out.stack);
+  if (more & kHasCategory) ok = ok && varint(out.category);
+  if (!ok) {  // only what add() wrote is here: the file changed under us
+    error_ = "its entries' temporary file was not as written";
+    return false;
+  }
+  at_ = static_cast<size_t>(p - buffer_.data());
+  return true;
+}
+
+}  // namespace memtrace::snapshot
