@@ -102,14 +102,33 @@ mode_t current_umask() {
 ReportFile::~ReportFile() {
   if (file_) {  // never committed: the file at its path stays as it was
     std::fclose(file_);
-    ::unlink(temporary_.c_str());
+    if (!temporary_.empty()) ::unlink(temporary_.c_str());
   }
 }
 
 std::FILE* ReportFile::open(const char* command, const std::string& path) {
   command_ = command;
   path_ = path;
+  to_stdout_ = true;
   if (path.empty() || path == "-") return stdout;
+  // What is not a file (/dev/null, a pipe, a process substitution's /dev/fd/N), and anything under
+  // /dev or /proc (/dev/stdout: whatever standard output is, a file too), is written to as it is:
+  // nothing put beside it and renamed over the link, nothing read first (reading /dev/stdout
+  // inside $(...) waits on the pipe memtrace itself writes).
+  struct stat st, out;
+  bool exists = ::stat(path.c_str(), &st) == 0;
+  if (exists && ::fstat(STDOUT_FILENO, &out) == 0 && st.st_dev == out.st_dev && st.st_ino == out.st_ino)
+    return stdout;  // /dev/stdout, /dev/fd/1, or the file standard output goes to: one stream, in order
+  to_stdout_ = false;
+  if ((exists && !S_ISREG(st.st_mode)) || path.rfind("/dev/", 0) == 0 || path.rfind("/proc/", 0) == 0) {
+    if (exists && S_ISDIR(st.st_mode)) {
+      std::fprintf(stderr, "memtrace %s: %s is a folder: give a file to write\n", command, path.c_str());
+      return nullptr;
+    }
+    file_ = std::fopen(path.c_str(), "w");
+    if (!file_) std::fprintf(stderr, "memtrace %s: cannot write %s: %s\n", command, path.c_str(), std::strerror(errno));
+    return file_;
+  }
   if (run_folder::is_memtrace_file(path)) {
     std::fprintf(stderr, "memtrace %s: %s is a memtrace trace: it is not written over\n", command, path.c_str());
     return nullptr;
@@ -131,10 +150,14 @@ std::FILE* ReportFile::open(const char* command, const std::string& path) {
 }
 
 bool ReportFile::commit() {
-  if (!file_) return path_.empty() || path_ == "-" ? std::fflush(stdout) == 0 : false;
+  if (!file_) return to_stdout_ ? std::fflush(stdout) == 0 : false;
   bool ok = !std::ferror(file_);
   ok &= std::fclose(file_) == 0;
   file_ = nullptr;
+  if (temporary_.empty()) {  // written in place (not a file)
+    if (!ok) std::fprintf(stderr, "memtrace %s: cannot write %s: %s\n", command_, path_.c_str(), std::strerror(errno));
+    return ok;
+  }
   if (ok && ::rename(temporary_.c_str(), path_.c_str()) == 0) return true;
   std::fprintf(stderr, "memtrace %s: cannot write %s: %s\n", command_, path_.c_str(), std::strerror(errno));
   ::unlink(temporary_.c_str());

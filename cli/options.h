@@ -64,7 +64,8 @@ int analyze_and_show(const char* command, AnalysisCli& a, MakeView&& make_view) 
 // A report file (JUnit, CSV, SVG, an export) written as it is made: it replaces what is at its
 // path, as pytest's --junitxml does, so that CI reruns work, but never a trace; written beside
 // and renamed over, so a reader never sees half of one, and nothing is replaced unless commit()
-// succeeds. The path "-" or "" is standard output.
+// succeeds. The path "-" or "" is standard output; what is not a file (/dev/stdout, /dev/null, a
+// pipe) is written in place.
 class ReportFile {
  public:
   ReportFile() = default;
@@ -80,6 +81,7 @@ class ReportFile {
   const char* command_ = "";
   std::string path_, temporary_;
   std::FILE* file_ = nullptr;
+  bool to_stdout_ = false;  // standard output, by "-" or by a path to where it goes
 };
 // TEXT as a report file at PATH. False after saying why.
 bool write_report_file(const char* command, const std::string& path, const std::string& text);

@@ -156,6 +156,40 @@ TEST_F(StepsRun, TimelineChartCsvAndSvg) {
   EXPECT_EQ(std::filesystem::file_size(trace), trace_size);
 }
 
+// -o naming what is not a file is written in place: /dev/stdout (a pipe, as inside $(...): the
+// command once opened it to see whether it was a trace, read its own pipe and waited for ever; or
+// a file: as root, a temporary file was put in /dev and renamed over the /dev/stdout link),
+// /dev/null; a folder is refused. Nothing is put beside them.
+TEST_F(StepsRun, OutputThatIsNoFileIsWrittenInPlace) {
+  const bool linked = std::filesystem::is_symlink("/dev/stdout");  // as /dev has it (udev, Docker)
+  e2e::Result plain = e2e::run({e2e::kMemtrace, "export", "--format", "jsonl", traces()});
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  ASSERT_GT(plain.out.size(), 1000u);
+  e2e::Result to_file = e2e::run(
+      {"/usr/bin/timeout", "120", e2e::kMemtrace, "export", "--format", "jsonl", "-o", "/dev/stdout", traces()});
+  EXPECT_EQ(to_file.status, 0) << to_file.err;
+  EXPECT_EQ(to_file.out, plain.out);
+  EXPECT_EQ(std::filesystem::is_symlink("/dev/stdout"), linked);
+  const std::string piped_out = *dir_ + "/piped.jsonl";
+  e2e::Result piped = e2e::run({"/bin/sh", "-c",
+                                "/usr/bin/timeout 120 \"$0\" export --format jsonl -o /dev/stdout \"$1\" | cat >\"$2\"",
+                                e2e::kMemtrace, traces(), piped_out});
+  EXPECT_EQ(piped.status, 0) << piped.err;
+  EXPECT_EQ(read_file(piped_out), plain.out);
+  e2e::Result csv = e2e::run({"/usr/bin/timeout", "120", e2e::kMemtrace, "timeline", traces(), "--csv", "/dev/stdout"});
+  EXPECT_EQ(csv.status, 0) << csv.err;
+  EXPECT_NE(csv.out.find("pid,device,layer,t_ns,max_bytes,last_bytes"), std::string::npos) << csv.out;
+  e2e::Result null = e2e::run({e2e::kMemtrace, "export", "--format", "chrome", "-o", "/dev/null", traces()});
+  EXPECT_EQ(null.status, 0) << null.err;
+  EXPECT_TRUE(null.out.empty());
+  e2e::Result folder = e2e::run({e2e::kMemtrace, "export", "--format", "jsonl", "-o", *dir_, traces()});
+  EXPECT_NE(folder.status, 0);
+  EXPECT_NE(folder.err.find("is a folder"), std::string::npos) << folder.err;
+  EXPECT_EQ(std::filesystem::is_symlink("/dev/stdout"), linked);
+  for (const auto& entry : std::filesystem::directory_iterator("/dev"))
+    EXPECT_EQ(entry.path().filename().string().find("memtrace-tmp"), std::string::npos) << entry.path();
+}
+
 TEST_F(StepsRun, FoldedStacksAddUpToThePeakAndChromeTraceHasCountersAndRanges) {
   e2e::Result folded = e2e::run({e2e::kMemtrace, "export", "--format", "folded", "--at", "peak", traces()});
   ASSERT_EQ(folded.status, 0) << folded.err;
