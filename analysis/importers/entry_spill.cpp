@@ -6,12 +6,14 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <system_error>
 
 namespace memtrace::snapshot {
 
 namespace {
 
 constexpr size_t kBlock = 1 << 20;         // written and read a MiB at a time
+constexpr size_t kBatch = 4096;            // entries handed to the writer's thread at a time
 constexpr size_t kMaxRecord = 2 + 7 * 10;  // two bytes of flags, seven varints of 10 bytes at most
 
 // An entry's first byte: its action (0: one this table does not know, else 1 + TorchAction), and
@@ -52,33 +54,93 @@ std::unique_ptr<EntrySpill> EntrySpill::create() {
   return std::unique_ptr<EntrySpill>(new EntrySpill(fd));
 }
 
-EntrySpill::~EntrySpill() { ::close(fd_); }
+EntrySpill::~EntrySpill() {
+  stop_writer();
+  ::close(fd_);
+}
 
 void EntrySpill::add(const Entry& e) {
-  if (failed_) return;
-  uint8_t first = e.action ? static_cast<uint8_t>(1 + static_cast<int>(*e.action)) : 0;
-  uint8_t more = (e.stack ? kHasStack : 0) | (e.category ? kHasCategory : 0);
-  first |= (e.stream ? kHasStream : 0) | (e.device_free != e.addr ? kHasFree : 0) | (e.time_us != -1 ? kHasTime : 0) |
-           (more ? kHasMore : 0);
-  char record[kMaxRecord];
-  char* p = record;
-  *p++ = static_cast<char>(first);
-  if (more) *p++ = static_cast<char>(more);
-  p = put_varint(p, zigzag(static_cast<int64_t>(e.addr - last_addr_)));
-  last_addr_ = e.addr;
-  p = put_varint(p, e.size);
-  if (e.stream) p = put_varint(p, e.stream);
-  if (e.device_free != e.addr) p = put_varint(p, e.device_free);
-  if (e.time_us != -1) {
-    p = put_varint(p,
-                   zigzag(static_cast<int64_t>(static_cast<uint64_t>(e.time_us) - static_cast<uint64_t>(last_time_))));
-    last_time_ = e.time_us;
-  }
-  if (e.stack) p = put_varint(p, e.stack);
-  if (e.category) p = put_varint(p, e.category);
-  buffer_.append(record, static_cast<size_t>(p - record));
+  batch_.push_back(e);
   ++count_;
-  if (buffer_.size() >= kBlock) flush();
+  if (batch_.size() == kBatch) hand_over();
+}
+
+// A full batch goes to the writer's thread (started with the first), which encodes and writes
+// it while the caller reads on; where no thread can be had, it is written here.
+void EntrySpill::hand_over() {
+  if (!writer_.joinable() && !writer_failed_) {
+    try {
+      writer_ = std::thread([this] { write_batches(); });
+    } catch (const std::system_error&) {
+      writer_failed_ = true;
+    }
+  }
+  if (writer_failed_) {
+    encode(batch_);
+    batch_.clear();
+    return;
+  }
+  std::unique_lock<std::mutex> lock(mutex_);
+  taken_.wait(lock, [this] { return !handed_full_; });
+  handed_.swap(batch_);
+  handed_full_ = true;
+  lock.unlock();
+  handed_cv_.notify_one();
+  batch_.clear();
+}
+
+void EntrySpill::write_batches() {
+  std::vector<Entry> mine;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      handed_cv_.wait(lock, [this] { return handed_full_ || closing_; });
+      if (!handed_full_) return;  // closing, nothing left
+      mine.swap(handed_);
+      handed_full_ = false;
+    }
+    taken_.notify_one();
+    encode(mine);
+    mine.clear();
+  }
+}
+
+void EntrySpill::stop_writer() {
+  if (!writer_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    closing_ = true;
+  }
+  handed_cv_.notify_one();
+  writer_.join();
+}
+
+void EntrySpill::encode(const std::vector<Entry>& entries) {
+  for (const Entry& e : entries) {
+    if (failed_) return;
+    uint8_t first = e.action ? static_cast<uint8_t>(1 + static_cast<int>(*e.action)) : 0;
+    uint8_t more = (e.stack ? kHasStack : 0) | (e.category ? kHasCategory : 0);
+    first |= (e.stream ? kHasStream : 0) | (e.device_free != e.addr ? kHasFree : 0) | (e.time_us != -1 ? kHasTime : 0) |
+             (more ? kHasMore : 0);
+    char record[kMaxRecord];
+    char* p = record;
+    *p++ = static_cast<char>(first);
+    if (more) *p++ = static_cast<char>(more);
+    p = put_varint(p, zigzag(static_cast<int64_t>(e.addr - last_addr_)));
+    last_addr_ = e.addr;
+    p = put_varint(p, e.size);
+    if (e.stream) p = put_varint(p, e.stream);
+    if (e.device_free != e.addr) p = put_varint(p, e.device_free);
+    if (e.time_us != -1) {
+      uint64_t change = static_cast<uint64_t>(e.time_us) - static_cast<uint64_t>(last_time_);
+      p = put_varint(p, zigzag(static_cast<int64_t>(change)));
+      last_time_ = e.time_us;
+    }
+    if (e.stack) p = put_varint(p, e.stack);
+    if (e.category) p = put_varint(p, e.category);
+    buffer_.append(record, static_cast<size_t>(p - record));
+    if (buffer_.size() >= kBlock) flush();
+  }
 }
 
 bool EntrySpill::flush() {
@@ -99,7 +161,13 @@ bool EntrySpill::flush() {
 }
 
 bool EntrySpill::finish() {
+  if (finished_) return !failed_;
+  if (!batch_.empty() && writer_.joinable()) hand_over();
+  stop_writer();
+  encode(batch_);  // what never filled a batch
+  batch_ = {};
   if (!failed_) flush();
+  buffer_ = {};
   finished_ = true;
   last_addr_ = 0;
   last_time_ = 0;

@@ -2,9 +2,13 @@
 // their own, a few bytes each: the second pass reads them back instead of parsing the pickle again.
 #pragma once
 
+#include <condition_variable>
 #include <cstddef>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "snapshot_state.h"
 
@@ -19,7 +23,8 @@ class EntrySpill {
   EntrySpill(const EntrySpill&) = delete;
   EntrySpill& operator=(const EntrySpill&) = delete;
 
-  // Writing: each entry in order (its device is not kept); finish() once all are in. False once a
+  // Writing: each entry in order (its device is not kept), encoded and written on a thread of the
+  // spill's own (from its first few thousand entries on); finish() once all are in. False once a
   // write failed (the disk full): nothing is read back then.
   void add(const Entry& e);
   bool finish();
@@ -31,12 +36,26 @@ class EntrySpill {
 
  private:
   explicit EntrySpill(int fd) : fd_(fd) {}
+  void hand_over();
+  void write_batches();
+  void stop_writer();
+  void encode(const std::vector<Entry>& entries);
   bool flush();
   bool refill();
 
   int fd_;
-  std::string buffer_;  // writing: what is not written yet; reading: what is read and not decoded
-  size_t at_ = 0;       // reading: the next byte of buffer_
+  std::vector<Entry> batch_;  // added, not yet handed over
+  // The writer's thread and what is handed to it: one batch at a time, in order.
+  std::thread writer_;
+  bool writer_failed_ = false;  // no thread to be had: written where added
+  std::mutex mutex_;
+  std::condition_variable handed_cv_, taken_;
+  std::vector<Entry> handed_;
+  bool handed_full_ = false, closing_ = false;
+  // Writing (the writer's thread, until finish()): what is not written yet; reading: what is read
+  // and not decoded.
+  std::string buffer_;
+  size_t at_ = 0;  // reading: the next byte of buffer_
   uint64_t read_offset_ = 0;
   bool failed_ = false, finished_ = false, at_end_ = false;
   size_t count_ = 0;
