@@ -426,49 +426,7 @@ TEST(StreamingParse, AFramesListBeforeAnotherKeyIsReadWhole) {
   EXPECT_EQ(viewed.views_taken, 3u);  // all but the first, whose list holds F and G themselves
 }
 
-// PyTorch records both halves of a free with one context: each free_completed reads its
-// free_requested's frames list back through the memo. A streaming parse lets such a value go once
-// nothing will read it again, so that what it holds does not grow with the file.
-TEST(StreamingParse, WhatTheMemoReadsBackIsLetGoAfterItsLastRead) {
-  constexpr int kFrees = 20000;
-  Writer w;
-  w.begin_dict();
-  w.str("device_traces");
-  w.begin_list();
-  w.begin_list();
-  for (int i = 0; i < kFrees; ++i) {
-    for (const char* action : {"free_requested", "free_completed"}) {
-      w.begin_dict();
-      w.str("action");
-      w.str(action);
-      w.str("addr");
-      w.integer(i);
-      w.str("frames");
-      if (!w.recall(static_cast<uint64_t>(i))) {
-        w.begin_list();
-        w.integer(i);
-        w.integer(i + 1);
-        w.end_list();
-        w.memoize(static_cast<uint64_t>(i));
-      }
-      w.end_dict();
-    }
-  }
-  w.end_list();
-  w.end_list();
-  w.end_dict();
-  std::string bytes = w.finish();
-  ActionSink sink(true, {"action", "frames"});
-  StreamingParse parse(bytes);
-  std::string error;
-  ASSERT_TRUE(parse.run(sink, error)) << error;
-  ASSERT_EQ(sink.taken.size(), 2u * kFrees);
-  EXPECT_EQ(sink.taken[1], sink.taken[0].replace(sink.taken[0].find("requested"), 9, "completed"));
-  // Kept to the end, the lists were 3 values each (60,000); what is left is the containers.
-  EXPECT_LT(parse.document().size(), 100u);
-}
-
-// A snapshot-like pickle of KFREES free_requested/free_completed pairs, each pair sharing its
+// A snapshot-like pickle of FREES free_requested/free_completed pairs, each pair sharing its
 // frames list through the memo, and a string MARKER an entry (MARKER(i), when given) that a test
 // may rewrite.
 std::string free_pairs(int frees, const std::function<std::string(int)>& marker = nullptr) {
@@ -486,7 +444,7 @@ std::string free_pairs(int frees, const std::function<std::string(int)>& marker 
       w.integer(i);
       if (marker) {
         w.str("note");
-        w.str(marker(i) + (*action == 'f' && action[5] == 'r' ? "r" : "c"));
+        w.str(marker(i) + action[5]);  // 'r' or 'c': each its own
       }
       w.str("frames");
       if (!w.recall(static_cast<uint64_t>(i))) {
@@ -503,6 +461,22 @@ std::string free_pairs(int frees, const std::function<std::string(int)>& marker 
   w.end_list();
   w.end_dict();
   return w.finish();
+}
+
+// PyTorch records both halves of a free with one context: each free_completed reads its
+// free_requested's frames list back through the memo. A streaming parse lets such a value go once
+// nothing will read it again, so that what it holds does not grow with the file.
+TEST(StreamingParse, WhatTheMemoReadsBackIsLetGoAfterItsLastRead) {
+  constexpr int kFrees = 20000;
+  std::string bytes = free_pairs(kFrees);
+  ActionSink sink(true, {"action", "frames"});
+  StreamingParse parse(bytes);
+  std::string error;
+  ASSERT_TRUE(parse.run(sink, error)) << error;
+  ASSERT_EQ(sink.taken.size(), 2u * kFrees);
+  EXPECT_EQ(sink.taken[1], sink.taken[0].replace(sink.taken[0].find("requested"), 9, "completed"));
+  // Kept to the end, the lists were 3 values each (60,000); what is left is the containers.
+  EXPECT_LT(parse.document().size(), 100u);
 }
 
 // What a parse of BYTES took, and how many values it kept; walked in WALKERS pieces at most.
