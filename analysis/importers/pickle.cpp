@@ -223,6 +223,8 @@ T load_le(const char* at) {  // x86-64 and aarch64 are little-endian, as pickles
   return v;
 }
 
+constexpr size_t kReleaseStep = 8 << 20;  // the walks tell DONE_WITH of what they read this much at a time
+
 // Where walk_memo_reads stopped: at the end of its range (END: the offset after the last opcode
 // it read, at or past the range's end), or short of it, at STOP or at what it does not know.
 struct WalkEnd {
@@ -267,7 +269,6 @@ WalkEnd walk_memo_reads(std::string_view in, size_t from, size_t to,
     on_get(index, op_at);
     return true;
   };
-  constexpr size_t kReleaseStep = 8 << 20;
   size_t released = from, next_release = done_with ? from + kReleaseStep : SIZE_MAX;
   while (pos < to) {
     if (pos >= next_release) {
@@ -395,7 +396,7 @@ std::vector<size_t> walk_starts(std::string_view in, unsigned pieces,
     uint64_t length = load_le<uint64_t>(in.data() + p + 1);
     if (length > in.size() - p - 9) break;
     p += 9 + length;
-    if (done_with && p - released >= (8 << 20)) {
+    if (done_with && p - released >= kReleaseStep) {
       done_with(released, p);
       released = p;
     }
