@@ -46,12 +46,12 @@ int open_temporary(const std::string& dir) {
 
 }  // namespace
 
-std::unique_ptr<EntrySpill> EntrySpill::create() {
+std::unique_ptr<EntrySpill> EntrySpill::create(Follower follower) {
   const char* tmpdir = std::getenv("TMPDIR");
   int fd = open_temporary(tmpdir && *tmpdir ? tmpdir : "/tmp");
   if (fd < 0 && tmpdir && *tmpdir) fd = open_temporary("/tmp");
   if (fd < 0) return nullptr;
-  return std::unique_ptr<EntrySpill>(new EntrySpill(fd));
+  return std::unique_ptr<EntrySpill>(new EntrySpill(fd, std::move(follower)));
 }
 
 EntrySpill::~EntrySpill() {
@@ -117,7 +117,8 @@ void EntrySpill::stop_writer() {
 
 void EntrySpill::encode(const std::vector<Entry>& entries) {
   for (const Entry& e : entries) {
-    if (failed_) return;
+    if (follower_) follower_(e);
+    if (failed_) continue;
     uint8_t first = e.action ? static_cast<uint8_t>(1 + static_cast<int>(*e.action)) : 0;
     uint8_t more = (e.stack ? kHasStack : 0) | (e.category ? kHasCategory : 0);
     first |= (e.stream ? kHasStream : 0) | (e.device_free != e.addr ? kHasFree : 0) | (e.time_us != -1 ? kHasTime : 0) |

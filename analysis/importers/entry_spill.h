@@ -4,6 +4,7 @@
 
 #include <condition_variable>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -16,9 +17,14 @@ namespace memtrace::snapshot {
 
 class EntrySpill {
  public:
+  // Told of each entry added, in order, on the spill's own thread (where the first pass has a core
+  // to spare), also where the file failed.
+  using Follower = std::function<void(const Entry&)>;
+
   // A spill in a new temporary file, unlinked from the start (it goes with the process), in
-  // $TMPDIR or else /tmp; null when no such file can be made.
-  static std::unique_ptr<EntrySpill> create();
+  // $TMPDIR or else /tmp; null when no such file can be made. FOLLOWER, if any, is told of every
+  // entry by the time finish() returns (and not after the spill is gone).
+  static std::unique_ptr<EntrySpill> create(Follower follower = nullptr);
   ~EntrySpill();
   EntrySpill(const EntrySpill&) = delete;
   EntrySpill& operator=(const EntrySpill&) = delete;
@@ -35,7 +41,7 @@ class EntrySpill {
   size_t count() const { return count_; }
 
  private:
-  explicit EntrySpill(int fd) : fd_(fd) {}
+  EntrySpill(int fd, Follower follower) : fd_(fd), follower_(std::move(follower)) {}
   void hand_over();
   void write_batches();
   void stop_writer();
@@ -44,6 +50,7 @@ class EntrySpill {
   bool refill();
 
   int fd_;
+  Follower follower_;
   std::vector<Entry> batch_;  // added, not yet handed over
   // The writer's thread and what is handed to it: one batch at a time, in order.
   std::thread writer_;

@@ -102,22 +102,22 @@ std::optional<Entry> entry_from(const Document& doc, const pickle::DictView& ite
 // every entry a list of its own, of frame dicts the memo shares): each stack is read once.
 class StackCache {
  public:
-  uint64_t* by_list(Ref list) {
-    auto it = lists_.find(list);
-    return it == lists_.end() ? nullptr : &it->second;
-  }
+  uint64_t* by_list(Ref list) { return list < lists_.size() && lists_[list] != kUnknown ? &lists_[list] : nullptr; }
   uint64_t* by_frames(const std::vector<Ref>& frames) {
     auto it = frames_.find(frames);
     return it == frames_.end() ? nullptr : &it->second.stack;
   }
   void add(Ref list, const std::vector<Ref>& frames, uint64_t stack) {
-    lists_[list] = stack;
+    if (list < kMaxListRef) {
+      if (list >= lists_.size()) lists_.resize(list + 1, kUnknown);
+      lists_[list] = stack;
+    }
     Ref newest = frames.empty() ? 0 : *std::max_element(frames.begin(), frames.end());
     frames_.try_emplace(frames, Known{stack, newest});
   }
   // The values from FIRST on are forgotten (ItemSink::forget_from): so is what names them.
   void forget_from(Ref first) {
-    lists_.erase(lists_.lower_bound(first), lists_.end());
+    if (first < lists_.size()) lists_.resize(first);
     std::erase_if(frames_, [first](const auto& known) { return known.second.newest >= first; });
   }
 
@@ -133,7 +133,11 @@ class StackCache {
     uint64_t stack;
     Ref newest;  // its frames' newest Ref
   };
-  std::map<Ref, uint64_t> lists_;
+  // By the list's Ref: the parse numbers its values from 0 up, and numbers again from where it
+  // forgets (forget_from), so a table is as large as the most values it held at once.
+  static constexpr uint64_t kUnknown = UINT64_MAX;
+  static constexpr Ref kMaxListRef = Ref{1} << 28;
+  std::vector<uint64_t> lists_;
   std::unordered_map<std::vector<Ref>, Known, RefsHash> frames_;
 };
 
@@ -178,10 +182,15 @@ class Importer : public pickle::ItemSink {
         });
     if (!e) return false;
     Trace& t = seen ? *seen : traces_[list];
-    if (!seen && spill_) t.spill = snapshot::EntrySpill::create();
-    if (t.spill) t.spill->add(*e);
+    if (!seen && spill_) {  // what was live before the entries is learned on the spill's thread
+      snapshot::StartState* start = &t.start;
+      t.spill = snapshot::EntrySpill::create([start](const Entry& entry) { start->see(entry); });
+    }
+    if (t.spill)
+      t.spill->add(*e);
+    else
+      t.start.see(*e);
     if (!t.head_complete) t.head.push_back(*e);
-    t.start.see(*e);
     if (e->time_us >= 0) t.first_time_us = std::min<uint64_t>(t.first_time_us, static_cast<uint64_t>(e->time_us));
     return true;
   }
@@ -332,11 +341,12 @@ class Importer : public pickle::ItemSink {
       if (taken != traces_.end()) {  // a device with entries (PyTorch lists every device, idle or not)
         Device& d = devices_[device];
         Trace& t = taken->second;
+        const bool spilled = t.spill && t.spill->finish();  // its start state is whole once it is
         d.start = std::move(t.start);
         timed_ = timed_ || t.first_time_us != UINT64_MAX;
         first_time_us_ = std::min(first_time_us_, t.first_time_us);
         d.entries = std::make_unique<EntryStream>(*this, device, std::move(t.head));
-        if (t.spill && t.spill->finish())
+        if (spilled)
           d.entries->read_back(std::move(t.spill));
         else if (t.end > t.resume.offset)
           d.entries->resume(parse_, t.resume, t.end);
@@ -679,8 +689,8 @@ class Importer : public pickle::ItemSink {
     bool head_complete = false;
     pickle::ResumePoint resume;                   // after the first batch
     size_t end = 0;                               // after the last
+    snapshot::StartState start;                   // before the spill, whose thread sees into it: gone after it
     std::unique_ptr<snapshot::EntrySpill> spill;  // all of them, when one could be made
-    snapshot::StartState start;
     uint64_t first_time_us = UINT64_MAX;
   };
 

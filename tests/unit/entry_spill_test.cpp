@@ -5,8 +5,11 @@
 
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -82,6 +85,64 @@ TEST(EntrySpill, ReadsBackWhatWasPutIn) {
   std::unique_ptr<EntrySpill> empty = EntrySpill::create();
   ASSERT_TRUE(empty->finish());
   EXPECT_FALSE(empty->next(out));
+}
+
+std::vector<Entry> numbered(size_t n) {
+  std::vector<Entry> entries(n);
+  for (size_t i = 0; i < n; ++i) {
+    entries[i].action = TorchAction::kAlloc;
+    entries[i].addr = entries[i].device_free = 4096 * i;
+    entries[i].size = i;
+  }
+  return entries;
+}
+
+// The follower (the first pass learns what was live before the trace there) is told of every
+// entry, in order, by the time finish() returns; and of every entry handed to the spill's thread
+// (batches of 4,096) before a spill dropped unfinished is gone.
+TEST(EntrySpill, ItsFollowerIsToldOfEveryEntryInOrder) {
+  for (size_t n : {size_t{0}, size_t{1}, size_t{4095}, size_t{4096}, size_t{50001}}) {
+    std::vector<Entry> entries = numbered(n), told;
+    std::unique_ptr<EntrySpill> spill = EntrySpill::create([&told](const Entry& e) { told.push_back(e); });
+    ASSERT_TRUE(spill);
+    for (const Entry& e : entries) spill->add(e);
+    ASSERT_TRUE(spill->finish());
+    ASSERT_EQ(told.size(), n);
+    for (size_t i = 0; i < n; ++i) ASSERT_TRUE(same(told[i], entries[i])) << i;
+  }
+  for (int round = 0; round < 20; ++round) {
+    size_t told = 0;
+    {
+      std::unique_ptr<EntrySpill> spill = EntrySpill::create([&told](const Entry&) { ++told; });
+      for (const Entry& e : numbered(3 * 4096 + 17)) spill->add(e);
+    }                                   // dropped while its thread may still be at work: done with it here
+    EXPECT_EQ(told, size_t{3 * 4096});  // the 17 never handed over were never to be told
+  }
+}
+
+// Where its file cannot be written (a full disk: here a file size limit), the spill fails and is
+// not read back, but its follower is still told of every entry: the import parses again, and needs
+// what was live before all the same.
+TEST(EntrySpill, ItsFollowerIsToldOfEveryEntryWhenTheFileFails) {
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::signal(SIGXFSZ, SIG_IGN);  // a write past the limit fails with EFBIG instead
+    rlimit limit{64 << 10, 64 << 10};
+    if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) ::_exit(10);
+    size_t told = 0;
+    std::unique_ptr<EntrySpill> spill = EntrySpill::create([&told](const Entry&) { ++told; });
+    if (!spill) ::_exit(11);
+    for (const Entry& e : numbered(300000)) spill->add(e);
+    if (spill->finish()) ::_exit(12);  // 300,000 entries do not fit in 64 KiB
+    Entry out;
+    if (spill->next(out) || spill->error().empty()) ::_exit(13);
+    ::_exit(told == 300000 ? 0 : 14);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 // A trace as text: every event with its stack's frames, in order.
