@@ -405,6 +405,48 @@ std::vector<size_t> walk_starts(std::string_view in, unsigned pieces,
   return starts;
 }
 
+// Where a walk saw each memo index read the last time, while they are few (memtrace's exports read
+// back a dict's keys and a few hundred stacks' frames lists, again and again): an open-addressing
+// table of a fixed size, which gives up (full()) past half of it.
+class FewLastReads {
+ public:
+  __attribute__((always_inline)) void note(uint64_t index, size_t at) {
+    if (full_) return;
+    for (size_t slot = (index * 0x9E3779B97F4A7C15ull) >> (64 - kBits);; slot = (slot + 1) & (kSlots - 1)) {
+      Slot& s = slots_[slot];
+      if (s.at == kEmpty) {
+        if (++used_ > kSlots / 2) {
+          full_ = true;
+          return;
+        }
+        s.index = index;
+      } else if (s.index != index) {
+        continue;
+      }
+      s.at = at;  // a walk reads on: the latest
+      return;
+    }
+  }
+  bool full() const { return full_; }
+  // F(index, at) of each index noted, with where it was read the last time.
+  template <typename F>
+  void each(F&& f) const {
+    for (const Slot& s : slots_)
+      if (s.at != kEmpty) f(s.index, s.at);
+  }
+
+ private:
+  static constexpr unsigned kBits = 13;
+  static constexpr size_t kSlots = size_t{1} << kBits, kEmpty = SIZE_MAX;
+  struct Slot {
+    uint64_t index = 0;
+    size_t at = kEmpty;
+  };
+  std::vector<Slot> slots_ = std::vector<Slot>(kSlots);  // 128 KiB
+  size_t used_ = 0;
+  bool full_ = false;
+};
+
 }  // namespace
 
 // What the memo's entries are read back for: which are (GET), and where each is read the last
@@ -413,24 +455,30 @@ struct MemoReads {
   MemoIds ids;
   std::vector<uint64_t> last_read;  // by the index's rank among the dense ones
   unsigned pieces = 1;              // the walks', each on a thread of its own
+  unsigned walks = 1;               // over the whole pickle: 2 where the values read back are many
 
   MemoReads(std::string_view in, const std::function<void(size_t, size_t)>& done_with, unsigned walkers)
       : ids(in.size() + 1) {
-    // Twice: the ranks are known once every read index is (the same few, a dict's keys, again and
-    // again). Each walk in pieces, on threads of their own, where the pickle has frames to start
-    // them at: the first piece's walk, from the beginning, must end where the second begins (else
-    // the frames lied, and one walk reads it all), and so on.
+    // Where each is read the last time is kept by rank, known once every read index is: the first
+    // walk notes it while the indices read are few (FewLastReads), else a second walk finds it.
+    // Each walk in pieces, on threads of their own, where the pickle has frames to start them at:
+    // the first piece's walk, from the beginning, must end where the second begins (else the
+    // frames lied, and one walk reads it all), and so on.
     std::vector<size_t> starts = walk_starts(in, walkers, done_with);
     std::vector<MemoIds> piece_ids(starts.size() + 1, MemoIds(in.size() + 1));
+    std::vector<FewLastReads> piece_few(starts.size() + 1);
     auto first_walk = [&](size_t piece, size_t from, size_t to) {
       MemoIds& found = piece_ids[piece];
-      return walk_memo_reads(in, from, to, done_with, [&found](uint64_t index, size_t) {
+      FewLastReads& few = piece_few[piece];
+      return walk_memo_reads(in, from, to, done_with, [&found, &few](uint64_t index, size_t at) {
         if (!found.has(index)) found.add(index);
+        few.note(index, at);
       });
     };
     if (!in_pieces(in.size(), starts, first_walk)) {
       starts.clear();
       piece_ids.assign(1, MemoIds(in.size() + 1));
+      piece_few.assign(1, FewLastReads());
       first_walk(0, 0, in.size());
     }
     pieces = static_cast<unsigned>(piece_ids.size());
@@ -438,6 +486,16 @@ struct MemoReads {
     for (size_t i = 1; i < piece_ids.size(); ++i) ids.merge(piece_ids[i]);
     piece_ids.clear();
     ids.number();
+    if (std::none_of(piece_few.begin(), piece_few.end(), [](const FewLastReads& f) { return f.full(); })) {
+      last_read.assign(ids.dense_count(), 0);
+      for (const FewLastReads& few : piece_few)  // a later piece's reads are later
+        few.each([&](uint64_t index, size_t at) {
+          if (int64_t n = ids.rank(index); n >= 0) last_read[static_cast<size_t>(n)] = at;
+        });
+      return;
+    }
+    piece_few.clear();
+    walks = 2;
     std::vector<std::vector<uint64_t>> piece_last(starts.size() + 1, std::vector<uint64_t>(ids.dense_count(), 0));
     in_pieces(in.size(), starts, [&](size_t piece, size_t from, size_t to) {
       std::vector<uint64_t>& last = piece_last[piece];
@@ -1432,6 +1490,7 @@ StreamingParse::StreamingParse(std::string_view bytes, const std::function<void(
     : bytes_(bytes), reads_(std::make_unique<MemoReads>(bytes, done_with, walkers)) {}
 StreamingParse::~StreamingParse() = default;
 unsigned StreamingParse::walked_in() const { return reads_->pieces; }
+unsigned StreamingParse::walks() const { return reads_->walks; }
 
 bool StreamingParse::run(ItemSink& sink, std::string& error) {
   parser_ = std::make_unique<Parser>(bytes_, sink, *reads_);

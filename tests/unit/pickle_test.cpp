@@ -427,9 +427,11 @@ TEST(StreamingParse, AFramesListBeforeAnotherKeyIsReadWhole) {
 }
 
 // A snapshot-like pickle of FREES free_requested/free_completed pairs, each pair sharing its
-// frames list through the memo, and a string MARKER an entry (MARKER(i), when given) that a test
-// may rewrite.
-std::string free_pairs(int frees, const std::function<std::string(int)>& marker = nullptr) {
+// frames list through the memo (pair i the list LIST_OF(i), when given: lists shared by many
+// pairs, as stacks are), and a string MARKER an entry (MARKER(i), when given) that a test may
+// rewrite.
+std::string free_pairs(int frees, const std::function<std::string(int)>& marker = nullptr,
+                       const std::function<int(int)>& list_of = nullptr) {
   Writer w;
   w.begin_dict();
   w.str("device_traces");
@@ -447,12 +449,13 @@ std::string free_pairs(int frees, const std::function<std::string(int)>& marker 
         w.str(marker(i) + action[5]);  // 'r' or 'c': each its own
       }
       w.str("frames");
-      if (!w.recall(static_cast<uint64_t>(i))) {
+      const int list = list_of ? list_of(i) : i;
+      if (!w.recall(static_cast<uint64_t>(list))) {
         w.begin_list();
-        w.integer(i);
-        w.integer(i + 1);
+        w.integer(list);
+        w.integer(list + 1);
         w.end_list();
-        w.memoize(static_cast<uint64_t>(i));
+        w.memoize(static_cast<uint64_t>(list));
       }
       w.end_dict();
     }
@@ -477,6 +480,7 @@ TEST(StreamingParse, WhatTheMemoReadsBackIsLetGoAfterItsLastRead) {
   EXPECT_EQ(sink.taken[1], sink.taken[0].replace(sink.taken[0].find("requested"), 9, "completed"));
   // Kept to the end, the lists were 3 values each (60,000); what is left is the containers.
   EXPECT_LT(parse.document().size(), 100u);
+  EXPECT_EQ(parse.walks(), 2u);  // 20,000 values read back: where each is read last, found by rank
 }
 
 // What a parse of BYTES took, and how many values it kept; walked in WALKERS pieces at most.
@@ -511,6 +515,33 @@ TEST(StreamingParse, WalkedInPiecesAtFramesAsInOne) {
   }
   // Too small to share: one walk.
   EXPECT_EQ(parse_walked(free_pairs(100), 4).pieces, 1u);
+}
+
+// Where the values read back are few (a dict's keys, and frames lists shared by many entries, as
+// in memtrace's own exports), one walk learns where each is read the last time: the same values
+// are let go after it, in one piece or several.
+TEST(StreamingParse, FewValuesReadBackAreLearnedInOneWalk) {
+  // 3,100 lists: the first 3,000 pairs' each its own, the rest share 100.
+  std::string bytes = free_pairs(80000, nullptr, [](int i) { return i < 3000 ? i : 3000 + i % 100; });
+  ASSERT_GT(bytes.size(), 2u << 20);
+  Parsed one = parse_walked(bytes, 1);
+  ASSERT_EQ(one.taken.size(), 160000u);
+  ActionSink sink(true, {"action", "frames"});
+  StreamingParse parse(bytes);
+  std::string error;
+  ASSERT_TRUE(parse.run(sink, error)) << error;
+  EXPECT_EQ(parse.walks(), 1u);
+  EXPECT_EQ(sink.taken, one.taken);
+  // The first 3,000 pairs' lists let go after their second read (3 values each: kept to the end,
+  // 9,300 values); the 100 shared ones read to the end.
+  EXPECT_LT(one.kept, 400u);
+  EXPECT_GT(one.kept, 300u);
+  for (unsigned walkers : {2u, 4u}) {
+    Parsed many = parse_walked(bytes, walkers);
+    EXPECT_EQ(many.pieces, walkers);
+    EXPECT_EQ(many.taken, one.taken) << walkers;
+    EXPECT_EQ(many.kept, one.kept) << walkers;
+  }
 }
 
 // A frame's length may lie (nothing but our own walk reads them: Python's C unpickler and our

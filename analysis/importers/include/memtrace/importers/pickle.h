@@ -160,8 +160,10 @@ class StreamingParse {
                           const std::function<void(size_t begin, size_t end)>& done_with = nullptr,
                           unsigned walkers = 1);
   ~StreamingParse();
-  // How many pieces the walks ran in (1: the pickle as one).
+  // How many pieces the walks ran in (1: the pickle as one), and how many walks there were (2
+  // where the memo values read back are many).
   unsigned walked_in() const;
+  unsigned walks() const;
   // Parses the whole pickle as parse() does, offering list items to SINK. False with ERROR set
   // (one sentence naming the byte offset) as parse().
   bool run(ItemSink& sink, std::string& error);
