@@ -406,16 +406,26 @@ std::vector<size_t> walk_starts(std::string_view in, unsigned pieces,
 }
 
 // Where a walk saw each memo index read the last time, while they are few (memtrace's exports read
-// back a dict's keys and a few hundred stacks' frames lists, again and again): an open-addressing
-// table of a fixed size, which gives up (full()) past half of it.
+// back a dict's keys and a few hundred stacks' frames lists, again and again): the first indices
+// (a dict's keys are among the first put) in a table by index, the others in an open-addressing
+// table of a fixed size; it gives up (full()) past kMaxFew indices.
 class FewLastReads {
  public:
   __attribute__((always_inline)) void note(uint64_t index, size_t at) {
     if (full_) return;
+    if (index < kDirect) {
+      size_t& last = direct_[index];
+      if (last == kEmpty && ++used_ > kMaxFew) {
+        full_ = true;
+        return;
+      }
+      last = at;
+      return;
+    }
     for (size_t slot = (index * 0x9E3779B97F4A7C15ull) >> (64 - kBits);; slot = (slot + 1) & (kSlots - 1)) {
       Slot& s = slots_[slot];
       if (s.at == kEmpty) {
-        if (++used_ > kSlots / 2) {
+        if (++used_ > kMaxFew) {
           full_ = true;
           return;
         }
@@ -431,18 +441,21 @@ class FewLastReads {
   // F(index, at) of each index noted, with where it was read the last time.
   template <typename F>
   void each(F&& f) const {
+    for (size_t index = 0; index < kDirect; ++index)
+      if (direct_[index] != kEmpty) f(index, direct_[index]);
     for (const Slot& s : slots_)
       if (s.at != kEmpty) f(s.index, s.at);
   }
 
  private:
   static constexpr unsigned kBits = 13;
-  static constexpr size_t kSlots = size_t{1} << kBits, kEmpty = SIZE_MAX;
+  static constexpr size_t kSlots = size_t{1} << kBits, kMaxFew = kSlots / 2, kDirect = 4096, kEmpty = SIZE_MAX;
   struct Slot {
     uint64_t index = 0;
     size_t at = kEmpty;
   };
-  std::vector<Slot> slots_ = std::vector<Slot>(kSlots);  // 128 KiB
+  std::vector<size_t> direct_ = std::vector<size_t>(kDirect, kEmpty);  // 32 KiB
+  std::vector<Slot> slots_ = std::vector<Slot>(kSlots);                // 128 KiB
   size_t used_ = 0;
   bool full_ = false;
 };

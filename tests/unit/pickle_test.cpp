@@ -521,26 +521,31 @@ TEST(StreamingParse, WalkedInPiecesAtFramesAsInOne) {
 // in memtrace's own exports), one walk learns where each is read the last time: the same values
 // are let go after it, in one piece or several.
 TEST(StreamingParse, FewValuesReadBackAreLearnedInOneWalk) {
-  // 3,100 lists: the first 3,000 pairs' each its own, the rest share 100.
-  std::string bytes = free_pairs(80000, nullptr, [](int i) { return i < 3000 ? i : 3000 + i % 100; });
-  ASSERT_GT(bytes.size(), 2u << 20);
-  Parsed one = parse_walked(bytes, 1);
-  ASSERT_EQ(one.taken.size(), 160000u);
-  ActionSink sink(true, {"action", "frames"});
-  StreamingParse parse(bytes);
-  std::string error;
-  ASSERT_TRUE(parse.run(sink, error)) << error;
-  EXPECT_EQ(parse.walks(), 1u);
-  EXPECT_EQ(sink.taken, one.taken);
-  // The first 3,000 pairs' lists let go after their second read (3 values each: kept to the end,
-  // 9,300 values); the 100 shared ones read to the end.
-  EXPECT_LT(one.kept, 400u);
-  EXPECT_GT(one.kept, 300u);
-  for (unsigned walkers : {2u, 4u}) {
-    Parsed many = parse_walked(bytes, walkers);
-    EXPECT_EQ(many.pieces, walkers);
-    EXPECT_EQ(many.taken, one.taken) << walkers;
-    EXPECT_EQ(many.kept, one.kept) << walkers;
+  // 3,100 lists: the first 3,000 pairs' each its own, the rest share 100. Their memo indices small
+  // (the first few thousand), or large (a new string each entry, put and never read, before them).
+  auto list_of = [](int i) { return i < 3000 ? i : 3000 + i % 100; };
+  std::function<std::string(int)> note = [](int i) { return "note " + std::to_string(i); };
+  for (bool large : {false, true}) {
+    std::string bytes = free_pairs(80000, large ? note : nullptr, list_of);
+    ASSERT_GT(bytes.size(), 2u << 20);
+    Parsed one = parse_walked(bytes, 1);
+    ASSERT_EQ(one.taken.size(), 160000u);
+    ActionSink sink(true, {"action", "frames"});
+    StreamingParse parse(bytes);
+    std::string error;
+    ASSERT_TRUE(parse.run(sink, error)) << error;
+    EXPECT_EQ(parse.walks(), 1u) << large;
+    EXPECT_EQ(sink.taken, one.taken);
+    // The first 3,000 pairs' lists let go after their second read (3 values each: kept to the
+    // end, 9,300 values); the 100 shared ones read to the end.
+    EXPECT_LT(one.kept, 400u) << large;
+    EXPECT_GT(one.kept, 300u) << large;
+    for (unsigned walkers : {2u, 4u}) {
+      Parsed many = parse_walked(bytes, walkers);
+      EXPECT_EQ(many.pieces, walkers);
+      EXPECT_EQ(many.taken, one.taken) << walkers;
+      EXPECT_EQ(many.kept, one.kept) << walkers;
+    }
   }
 }
 
