@@ -107,8 +107,8 @@ Command add_check_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "check", "For CI: exit 0 when the run is within every limit, 1 when one is broken, 2 for bad use");
   add_analysis_options(cmd, c->analysis, false);
-  c->analysis.options.fragmentation = false;  // what check does not measure
-  add_by_option(cmd, c->analysis.by);         // which sites growth per step is measured over
+  c->analysis.options.fragmentation = c->analysis.options.categories = false;  // what check does not measure
+  add_by_option(cmd, c->analysis.by);  // which sites growth per step is measured over
   cmd->add_option("--max-peak", c->max_peak, "Largest peak of reserved memory on any device, e.g. 70GiB");
   cmd->add_option("--max-leaked", c->max_leaked, "Device memory still live at the end, all processes");
   cmd->add_option("--max-growth-per-step", c->max_growth, "Growth per step of any one site");

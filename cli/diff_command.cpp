@@ -16,6 +16,7 @@ int diff(DiffCli& c) {
   c.base.by = c.next.by;
   c.base.step = c.next.step;
   c.base.jobs = c.next.jobs;
+  c.base.options.categories = c.next.options.categories = false;  // what diff does not compare
   std::vector<ProcessAnalysis> base, next;
   if (!load_analyses("diff", c.base, base) || !load_analyses("diff", c.next, next)) return kExitUsage;
   show(c.next.json, diff_view(base, next, c.next.options.grouping));

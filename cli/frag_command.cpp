@@ -12,7 +12,8 @@ Command add_frag_command(CLI::App& app) {
                                      "Free memory inside the allocator's segments: fragmentation at the "
                                      "peak and at each out-of-memory");
   add_analysis_options(cmd, *a, false);
-  a->options.timeline = true;  // reserved minus allocated over time
+  a->options.timeline = true;     // reserved minus allocated over time
+  a->options.categories = false;  // what frag does not show
   return {cmd, [a] { return analyze_and_show("frag", *a, frag_view); }};
 }
 

@@ -10,7 +10,7 @@ Command add_leaks_command(CLI::App& app) {
   auto a = std::make_shared<AnalysisCli>();
   CLI::App* cmd = app.add_subcommand("leaks", "What was still live at the end, and what grew step by step");
   add_analysis_options(cmd, *a);
-  a->options.fragmentation = false;  // what leaks does not show
+  a->options.fragmentation = a->options.categories = false;  // what leaks does not show
   return {cmd, [a] { return analyze_and_show("leaks", *a, leaks_view); }};
 }
 

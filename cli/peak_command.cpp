@@ -22,6 +22,8 @@ int peak(PeakCli& c) {
   options.layer = c.layer == "allocated" ? Layer::kAllocated : c.layer == "device" ? Layer::kDevice : Layer::kReserved;
   if (*c.device_option) options.device = c.device;
   options.by_category = c.analysis.by == "category";
+  // Categories are the allocated layer's, shown with it or grouped by.
+  c.analysis.options.categories = options.by_category || options.layer == Layer::kAllocated;
   std::vector<ProcessAnalysis> processes;
   if (!load_analyses("peak", c.analysis, processes)) return kExitUsage;
   if (options.device) {  // a device the run never used is a mistake, not an empty answer

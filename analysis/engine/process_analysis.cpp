@@ -211,6 +211,8 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
   FunctionPass category_pass(
       [&](const Event& event, const ReplayStep& step, const Replay& replay) {
         if (event.layer == Layer::kAllocated || event.api == Api::kShimRangePush || event.api == Api::kShimRangePop) {
+          // Without the blocks' categories, their marks still say whether categories are known.
+          if (!options.categories && event.op() != Op::kMark) return;
           bool named = api_info(event.api).aux == AuxField::kName;
           categories.add(event, step, replay, phases.step_starts().size(),
                          named ? reader->string(event.name) : std::string_view());

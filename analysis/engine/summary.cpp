@@ -96,7 +96,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ProcessAnalysis, report, allocat
                                                 last_device_sample_ns, timeline_bucket_ns, largest, allocations_seen,
                                                 stacks)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(AnalysisOptions, top_sites, grouping, keep_cuda_frames, step_pattern,
-                                                timeline, fragmentation, labels, largest_allocations)
+                                                timeline, fragmentation, categories, labels, largest_allocations)
 
 namespace {
 
@@ -191,6 +191,9 @@ void trim_to(const AnalysisOptions& wanted, ProcessAnalysis& a) {
     a.fragmentation.clear();
     a.free_in_heaps.clear();
     a.has_heaps = false;
+  }
+  if (!wanted.categories) {
+    for (DeviceReport& d : a.allocated.devices) d.peak_categories.clear();
   }
   if (!wanted.largest_allocations) {
     a.largest.clear();
@@ -292,6 +295,7 @@ bool read_summary(const std::string& path, const AnalysisOptions& wanted, Proces
       made_with.push_back(describe(options));
       const bool serves = same_sites(options, wanted) && options.step_pattern == wanted.step_pattern &&
                           (options.timeline || !wanted.timeline) && (options.fragmentation || !wanted.fragmentation) &&
+                          (options.categories || !wanted.categories) &&
                           (!wanted.largest_allocations || options.largest_allocations == wanted.largest_allocations);
       if (!serves) continue;
       std::vector<uint8_t> analysis_bytes, timeline_bytes;

@@ -279,6 +279,7 @@ AnalysisOptions html_analysis_options(const HtmlOptions& options) {
   a.grouping = SiteGrouping::kStack;
   a.labels = SiteGrouping::kUser;
   a.timeline = true;
+  a.categories = false;  // what the page does not show
   a.largest_allocations = options.largest_allocations;
   return a;
 }

@@ -222,5 +222,65 @@ TEST(Summaries, CommandsThatShowNoFragmentationAreTheSameWithoutIt) {
   fs::remove_all(dir);
 }
 
+// Only peak (--layer allocated, --by category), explain and summaries ask for the blocks'
+// categories (AnalysisOptions::categories): without them every other answer is the same, and
+// whether the trace tells categories is still known; a summary keeps them for peak.
+TEST(Summaries, CommandsThatShowNoCategoriesAreTheSameWithoutThem) {
+  std::string dir = scratch("no-categories");
+  {
+    TraceBuilder t("pid7", dir, 7);
+    const uint64_t segment = 0x7f0000000000;
+    t.alloc(Api::kCudaMalloc, segment, 64 * kMiB, "segment");
+    t.alloc(Api::kTorchAlloc, segment, 8 * kMiB, "weights");
+    t.mark(Api::kTorchCategory, "parameter", segment);
+    t.mark(Api::kNvtxMark, "memtrace.step");
+    t.alloc(Api::kTorchAlloc, segment + 8 * kMiB, 16 * kMiB, "forward");
+    t.mark(Api::kShimRangePush, "backward");
+    t.alloc(Api::kTorchAlloc, segment + 24 * kMiB, 8 * kMiB, "grads");
+    t.free(Api::kTorchFreeCompleted, segment + 8 * kMiB);
+    t.mark(Api::kShimRangePop, "backward");
+    t.finish();
+  }
+  AnalysisOptions with, without;
+  without.categories = false;
+  auto answers = [](std::vector<ProcessAnalysis> p) {
+    CheckLimits limits;
+    limits.max_peak = 1;
+    return nlohmann::json{{"report", to_json(report_view(std::vector<ProcessAnalysis>(p)))},
+                          {"peak", to_json(peak_view(p, PeakOptions()))},
+                          {"leaks", to_json(leaks_view(p))},
+                          {"check", to_json(check(p, limits, nullptr))}}
+        .dump(1);
+  };
+  PeakOptions by_category;
+  by_category.by_category = true;
+  std::string error, trace = dir + "/pid7.memtrace";
+  ProcessAnalysis full, lean, from_summary;
+  ASSERT_TRUE(analyze_process(trace, with, full, error)) << error;
+  ASSERT_TRUE(analyze_process(trace, without, lean, error)) << error;
+  ASSERT_EQ(full.allocated.devices.size(), 1u);
+  ASSERT_EQ(lean.allocated.devices.size(), 1u);
+  EXPECT_TRUE(full.categories_known && lean.categories_known);
+  std::string shown = to_json(peak_view({full}, by_category)).dump();
+  for (const char* category : {"parameter", "activation"})
+    EXPECT_NE(shown.find(category), std::string::npos) << category << " in " << shown;
+  EXPECT_TRUE(lean.allocated.devices[0].peak_categories.empty());
+  EXPECT_EQ(answers({full}), answers({lean}));
+
+  size_t bytes = 0;
+  ASSERT_TRUE(summarize_trace(trace, summarize_options(), bytes, error)) << error;
+  ASSERT_TRUE(read_summary(summary_path_of(trace), without, from_summary, error)) << error;
+  from_summary.report.trace_path = trace;
+  EXPECT_TRUE(from_summary.categories_known);
+  EXPECT_TRUE(from_summary.allocated.devices.at(0).peak_categories.empty());
+  EXPECT_EQ(answers({lean}), answers({from_summary}));
+  ASSERT_TRUE(read_summary(summary_path_of(trace), with, from_summary, error)) << error;
+  EXPECT_EQ(to_json(peak_view({from_summary}, by_category)).dump(), shown);
+  // A summary made without them does not stand in for peak --by category.
+  ASSERT_TRUE(summarize_trace(trace, {without}, bytes, error)) << error;
+  EXPECT_FALSE(read_summary(summary_path_of(trace), with, from_summary, error));
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace memtrace::testing

@@ -29,6 +29,11 @@ struct AnalysisOptions {
   // diff and the HTML page read it; peak, leaks, report and check leave it out, a third of the
   // replay of a PyTorch snapshot.
   bool fragmentation = true;
+  // What PyTorch's tensors live at each peak of the allocated layer were for (peak_categories;
+  // categories_known is found either way): peak (--layer allocated, --by category), explain and summaries read it;
+  // leaks, report, check, frag, timeline, diff and the HTML page leave it out, a quarter of the
+  // replay of a PyTorch snapshot.
+  bool categories = true;
   // How sites are named, when not as they are grouped (sites by stack, named by the user's frame).
   std::optional<SiteGrouping> labels;
   // Keep this many of the largest allocations with their lifetimes and stacks (the HTML report).
