@@ -32,7 +32,7 @@ int timeline(TimelineCli& c) {
     *bound = *parsed;
   }
   c.analysis.options.timeline = true;
-  c.analysis.options.categories = false;  // what timeline does not show
+  c.analysis.options.fragmentation = c.analysis.options.categories = false;  // what timeline does not show
   std::vector<ProcessAnalysis> processes;
   if (!load_analyses("timeline", c.analysis, processes)) return kExitUsage;
   // A window outside the run is a mistake, not an empty chart: say the run's range.

@@ -186,8 +186,8 @@ TEST(Summaries, ASummaryThatLacksWhatIsAskedSaysHowToMakeOne) {
   fs::remove_all(dir);
 }
 
-// peak, leaks, report and check ask for no fragmentation (AnalysisOptions::fragmentation): their
-// answers are the same without it, from the snapshot and from its summary, which keeps it for frag.
+// peak, leaks, report, check and timeline ask for no fragmentation (AnalysisOptions::fragmentation):
+// their answers are the same without it, from the snapshot and from its summary, which keeps it for frag.
 TEST(Summaries, CommandsThatShowNoFragmentationAreTheSameWithoutIt) {
   std::string dir = scratch("no-frag");
   for (const char* name : {"2.1-finetune.pickle", "2.3-attention-backward.pickle", "upto2.0-oom.pickle"}) {
@@ -218,6 +218,14 @@ TEST(Summaries, CommandsThatShowNoFragmentationAreTheSameWithoutIt) {
     from_summary.report.trace_path = pickle;
     EXPECT_TRUE(from_summary.fragmentation.empty()) << name;
     EXPECT_EQ(answers({lean}), answers({from_summary})) << name;
+    // timeline draws memory over time, not the free space inside the heaps.
+    with.timeline = without.timeline = true;
+    ASSERT_TRUE(analyze_process(pickle, with, full, error)) << error;
+    ASSERT_TRUE(analyze_process(pickle, without, lean, error)) << error;
+    EXPECT_FALSE(full.free_in_heaps.empty()) << name;
+    EXPECT_EQ(to_json(timeline_view({full}, TimeWindow())).dump(1),
+              to_json(timeline_view({lean}, TimeWindow())).dump(1))
+        << name;
   }
   fs::remove_all(dir);
 }

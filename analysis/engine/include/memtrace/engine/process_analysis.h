@@ -26,13 +26,13 @@ struct AnalysisOptions {
   std::string step_pattern = kDefaultStepPattern;  // ECMAScript, matching a whole name
   bool timeline = false;
   // The free space inside the allocators' heaps (fragmentation, has_heaps, free_in_heaps): frag,
-  // diff and the HTML page read it; peak, leaks, report and check leave it out, a third of the
-  // replay of a PyTorch snapshot.
+  // diff and the HTML page read it; peak, leaks, report, check and timeline leave it out, a third
+  // of the replay of a PyTorch snapshot.
   bool fragmentation = true;
   // What PyTorch's tensors live at each peak of the allocated layer were for (peak_categories;
-  // categories_known is found either way): peak (--layer allocated, --by category), explain and summaries read it;
-  // leaks, report, check, frag, timeline, diff and the HTML page leave it out, a quarter of the
-  // replay of a PyTorch snapshot.
+  // categories_known is found either way): peak (--layer allocated, --by category), explain and
+  // summaries read it; leaks, report, check, frag, timeline, diff and the HTML page leave it out,
+  // a quarter of the replay of a PyTorch snapshot.
   bool categories = true;
   // How sites are named, when not as they are grouped (sites by stack, named by the user's frame).
   std::optional<SiteGrouping> labels;
