@@ -513,10 +513,15 @@ void kill_while_every_thread_waits(const std::string& dir, const std::string& th
   EXPECT_EQ(p["dropped_events"].get<uint64_t>(), 0u);
 }
 
+// A thread usually waits for room to publish its call's own record, which the process's death
+// then interrupts. It may instead wait to publish a device memory sample it takes after its call's
+// record is in (injector/device_query.cpp: the first allocation's, then one a millisecond): it dies
+// inside a call that is whole, rightly not interrupted.
 TEST(Endings, KilledWhileEveryThreadWaitsInsideACallTheCallsAreInTheTrace) {
   uint64_t interrupted = 0;
   kill_while_every_thread_waits(e2e::temp_dir("killed-waiting"), "2", interrupted);
-  EXPECT_EQ(interrupted, 2u) << "both threads died inside a call";
+  EXPECT_GE(interrupted, 1u) << "the threads died inside a call";
+  EXPECT_LE(interrupted, 2u) << "two threads, at most one call each";
 }
 
 // More threads than the in-call table has slots (ring::kInCallSlots): those without one are
