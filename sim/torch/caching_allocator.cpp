@@ -804,12 +804,6 @@ NativeCachingAllocator& NativeCachingAllocator::instance() {
   return *a;
 }
 
-DeviceCachingAllocator* NativeCachingAllocator::owner(uint64_t addr) {
-  std::lock_guard lock(owners_mutex_);
-  auto it = owners_.find(addr);
-  return it == owners_.end() ? nullptr : devices[static_cast<size_t>(it->second)];
-}
-
 uint64_t NativeCachingAllocator::malloc(size_t size, int device, void* stream, int64_t context, std::string& error) {
   if (device < 0 || static_cast<size_t>(device) >= devices.size()) {
     error = "invalid device ordinal";
@@ -823,12 +817,20 @@ uint64_t NativeCachingAllocator::malloc(size_t size, int device, void* stream, i
   return addr;
 }
 
+// As PyTorch's NativeCachingAllocator::free (c10/cuda/CUDACachingAllocator.cpp): the pointer
+// leaves the allocated blocks (get_allocated_block(ptr, true /* remove */)) before its block goes
+// back to the device's pool, where another thread's malloc may take it at once; an unknown
+// pointer is refused ("invalid device pointer").
 bool NativeCachingAllocator::free(uint64_t addr, bool record_stream) {
-  DeviceCachingAllocator* d = owner(addr);
-  if (!d || !d->free(addr, record_stream)) return false;
-  std::lock_guard lock(owners_mutex_);
-  owners_.erase(addr);
-  return true;
+  DeviceCachingAllocator* d = nullptr;
+  {
+    std::lock_guard lock(owners_mutex_);
+    auto it = owners_.find(addr);
+    if (it == owners_.end()) return false;
+    d = devices[static_cast<size_t>(it->second)];
+    owners_.erase(it);
+  }
+  return d->free(addr, record_stream);
 }
 
 void NativeCachingAllocator::init(int device_count) {

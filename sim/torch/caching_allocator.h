@@ -148,7 +148,6 @@ class NativeCachingAllocator : public CUDAAllocator {
   static NativeCachingAllocator& instance();
   std::vector<DeviceCachingAllocator*> devices;
 
-  DeviceCachingAllocator* owner(uint64_t addr);
   uint64_t malloc(size_t size, int device, void* stream, int64_t context, std::string& error);
   bool free(uint64_t addr, bool record_stream);
 

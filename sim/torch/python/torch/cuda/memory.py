@@ -63,7 +63,10 @@ def _malloc(nbytes, device, holding_gil=False):
 
 
 def _free(ptr, record_stream):
-    _C.c10_cuda.sim_torch_free(ptr, 1 if record_stream else 0)
+    # An unknown pointer: TORCH_CHECK(false, "invalid device pointer: ", ptr) in PyTorch's
+    # NativeCachingAllocator::free (c10/cuda/CUDACachingAllocator.cpp), a RuntimeError.
+    if _C.c10_cuda.sim_torch_free(ptr, 1 if record_stream else 0) != 0:
+        raise RuntimeError("invalid device pointer: 0x%x" % ptr)
 
 
 def _index(device):
