@@ -267,20 +267,26 @@ INSTANTIATE_TEST_SUITE_P(CPython, TorchOnEveryPython, ::testing::ValuesIn(e2e::r
                          });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(TorchOnEveryPython);
 
+// PROGRAM, run by Python with the stand-in PyTorch under memtrace run --sim, its traces in DIR/traces.
+e2e::Result run_with_stand_in(const std::string& dir, const std::string& program) {
+  return e2e::run({e2e::kMemtrace, "run", "--sim", "-o", dir + "/traces", "--", MEMTRACE_PYTHON, "-c", program},
+                  {"PYTHONPATH=" + kStandIn});
+}
+
 // What PyTorch's cache keeps is no leak, for every command alike: a tensor freed leaves its segment
 // cached, and check --max-leaked 0 passes as memtrace leaks says 0 B in tensors; the HTML's growth
 // table holds the tensors' growth, not the cache filling up.
 TEST(TorchLeaks, TheCacheIsNoLeakForCheckAndTheHtml) {
   const std::string dir = e2e::temp_dir("torch-cache-no-leak");
-  e2e::Result r = e2e::run({e2e::kMemtrace, "run", "--sim", "-o", dir + "/traces", "--", MEMTRACE_PYTHON, "-c",
-                            "import torch, memtrace\n"
-                            "y = torch.empty(1, device='cuda')  # CUDA in use: the steps are recorded from here\n"
-                            "del y\n"
-                            "for step in range(5):\n"
-                            "    memtrace.step()\n"
-                            "    x = torch.empty(1 << (18 + step), device='cuda')  # a bigger segment every step\n"
-                            "    del x\n"},
-                           {"PYTHONPATH=" + kStandIn});
+  e2e::Result r =
+      run_with_stand_in(dir,
+                        "import torch, memtrace\n"
+                        "y = torch.empty(1, device='cuda')  # CUDA in use: the steps are recorded from here\n"
+                        "del y\n"
+                        "for step in range(5):\n"
+                        "    memtrace.step()\n"
+                        "    x = torch.empty(1 << (18 + step), device='cuda')  # a bigger segment every step\n"
+                        "    del x\n");
   ASSERT_EQ(r.status, 0) << r.err;
   e2e::Result leaks = e2e::run({e2e::kMemtrace, "leaks", "--json", dir + "/traces"});
   ASSERT_EQ(leaks.status, 0) << leaks.err;
@@ -302,17 +308,16 @@ TEST(TorchLeaks, TheCacheIsNoLeakForCheckAndTheHtml) {
 // race made Attach.APyTorchTrainingWithThreads flake, 64 KiB off).
 TEST(TorchStandIn, ThreadsFreeingAndTakingTheSameBlocksLoseNoFree) {
   const std::string dir = e2e::temp_dir("torch-threads-free");
-  e2e::Result r = e2e::run({e2e::kMemtrace, "run", "--sim", "-o", dir + "/traces", "--", MEMTRACE_PYTHON, "-c",
-                            "import threading, torch\n"
-                            "def work():\n"
-                            "    for _ in range(3000):\n"
-                            "        t = torch.empty(16 * 1024, device='cuda')\n"
-                            "        del t\n"
-                            "threads = [threading.Thread(target=work) for _ in range(4)]\n"
-                            "for t in threads: t.start()\n"
-                            "for t in threads: t.join()\n"
-                            "print('allocated', torch.cuda.memory_allocated())\n"},
-                           {"PYTHONPATH=" + kStandIn});
+  e2e::Result r = run_with_stand_in(dir,
+                                    "import threading, torch\n"
+                                    "def work():\n"
+                                    "    for _ in range(3000):\n"
+                                    "        t = torch.empty(16 * 1024, device='cuda')\n"
+                                    "        del t\n"
+                                    "threads = [threading.Thread(target=work) for _ in range(4)]\n"
+                                    "for t in threads: t.start()\n"
+                                    "for t in threads: t.join()\n"
+                                    "print('allocated', torch.cuda.memory_allocated())\n");
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_TRUE(contains(r.out, "allocated 0\n")) << r.out;
   EXPECT_FALSE(contains(r.err, "invalid device pointer")) << r.err;

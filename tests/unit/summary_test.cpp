@@ -186,6 +186,18 @@ TEST(Summaries, ASummaryThatLacksWhatIsAskedSaysHowToMakeOne) {
   fs::remove_all(dir);
 }
 
+// What report, peak (its reserved layer), leaks and check answer for P.
+std::string answers(std::vector<ProcessAnalysis> p) {
+  CheckLimits limits;
+  limits.max_peak = 1;
+  limits.max_leaked = 1;
+  return nlohmann::json{{"report", to_json(report_view(std::vector<ProcessAnalysis>(p)))},
+                        {"peak", to_json(peak_view(p, PeakOptions()))},
+                        {"leaks", to_json(leaks_view(p))},
+                        {"check", to_json(check(p, limits, nullptr))}}
+      .dump(1);
+}
+
 // peak, leaks, report, check and timeline ask for no fragmentation (AnalysisOptions::fragmentation):
 // their answers are the same without it, from the snapshot and from its summary, which keeps it for frag.
 TEST(Summaries, CommandsThatShowNoFragmentationAreTheSameWithoutIt) {
@@ -195,16 +207,6 @@ TEST(Summaries, CommandsThatShowNoFragmentationAreTheSameWithoutIt) {
     fs::copy_file(std::string(MEMTRACE_TEST_DATA_DIR) + "/torch/" + name, pickle);
     AnalysisOptions with, without;
     without.fragmentation = false;
-    auto answers = [](std::vector<ProcessAnalysis> p) {
-      CheckLimits limits;
-      limits.max_peak = 1;
-      limits.max_leaked = 1;
-      return nlohmann::json{{"report", to_json(report_view(std::vector<ProcessAnalysis>(p)))},
-                            {"peak", to_json(peak_view(p, PeakOptions()))},
-                            {"leaks", to_json(leaks_view(p))},
-                            {"check", to_json(check(p, limits, nullptr))}}
-          .dump(1);
-    };
     std::string error;
     ProcessAnalysis full, lean, from_summary;
     ASSERT_TRUE(analyze_process(pickle, with, full, error)) << error;
@@ -251,15 +253,6 @@ TEST(Summaries, CommandsThatShowNoCategoriesAreTheSameWithoutThem) {
   }
   AnalysisOptions with, without;
   without.categories = false;
-  auto answers = [](std::vector<ProcessAnalysis> p) {
-    CheckLimits limits;
-    limits.max_peak = 1;
-    return nlohmann::json{{"report", to_json(report_view(std::vector<ProcessAnalysis>(p)))},
-                          {"peak", to_json(peak_view(p, PeakOptions()))},
-                          {"leaks", to_json(leaks_view(p))},
-                          {"check", to_json(check(p, limits, nullptr))}}
-        .dump(1);
-  };
   PeakOptions by_category;
   by_category.by_category = true;
   std::string error, trace = dir + "/pid7.memtrace";
