@@ -113,6 +113,11 @@ TEST_P(TorchTraining, CategoriesAtThePeak) {
   EXPECT_EQ(total, p["devices"][0]["peak_bytes"]);
   e2e::Result text = e2e::run({e2e::kMemtrace, "peak", "--by", "category", traces()});
   EXPECT_TRUE(contains(text.out, "optimizer_state")) << text.out;
+  // peak of the allocated layer by site says them too; of the reserved layer, which leaves them
+  // out (AnalysisOptions::categories), it still says they are known.
+  nlohmann::json by_site = peak(traces(), "allocated")["processes"][0];
+  EXPECT_EQ(by_site["devices"][0]["categories"], p["devices"][0]["categories"]);
+  EXPECT_TRUE(peak(traces(), "reserved")["processes"][0]["categories_known"].get<bool>());
   // explain holds each category against the formulas' component.
   nlohmann::json x = e2e::command_json({e2e::kMemtrace, "explain", "--json", "--model", "gpt2", traces()});
   EXPECT_TRUE(x["categories_known"].get<bool>());
