@@ -22,13 +22,31 @@ const std::string kMemtrace = MEMTRACE_BIN;
 
 std::string sample_path(const std::string& name) { return std::string(MEMTRACE_SAMPLES_DIR) + "/" + name; }
 
+namespace {
+
+// This test process's folder, under which temp_dir() makes each test's.
+fs::path process_folder() { return fs::temp_directory_path() / ("memtrace-e2e-" + std::to_string(::getpid())); }
+
+// The folders go with the process when every test in it passed (a failure's stay, to be looked
+// at): a run of the whole suite leaves nothing in the temporary folder.
+class TempFolders : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    std::error_code ignored;  // a program a test started may still be writing there
+    if (::testing::UnitTest::GetInstance()->Passed()) fs::remove_all(process_folder(), ignored);
+  }
+};
+[[maybe_unused]] ::testing::Environment* const kTempFolders = ::testing::AddGlobalTestEnvironment(new TempFolders);
+
+}  // namespace
+
 std::string temp_dir(const std::string& name) {
   // Outside a test (a suite's set-up), the suite's name stands for it.
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   const auto* suite = ::testing::UnitTest::GetInstance()->current_test_suite();
   std::string owner =
       info ? std::string(info->test_suite_name()) + "." + info->name() : std::string(suite ? suite->name() : "suite");
-  fs::path dir = fs::temp_directory_path() / ("memtrace-e2e-" + std::to_string(::getpid())) / (owner + "." + name);
+  fs::path dir = process_folder() / (owner + "." + name);
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir.string();
