@@ -817,10 +817,11 @@ uint64_t NativeCachingAllocator::malloc(size_t size, int device, void* stream, i
   return addr;
 }
 
-// As PyTorch's NativeCachingAllocator::free (c10/cuda/CUDACachingAllocator.cpp): the pointer
-// leaves the allocated blocks (get_allocated_block(ptr, true /* remove */)) before its block goes
-// back to the device's pool, where another thread's malloc may take it at once; an unknown
-// pointer is refused ("invalid device pointer").
+// As PyTorch's NativeCachingAllocator::free (c10/cuda/CUDACachingAllocator.cpp, the same in every
+// release the stand-in follows: read in 2.0's and in a 2.5-era copy, whose allocated_blocks are
+// sharded by mutex): the pointer leaves the allocated blocks (get_allocated_block(ptr, true /*
+// remove */)) before its block goes back to the device's pool, where another thread's malloc may
+// take it at once; an unknown pointer is refused ("invalid device pointer").
 bool NativeCachingAllocator::free(uint64_t addr, bool record_stream) {
   DeviceCachingAllocator* d = nullptr;
   {

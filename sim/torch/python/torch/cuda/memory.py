@@ -64,7 +64,8 @@ def _malloc(nbytes, device, holding_gil=False):
 
 def _free(ptr, record_stream):
     # An unknown pointer: TORCH_CHECK(false, "invalid device pointer: ", ptr) in PyTorch's
-    # NativeCachingAllocator::free (c10/cuda/CUDACachingAllocator.cpp), a RuntimeError.
+    # NativeCachingAllocator::free (c10/cuda/CUDACachingAllocator.cpp, every 2.x release), a
+    # RuntimeError.
     if _C.c10_cuda.sim_torch_free(ptr, 1 if record_stream else 0) != 0:
         raise RuntimeError("invalid device pointer: 0x%x" % ptr)
 
