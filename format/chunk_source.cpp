@@ -162,12 +162,14 @@ void ChunkSource::read(RawChunk& out) {
       if (!(*p++ & 0x80)) break;
     }
     if (field_bytes == static_cast<uint64_t>(end - p)) {
-      if (!decode_event_batch_as_written(p, field_bytes, stacks_seen_, out.events)) {
+      if (!decode_event_batch_as_written(p, field_bytes, stacks_seen_, out.events, freed_)) {
         if (!out.batch.ParseFromArray(p, static_cast<int>(field_bytes)))
           return fail(offset_ + sizeof head, "chunk does not parse");
-        if (std::string problem = decode_event_batch(out.batch, stacks_seen_, out.events); !problem.empty())
+        if (std::string problem = decode_event_batch(out.batch, stacks_seen_, out.events, &freed_); !problem.empty())
           return fail(offset_, problem);
       }
+      if (std::string problem = freed_.empty() ? "" : references_.resolve(out.events, freed_); !problem.empty())
+        return fail(offset_, problem);
       out.is_events = true;
       offset_ += sizeof head + length;
       out.end_offset = offset_;
@@ -175,6 +177,15 @@ void ChunkSource::read(RawChunk& out) {
     }
   }
   if (!out.chunk.ParseFromString(buffer_)) return fail(offset_ + sizeof head, "chunk does not parse");
+  if (out.chunk.has_events()) {  // an events chunk as another writer lays it out
+    std::string problem = decode_event_batch(out.chunk.events(), stacks_seen_, out.events, &freed_);
+    if (problem.empty() && !freed_.empty()) problem = references_.resolve(out.events, freed_);
+    if (!problem.empty()) return fail(offset_, problem);
+    out.is_events = true;
+    offset_ += sizeof head + length;
+    out.end_offset = offset_;
+    return;
+  }
   if (out.chunk.has_stacks()) stacks_seen_ += static_cast<uint64_t>(out.chunk.stacks().stacks_size());
   offset_ += sizeof head + length;
   out.end_offset = offset_;

@@ -17,6 +17,7 @@
 #include "memtrace.pb.h"
 #include "memtrace/format/chunk_channel.h"
 #include "memtrace/format/event.h"
+#include "memtrace/format/freed_references.h"
 
 namespace memtrace {
 
@@ -65,8 +66,10 @@ class ChunkSource {
   ChunkChannel::Item item_;  // the channel's item being read
   size_t item_read_ = 0;     // of its bytes
   std::string buffer_, unpacked_;
-  uint64_t stacks_seen_ = 1;  // stack 0 is "no stack"; the reader checks the tables themselves
-  RawChunk current_;          // without prefetch
+  uint64_t stacks_seen_ = 1;         // stack 0 is "no stack"; the reader checks the tables themselves
+  std::vector<uint64_t> freed_;      // the batch's freed column
+  FreedReferenceReader references_;  // and the trace's references so far
+  RawChunk current_;                 // without prefetch
 
   static constexpr size_t kAhead = 4;
   std::array<RawChunk, kAhead> ring_;

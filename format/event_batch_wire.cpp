@@ -24,15 +24,17 @@ enum Field {
   kDeviceFree,
   kDeviceTotal,
   kFlags,
+  kFreed,
   kFieldsEnd,
 };
 
 // Puts column FIELD's values into events E[0..N). VALUES gives them one after the other, as
 // protobuf types the field: u32(), u64(), s32() or s64(). Columns go in field order (the aux
-// column's meaning depends on the event's API). Returns N, or the index of the first event that
-// names a stack at or above STACK_COUNT.
+// column's meaning depends on the event's API); the freed column's values go to FREED (N of them),
+// resolved once the batch is whole. Returns N, or the index of the first event that names a stack
+// at or above STACK_COUNT.
 template <typename Values>
-int put_column(int field, Event* e, int n, uint64_t stack_count, Values& v) {
+int put_column(int field, Event* e, int n, uint64_t stack_count, Values& v, uint64_t* freed) {
   switch (field) {
     case kTimeDelta: {
       uint64_t t = 0;
@@ -92,6 +94,9 @@ int put_column(int field, Event* e, int n, uint64_t stack_count, Values& v) {
       break;
     case kFlags:
       for (int i = 0; i < n; ++i) e[i].flags = v.u32();
+      break;
+    case kFreed:
+      for (int i = 0; i < n; ++i) freed[i] = v.u64();
       break;
     default: break;
   }
@@ -162,7 +167,8 @@ struct WireValues {
 
 }  // namespace
 
-std::string decode_event_batch(const pb::EventBatch& b, uint64_t stack_count, std::vector<Event>& out) {
+std::string decode_event_batch(const pb::EventBatch& b, uint64_t stack_count, std::vector<Event>& out,
+                               std::vector<uint64_t>* freed) {
   if (b.count() > framing::kMaxBatchEvents)
     return "event batch of " + std::to_string(b.count()) + " events exceeds the limit of " +
            std::to_string(framing::kMaxBatchEvents);
@@ -172,9 +178,12 @@ std::string decode_event_batch(const pb::EventBatch& b, uint64_t stack_count, st
       !column_ok(b.kind_size()) || !column_ok(b.layer_size()) || !column_ok(b.device_size()) ||
       !column_ok(b.stream_size()) || !column_ok(b.addr_delta_size()) || !column_ok(b.size_size()) ||
       !column_ok(b.aux_size()) || !column_ok(b.result_size()) || !column_ok(b.stack_id_size()) ||
-      !column_ok(b.device_free_size()) || !column_ok(b.device_total_size()) || !column_ok(b.flags_size())) {
+      !column_ok(b.device_free_size()) || !column_ok(b.device_total_size()) || !column_ok(b.flags_size()) ||
+      !column_ok(b.freed_size())) {
     return "event batch columns disagree with its count of " + std::to_string(n);
   }
+  if (b.freed_size() > 0 && !freed) return "a snapshot's event batch frees by reference";
+  if (freed) freed->assign(static_cast<size_t>(b.freed_size()), 0);
   // Column by column: each loop is one field over the whole batch.
   out.assign(static_cast<size_t>(n), Event());
   Event* e = out.data();
@@ -182,7 +191,7 @@ std::string decode_event_batch(const pb::EventBatch& b, uint64_t stack_count, st
   auto put = [&](int field, const auto& column) {
     if (column.empty() || unknown_stack < n) return;
     MessageValues<typename std::decay_t<decltype(column)>::value_type> values{&column};
-    unknown_stack = put_column(field, e, n, stack_count, values);
+    unknown_stack = put_column(field, e, n, stack_count, values, freed ? freed->data() : nullptr);
   };
   put(kTimeDelta, b.time_delta());
   put(kTid, b.tid());
@@ -199,6 +208,7 @@ std::string decode_event_batch(const pb::EventBatch& b, uint64_t stack_count, st
   put(kDeviceFree, b.device_free());
   put(kDeviceTotal, b.device_total());
   put(kFlags, b.flags());
+  put(kFreed, b.freed());
   if (unknown_stack < n)
     return "event " + std::to_string(unknown_stack) + " names unknown stack " +
            std::to_string(e[unknown_stack].stack_id);
@@ -206,9 +216,10 @@ std::string decode_event_batch(const pb::EventBatch& b, uint64_t stack_count, st
 }
 
 bool decode_event_batch_as_written(const unsigned char* bytes, size_t size, uint64_t stack_count,
-                                   std::vector<Event>& out) {
+                                   std::vector<Event>& out, std::vector<uint64_t>& freed) {
   const unsigned char* p = bytes;
   const unsigned char* const end = bytes + size;
+  freed.clear();
   if (p == end) {  // a count of 0 is no field at all (proto3 leaves defaults out)
     out.clear();
     return true;
@@ -231,7 +242,8 @@ bool decode_event_batch_as_written(const unsigned char* bytes, size_t size, uint
     const uint64_t bytes_long = length.u64();
     if (length.bad || bytes_long > static_cast<uint64_t>(end - length.p)) return false;
     WireValues values{length.p, length.p + bytes_long};
-    if (put_column(static_cast<int>(field), out.data(), static_cast<int>(n), stack_count, values) <
+    if (field == kFreed) freed.resize(static_cast<size_t>(n));
+    if (put_column(static_cast<int>(field), out.data(), static_cast<int>(n), stack_count, values, freed.data()) <
             static_cast<int>(n) ||
         values.bad || values.p != values.end)
       return false;

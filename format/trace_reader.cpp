@@ -167,7 +167,6 @@ bool TraceReader::take_chunk() {
         stack_flags_.push_back(s.flags());
       }
       return true;
-    case pb::Chunk::kEvents: return decode_events(chunk.events());
     case pb::Chunk::kSnapshot: {
       if (snapshot_) {
         fail(chunk_offset_, "a second snapshot chunk");
@@ -193,13 +192,8 @@ bool TraceReader::take_chunk() {
   }
 }
 
-bool TraceReader::decode_events(const pb::EventBatch& b) {
-  next_event_ = 0;
-  return decode_batch(b, events_);
-}
-
 bool TraceReader::decode_batch(const pb::EventBatch& b, std::vector<Event>& out) {
-  std::string problem = decode_event_batch(b, stacks_.size(), out);
+  std::string problem = decode_event_batch(b, stacks_.size(), out, nullptr);
   if (problem.empty()) return true;
   fail(chunk_offset_, problem);
   return false;

@@ -280,11 +280,14 @@ void TraceWriter::flush_tables() {
   }
 }
 
-void TraceWriter::encode_events(const std::vector<Event>& events, pb::EventBatch& batch) {
+void TraceWriter::encode_events(const std::vector<Event>& events, pb::EventBatch& batch,
+                                FreedReferenceWriter* references) {
   batch.set_count(static_cast<uint32_t>(events.size()));
   bool any_stream = false, any_aux = false, any_stack = false, any_result = false, any_layer = false,
-       any_memory = false, any_flags = false;
-  for (const Event& e : events) {
+       any_memory = false, any_flags = false, any_freed = false;
+  std::vector<uint64_t> freed(references ? events.size() : 0);
+  for (size_t i = 0; i < events.size(); ++i) {
+    const Event& e = events[i];
     any_stream |= e.stream != 0;
     any_aux |= aux_value(e) != 0;
     any_stack |= e.stack_id != 0;
@@ -292,9 +295,11 @@ void TraceWriter::encode_events(const std::vector<Event>& events, pb::EventBatch
     any_layer |= e.layer != Layer::kReserved;  // an absent layer column means "reserved"
     any_memory |= e.device_total != 0 || e.device_free != 0;
     any_flags |= e.flags != 0;
+    if (references) any_freed |= (freed[i] = references->value(e)) != 0;
   }
   uint64_t prev_t = 0, prev_addr = 0;
-  for (const Event& e : events) {
+  for (size_t i = 0; i < events.size(); ++i) {
+    const Event& e = events[i];
     batch.add_time_delta(static_cast<int64_t>(e.t_ns - prev_t));
     prev_t = e.t_ns;
     batch.add_tid(e.tid);
@@ -303,8 +308,12 @@ void TraceWriter::encode_events(const std::vector<Event>& events, pb::EventBatch
     if (any_layer) batch.add_layer(static_cast<uint32_t>(e.layer));
     batch.add_device(e.device);
     if (any_stream) batch.add_stream(e.stream);
-    batch.add_addr_delta(static_cast<int64_t>(e.addr - prev_addr));
-    prev_addr = e.addr;
+    if (any_freed && freed[i] >= 2) {  // the reader takes it from the allocation freed
+      batch.add_addr_delta(0);
+    } else {
+      batch.add_addr_delta(static_cast<int64_t>(e.addr - prev_addr));
+      prev_addr = e.addr;
+    }
     batch.add_size(e.size);
     if (any_aux) batch.add_aux(aux_value(e));
     if (any_result) batch.add_result(e.result);
@@ -314,6 +323,7 @@ void TraceWriter::encode_events(const std::vector<Event>& events, pb::EventBatch
       batch.add_device_total(e.device_total);
     }
     if (any_flags) batch.add_flags(e.flags);
+    if (any_freed) batch.add_freed(freed[i]);
   }
 }
 
@@ -333,7 +343,7 @@ void TraceWriter::flush_events() {
     return;
   }
   pb::Chunk chunk;
-  encode_events(pending_events_, *chunk.mutable_events());
+  encode_events(pending_events_, *chunk.mutable_events(), &references_);
   write_chunk(chunk);
   events_written_ += pending_events_.size();
   pending_events_.clear();

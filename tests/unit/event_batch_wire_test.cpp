@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "memtrace/format/framing.h"
+#include "memtrace/format/freed_references.h"
 #include "memtrace/format/trace_writer.h"
 
 namespace memtrace {
@@ -21,20 +22,21 @@ struct Decoded {
   bool parses = true;
   std::string problem;
   std::vector<Event> events;
+  std::vector<uint64_t> freed;
 };
 
 Decoded as_protobuf_reads_it(const std::string& bytes, uint64_t stack_count) {
   Decoded d;
   pb::EventBatch batch;
   d.parses = batch.ParseFromString(bytes);
-  if (d.parses) d.problem = decode_event_batch(batch, stack_count, d.events);
+  if (d.parses) d.problem = decode_event_batch(batch, stack_count, d.events, &d.freed);
   return d;
 }
 
 Decoded as_the_reader_reads_it(const std::string& bytes, uint64_t stack_count) {
   Decoded d;
   if (decode_event_batch_as_written(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), stack_count,
-                                    d.events))
+                                    d.events, d.freed))
     return d;
   return as_protobuf_reads_it(bytes, stack_count);
 }
@@ -44,6 +46,7 @@ void expect_same(const Decoded& a, const Decoded& b, const std::string& what) {
   EXPECT_EQ(a.problem, b.problem) << what;
   if (!a.parses || !a.problem.empty()) return;  // a failed decode's events are not read
   ASSERT_EQ(a.events.size(), b.events.size()) << what;
+  EXPECT_EQ(a.freed, b.freed) << what;
   for (size_t i = 0; i < a.events.size(); ++i)
     ASSERT_EQ(0, std::memcmp(&a.events[i], &b.events[i], sizeof(Event))) << what << ": event " << i;
 }
@@ -76,9 +79,30 @@ std::vector<Event> random_events(std::mt19937_64& rng, size_t n) {
   return events;
 }
 
-std::string serialized(const std::vector<Event>& events) {
+// Successful allocations, each freed by a later event some of the time (the freed column).
+std::vector<Event> allocations_and_frees(std::mt19937_64& rng, size_t n) {
+  std::vector<Event> events = random_events(rng, n);
+  std::vector<Event> live;
+  for (Event& e : events) {
+    e.result = 0;
+    if (!live.empty() && rng() % 2) {
+      const size_t at = rng() % live.size();
+      e.api = Api::kCudaFree;
+      e.addr = live[at].addr;
+      e.layer = live[at].layer;
+      e.kind = live[at].kind;
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(at));
+    } else {
+      e.api = Api::kCudaMalloc;
+      live.push_back(e);
+    }
+  }
+  return events;
+}
+
+std::string serialized(const std::vector<Event>& events, FreedReferenceWriter* references = nullptr) {
   pb::EventBatch batch;
-  TraceWriter::encode_events(events, batch);
+  TraceWriter::encode_events(events, batch, references);
   return batch.SerializeAsString();
 }
 
@@ -94,13 +118,14 @@ TEST(EventBatchWire, BatchesAsMemtraceWritesThemAreReadFromTheirBytesAsProtobufR
           e.layer = Layer::kReserved;
           set_aux_value(e, 0);
         }
-      const std::string bytes = serialized(events);
-      std::vector<Event> out;
-      ASSERT_TRUE(
-          decode_event_batch_as_written(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), 100, out))
-          << n << " events, round " << round;
+      FreedReferenceWriter references;
+      if (round >= 3) events = allocations_and_frees(rng, n);  // the freed column, and gaps in addr's deltas
+      const std::string bytes = serialized(events, round >= 3 ? &references : nullptr);
       Decoded direct;
-      direct.events = out;
+      ASSERT_TRUE(decode_event_batch_as_written(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), 100,
+                                                direct.events, direct.freed))
+          << n << " events, round " << round;
+      if (round >= 3 && n > 10) EXPECT_FALSE(direct.freed.empty());
       expect_same(direct, as_protobuf_reads_it(bytes, 100), std::to_string(n) + " events");
     }
   }
@@ -230,8 +255,9 @@ TEST(EventBatchWire, EverythingElseIsLeftToProtobuf) {
   add("too many events", count(framing::kMaxBatchEvents + 1));
   for (const Case& c : cases) {
     std::vector<Event> out;
+    std::vector<uint64_t> freed;
     EXPECT_EQ(c.as_written, decode_event_batch_as_written(reinterpret_cast<const unsigned char*>(c.bytes.data()),
-                                                          c.bytes.size(), 100, out))
+                                                          c.bytes.size(), 100, out, freed))
         << c.what;
     expect_same(as_the_reader_reads_it(c.bytes, 100), as_protobuf_reads_it(c.bytes, 100), c.what);
   }

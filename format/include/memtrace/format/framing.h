@@ -12,7 +12,7 @@
 namespace memtrace::framing {
 
 inline constexpr char kMagic[8] = {'M', 'E', 'M', 'T', 'R', 'A', 'C', 'E'};
-inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr uint32_t kFormatVersion = 2;
 inline constexpr size_t kFileHeaderBytes = 16;
 inline constexpr size_t kChunkHeaderBytes = 12;
 // A reader never holds more than this for one chunk; a writer never writes a larger one.

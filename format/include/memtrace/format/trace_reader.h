@@ -80,7 +80,6 @@ class TraceReader {
   // The first event of the next batch that has one; null at the end.
   const Event* next_batch();
   bool take_chunk();  // applies chunk_ (tables, events, footer); false on a problem
-  bool decode_events(const pb::EventBatch& batch);
   bool decode_batch(const pb::EventBatch& batch, std::vector<Event>& out);
   void fail(uint64_t offset, const std::string& what);
   void writer_finished();

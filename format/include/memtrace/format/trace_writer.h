@@ -12,6 +12,7 @@
 #include "memtrace/format/chunk_channel.h"
 #include "memtrace/format/event.h"
 #include "memtrace/format/framing.h"
+#include "memtrace/format/freed_references.h"
 
 namespace memtrace {
 
@@ -67,8 +68,11 @@ class TraceWriter {
   uint64_t import_stack(const TraceWriter& source, uint64_t stack_id);
   // The frames of stack STACK_ID as interned, innermost first (views of this writer's tables).
   std::vector<FrameInfo> stack_frames(uint64_t stack_id) const;
-  // Events in columns, as they are stored: at most framing::kMaxBatchEvents of them.
-  static void encode_events(const std::vector<Event>& events, pb::EventBatch& batch);
+  // Events in columns, as they are stored: at most framing::kMaxBatchEvents of them. With
+  // REFERENCES, the trace's, frees name what they free (freed_references.h); a snapshot's own
+  // batches are read alone, without.
+  static void encode_events(const std::vector<Event>& events, pb::EventBatch& batch,
+                            FreedReferenceWriter* references = nullptr);
   // Replaces the chunk stored at OFFSET (SIZE bytes, frame included) of the trace at PATH with
   // CHUNK, compressed at level COMPRESSION: a copy is written beside it (permissions FILE_MODE)
   // and renamed over it, so the file is whole at every moment. False with ERROR set otherwise.
@@ -106,6 +110,7 @@ class TraceWriter {
   pb::StackTable pending_stacks_;
   pb::DeviceTable pending_devices_;
   std::vector<Event> pending_events_;
+  FreedReferenceWriter references_;
   uint64_t events_written_ = 0;
   uint64_t bytes_written_ = 0;
   uint64_t snapshot_offset_ = 0, snapshot_size_ = 0;

@@ -1,0 +1,71 @@
+#include "memtrace/format/freed_references.h"
+
+namespace memtrace {
+
+namespace {
+// Where an allocation lives: a free ends only the allocation of its own address space.
+uint64_t key(const Event& e) {
+  return e.addr ^ (static_cast<uint64_t>(e.layer) << 56) ^ (static_cast<uint64_t>(e.kind) << 48);
+}
+}  // namespace
+
+uint64_t FreedReferenceWriter::value(const Event& e) {
+  if (!e.ok()) return 0;  // a failed call holds nothing, and frees nothing
+  const Op op = e.op();
+  if (op == Op::kAlloc) {
+    live_[key(e)] = Marked{marked_++, e.addr};
+    return 1;
+  }
+  if (op != Op::kFree) return 0;
+  auto it = live_.find(key(e));
+  if (it == live_.end() || it->second.addr != e.addr) return 0;
+  const uint64_t ordinal = it->second.ordinal;
+  live_.erase(it);
+  // The allocation counted back from the newest (a free of a young allocation: a small number),
+  // or from the one the last reference freed (a pass freeing in the reverse or the same order it
+  // allocated in: the same number every time), whichever is smaller; the low bit says which.
+  const uint64_t back = marked_ - 1 - ordinal;
+  const int64_t step = static_cast<int64_t>(ordinal - last_freed_);
+  const uint64_t from_last = (static_cast<uint64_t>(step) << 1) ^ static_cast<uint64_t>(step >> 63);
+  last_freed_ = ordinal;
+  return from_last < back ? 2 + (from_last << 1 | 1) : 2 + (back << 1);
+}
+
+std::string FreedReferenceReader::resolve(std::vector<Event>& events, const std::vector<uint64_t>& freed) {
+  for (size_t i = 0; i < events.size(); ++i) {
+    const uint64_t value = freed[i];
+    if (value == 0) continue;
+    Event& e = events[i];
+    if (value == 1) {
+      if (window_.empty()) window_.resize(kWindow);
+      Marked& slot = window_[marked_ % kWindow];
+      if (slot.live) older_.emplace(marked_ - kWindow, slot);  // leaves the window still live
+      slot = Marked{e.addr, true};
+      ++marked_;
+      continue;
+    }
+    const uint64_t n = (value - 2) >> 1;
+    // Past either end, the ordinal wraps to one no allocation has.
+    const uint64_t ordinal = (value - 2) & 1 ? last_freed_ + ((n >> 1) ^ (0 - (n & 1))) : marked_ - 1 - n;
+    Marked* m = nullptr;
+    auto older = older_.end();
+    if (ordinal < marked_ && marked_ - ordinal <= kWindow) {
+      m = &window_[ordinal % kWindow];
+    } else if (ordinal < marked_) {
+      older = older_.find(ordinal);
+      if (older != older_.end()) m = &older->second;
+    }
+    if (!m || !m->live)
+      return "event " + std::to_string(i) + " of a batch frees by reference allocation " + std::to_string(ordinal) +
+             ", which is not live";
+    e.addr = m->addr;
+    last_freed_ = ordinal;
+    if (older != older_.end())
+      older_.erase(older);
+    else
+      m->live = false;
+  }
+  return {};
+}
+
+}  // namespace memtrace
