@@ -184,7 +184,7 @@ TEST(Report, BadInputGivesOneLine) {
 
 TEST(Report, CutTraceReportsWhatItHolds) {
   std::string dir = e2e::temp_dir("cut");
-  ASSERT_EQ(e2e::run_sample(dir, "train_loop", {"--steps", "600"}).status, 0);  // several chunks
+  ASSERT_EQ(e2e::run_sample(dir, "train_loop", {"--steps", "2000"}).status, 0);  // several chunks
   fs::path trace;
   for (const auto& e : fs::directory_iterator(dir + "/traces")) trace = e.path();
   fs::resize_file(trace, fs::file_size(trace) * 9 / 10);
@@ -397,10 +397,10 @@ TEST(Run, DiskFullSaysSoAndLeavesTheProgramAndTheTraceUsable) {
   std::string dir = e2e::temp_dir("diskfull");
   std::string small = dir + "/small";
   fs::create_directories(small);
-  if (std::system(("mount -t tmpfs -o size=256k tmpfs " + small + " 2>/dev/null").c_str()) != 0)
+  if (std::system(("mount -t tmpfs -o size=1m tmpfs " + small + " 2>/dev/null").c_str()) != 0)
     GTEST_SKIP() << "cannot mount a small tmpfs here (needs root)";
   e2e::Result r = e2e::run({e2e::kMemtrace, "run", "--sim", "--compress", "0", "-o", small + "/traces", "--",
-                            e2e::sample_path("train_loop"), "--steps", "2000"});
+                            e2e::sample_path("train_loop"), "--steps", "8000"});  // ~3 MB of chunks
   EXPECT_EQ(r.status, 0) << "the program is unharmed: " << r.err;
   EXPECT_NE(r.out.find("memtrace-sample:"), std::string::npos);
   EXPECT_NE(r.err.find("No space left on device"), std::string::npos) << r.err;

@@ -84,7 +84,7 @@ class TraceWriter {
   const std::string& error() const { return error_; }
   const std::string& path() const { return path_; }
 
-  static constexpr size_t kEventsPerBatch = 4096;
+  static constexpr size_t kEventsPerBatch = 16384;
   static_assert(kEventsPerBatch <= framing::kMaxBatchEvents);
 
  private:
