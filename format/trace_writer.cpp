@@ -252,7 +252,7 @@ uint64_t TraceWriter::intern_stack(const std::vector<uint64_t>& frame_ids, uint3
 
 void TraceWriter::add(const Event& event) {
   pending_events_.push_back(event);
-  if (pending_events_.size() >= kEventsPerBatch) flush();
+  if (pending_events_.size() >= (channel_ ? kChannelEventsPerBatch : kEventsPerBatch)) flush();
 }
 
 // Tables go out before the events that name their entries, so every id a reader meets is known.

@@ -82,7 +82,8 @@ std::vector<Event> read_all(TraceReader& reader) {
 std::string bytes_of(const Event& e) { return std::string(reinterpret_cast<const char*>(&e), sizeof e); }
 
 TEST(ChunkChannel, ATraceHandedOverReadsAsItsFile) {
-  std::vector<Event> events = varied_events(3 * TraceWriter::kEventsPerBatch * 5 + 17);  // more batches than it holds
+  std::vector<Event> events =
+      varied_events(3 * TraceWriter::kChannelEventsPerBatch * 5 + 17);  // more batches than it holds
   std::string path =
       (std::filesystem::temp_directory_path() / ("memtrace-unit-" + std::to_string(::getpid()) + "-channel.memtrace"))
           .string();
@@ -129,7 +130,7 @@ TEST(ChunkChannel, AReaderThatGoesEarlyLetsItsWriterGo) {
   std::string error;
   auto writer = TraceWriter::create_on(channel, "handed over", error);
   ASSERT_TRUE(writer) << error;
-  std::vector<Event> events = varied_events(TraceWriter::kEventsPerBatch * 40);  // far more than it holds
+  std::vector<Event> events = varied_events(TraceWriter::kChannelEventsPerBatch * 40);  // far more than it holds
   std::thread writing([&] { write_into(*writer, events); });
   {
     auto reader = TraceReader::open(channel, "handed over", error);

@@ -86,6 +86,9 @@ class TraceWriter {
 
   static constexpr size_t kEventsPerBatch = 16384;
   static_assert(kEventsPerBatch <= framing::kMaxBatchEvents);
+  // Into a channel, nothing is compressed: smaller batches let its reader start sooner and hold
+  // less (a PyTorch snapshot's import and its analysis run side by side).
+  static constexpr size_t kChannelEventsPerBatch = 4096;
 
  private:
   TraceWriter(int fd, std::string path, int compression);
