@@ -43,7 +43,10 @@ def main():
     memtrace = f"{build}/bin/memtrace"
     work = tempfile.mkdtemp(prefix="memtrace-callgrind-")
     callgrind = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
-    env = dict(os.environ, MEMTRACE_SIM_UNBACKED="1",
+    # Device memory is sampled once a wall-clock millisecond: under valgrind's slowdown that would
+    # be every few allocations, and move with the machine's speed. Once an hour, the count is the
+    # calls' own.
+    env = dict(os.environ, MEMTRACE_SIM_UNBACKED="1", MEMTRACE_SAMPLE_INTERVAL_US="3600000000",
                LD_LIBRARY_PATH=f"{build}/lib/sim" + (":" + os.environ["LD_LIBRARY_PATH"]
                                                      if os.environ.get("LD_LIBRARY_PATH") else ""))
     rows, started = [], time.time()
