@@ -148,6 +148,15 @@ void ChunkSource::read(RawChunk& out) {
                                              (ZSTD_isError(n) ? ZSTD_getErrorName(n) : "wrong size"));
     buffer_.swap(unpacked_);
   }
+  // An events chunk's batch, decoded (PROBLEM: what was wrong, if anything): its frees by
+  // reference resolved, in the order of the trace.
+  auto events_read = [&](std::string problem) {
+    if (problem.empty() && !freed_.empty()) problem = references_.resolve(out.events, freed_);
+    if (!problem.empty()) return fail(offset_, problem);
+    out.is_events = true;
+    offset_ += sizeof head + length;
+    out.end_offset = offset_;
+  };
   // Most chunks are events: decoded from their bytes (event_batch_wire.h), else parsed into a batch
   // kept from chunk to chunk, whose columns keep their capacity (a Chunk switching between kinds
   // would free and regrow them every time).
@@ -162,30 +171,15 @@ void ChunkSource::read(RawChunk& out) {
       if (!(*p++ & 0x80)) break;
     }
     if (field_bytes == static_cast<uint64_t>(end - p)) {
-      if (!decode_event_batch_as_written(p, field_bytes, stacks_seen_, out.events, freed_)) {
-        if (!out.batch.ParseFromArray(p, static_cast<int>(field_bytes)))
-          return fail(offset_ + sizeof head, "chunk does not parse");
-        if (std::string problem = decode_event_batch(out.batch, stacks_seen_, out.events, &freed_); !problem.empty())
-          return fail(offset_, problem);
-      }
-      if (std::string problem = freed_.empty() ? "" : references_.resolve(out.events, freed_); !problem.empty())
-        return fail(offset_, problem);
-      out.is_events = true;
-      offset_ += sizeof head + length;
-      out.end_offset = offset_;
-      return;
+      if (decode_event_batch_as_written(p, field_bytes, stacks_seen_, out.events, freed_)) return events_read({});
+      if (!out.batch.ParseFromArray(p, static_cast<int>(field_bytes)))
+        return fail(offset_ + sizeof head, "chunk does not parse");
+      return events_read(decode_event_batch(out.batch, stacks_seen_, out.events, &freed_));
     }
   }
   if (!out.chunk.ParseFromString(buffer_)) return fail(offset_ + sizeof head, "chunk does not parse");
-  if (out.chunk.has_events()) {  // an events chunk as another writer lays it out
-    std::string problem = decode_event_batch(out.chunk.events(), stacks_seen_, out.events, &freed_);
-    if (problem.empty() && !freed_.empty()) problem = references_.resolve(out.events, freed_);
-    if (!problem.empty()) return fail(offset_, problem);
-    out.is_events = true;
-    offset_ += sizeof head + length;
-    out.end_offset = offset_;
-    return;
-  }
+  if (out.chunk.has_events())  // an events chunk as another writer lays it out
+    return events_read(decode_event_batch(out.chunk.events(), stacks_seen_, out.events, &freed_));
   if (out.chunk.has_stacks()) stacks_seen_ += static_cast<uint64_t>(out.chunk.stacks().stacks_size());
   offset_ += sizeof head + length;
   out.end_offset = offset_;
