@@ -1,5 +1,7 @@
 #include "event_batch_wire.h"
 
+#include <cstring>
+
 #include "memtrace/format/framing.h"
 
 namespace memtrace {
@@ -165,7 +167,98 @@ struct WireValues {
   }
 };
 
+// Writing: each value as a varint, as protobuf writes it.
+inline unsigned char* put_varint(unsigned char* p, uint64_t value) {
+  while (value >= 0x80) {
+    *p++ = static_cast<unsigned char>(value | 0x80);
+    value >>= 7;
+  }
+  *p++ = static_cast<unsigned char>(value);
+  return p;
+}
+
+inline size_t varint_bytes(uint64_t value) {
+  size_t n = 1;
+  while (value >= 0x80) {
+    value >>= 7;
+    ++n;
+  }
+  return n;
+}
+
+inline uint64_t zigzag(int64_t v) { return (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63); }
+inline uint64_t zigzag(int32_t v) {
+  return static_cast<uint32_t>((static_cast<uint32_t>(v) << 1) ^ static_cast<uint32_t>(v >> 31));
+}
+
+// The most bytes a column of N values takes, tag and length included.
+inline size_t column_room(size_t n) { return 3 + varint_bytes(10 * n) + 10 * n; }
+
+// Writes column FIELD, packed, at P: its tag, its length, then VALUE(i) for each event. The
+// values go where the longest length would leave them, and move down when the length is shorter.
+template <typename Value>
+unsigned char* put_packed(unsigned char* p, uint32_t field, size_t n, Value&& value) {
+  p = put_varint(p, field << 3 | 2);
+  unsigned char* const values = p + varint_bytes(10 * n);
+  unsigned char* end = values;
+  for (size_t i = 0; i < n; ++i) end = put_varint(end, value(i));
+  const size_t length = static_cast<size_t>(end - values);
+  unsigned char* const moved = put_varint(p, length);
+  if (moved != values) std::memmove(moved, values, length);
+  return moved + length;
+}
+
 }  // namespace
+
+size_t event_batch_bound(size_t n) { return 11 + (kFieldsEnd - kTimeDelta) * column_room(n); }
+
+size_t encode_event_batch(const Event* e, size_t n, const uint64_t* freed, unsigned char* const out) {
+  if (n == 0) return 0;  // a count of 0 is no field at all
+  bool any_stream = false, any_aux = false, any_stack = false, any_result = false, any_layer = false,
+       any_memory = false, any_flags = false, any_freed = false;
+  for (size_t i = 0; i < n; ++i) {
+    any_stream |= e[i].stream != 0;
+    any_aux |= aux_value(e[i]) != 0;
+    any_stack |= e[i].stack_id != 0;
+    any_result |= e[i].result != 0;
+    any_layer |= e[i].layer != Layer::kReserved;  // an absent layer column means "reserved"
+    any_memory |= e[i].device_total != 0 || e[i].device_free != 0;
+    any_flags |= e[i].flags != 0;
+    any_freed |= freed && freed[i] != 0;
+  }
+  unsigned char* p = put_varint(out, kCountField << 3 | 0);
+  p = put_varint(p, n);
+  uint64_t prev_t = 0;
+  p = put_packed(p, kTimeDelta, n, [&](size_t i) {
+    const uint64_t delta = zigzag(static_cast<int64_t>(e[i].t_ns - prev_t));
+    prev_t = e[i].t_ns;
+    return delta;
+  });
+  p = put_packed(p, kTid, n, [&](size_t i) { return e[i].tid; });
+  p = put_packed(p, kApiField, n, [&](size_t i) { return static_cast<uint32_t>(e[i].api); });
+  p = put_packed(p, kKindField, n, [&](size_t i) { return static_cast<uint32_t>(e[i].kind); });
+  if (any_layer) p = put_packed(p, kLayerField, n, [&](size_t i) { return static_cast<uint32_t>(e[i].layer); });
+  p = put_packed(p, kDeviceField, n, [&](size_t i) { return zigzag(e[i].device); });
+  if (any_stream) p = put_packed(p, kStream, n, [&](size_t i) { return e[i].stream; });
+  uint64_t prev_addr = 0;
+  p = put_packed(p, kAddrDelta, n, [&](size_t i) -> uint64_t {
+    if (any_freed && freed[i] >= 2) return 0;  // the reader takes it from the allocation freed
+    const uint64_t delta = zigzag(static_cast<int64_t>(e[i].addr - prev_addr));
+    prev_addr = e[i].addr;
+    return delta;
+  });
+  p = put_packed(p, kSize, n, [&](size_t i) { return e[i].size; });
+  if (any_aux) p = put_packed(p, kAux, n, [&](size_t i) { return aux_value(e[i]); });
+  if (any_result) p = put_packed(p, kResult, n, [&](size_t i) { return zigzag(e[i].result); });
+  if (any_stack) p = put_packed(p, kStackId, n, [&](size_t i) { return e[i].stack_id; });
+  if (any_memory) {
+    p = put_packed(p, kDeviceFree, n, [&](size_t i) { return e[i].device_free; });
+    p = put_packed(p, kDeviceTotal, n, [&](size_t i) { return e[i].device_total; });
+  }
+  if (any_flags) p = put_packed(p, kFlags, n, [&](size_t i) { return e[i].flags; });
+  if (any_freed) p = put_packed(p, kFreed, n, [&](size_t i) { return freed[i]; });
+  return static_cast<size_t>(p - out);
+}
 
 std::string decode_event_batch(const pb::EventBatch& b, uint64_t stack_count, std::vector<Event>& out,
                                std::vector<uint64_t>* freed) {

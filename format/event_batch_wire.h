@@ -1,6 +1,7 @@
-// An events chunk's body (an EventBatch) decoded straight from its bytes into Events, column by
-// column, without protobuf's message in between: the reader's thread spent most of its time
-// there. Private to the reader.
+// An events chunk's body (an EventBatch) written and read straight as bytes, column by column,
+// without protobuf's message in between: the reader's thread spent most of its time decoding, the
+// collector's most of its time encoding (filling RepeatedFields, then sizing and serializing
+// them). Private to the format's writer and reader.
 #pragma once
 
 #include <cstddef>
@@ -12,6 +13,14 @@
 #include "memtrace/format/event.h"
 
 namespace memtrace {
+
+// Writes EVENTS[0..N) as a serialized EventBatch at OUT, which has room for
+// event_batch_bound(N) bytes, and returns how many it wrote: the bytes protobuf writes for the
+// same columns (count first, then each column, packed, in field order). The layer, stream, aux,
+// result, stack, device memory, flags and freed columns are left out when no event needs them.
+// FREED holds the freed column's N values (freed_references.h), or is null for none.
+size_t encode_event_batch(const Event* events, size_t n, const uint64_t* freed, unsigned char* out);
+size_t event_batch_bound(size_t n);
 
 // Decodes BATCH into OUT; an event may name no stack id at or above STACK_COUNT. FREED gets the
 // freed column's values (freed_references.h), none when the batch has none; without FREED (a

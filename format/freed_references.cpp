@@ -13,14 +13,15 @@ uint64_t FreedReferenceWriter::value(const Event& e) {
   if (!e.ok()) return 0;  // a failed call holds nothing, and frees nothing
   const Op op = e.op();
   if (op == Op::kAlloc) {
-    live_[key(e)] = Marked{marked_++, e.addr};
+    const Marked marked{marked_++, e.addr};
+    if (auto [at, fresh] = live_.try_emplace(key(e), marked); !fresh) *at = marked;
     return 1;
   }
   if (op != Op::kFree) return 0;
-  auto it = live_.find(key(e));
-  if (it == live_.end() || it->second.addr != e.addr) return 0;
-  const uint64_t ordinal = it->second.ordinal;
-  live_.erase(it);
+  const Marked* marked = live_.find(key(e));
+  if (!marked || marked->addr != e.addr) return 0;
+  const uint64_t ordinal = marked->ordinal;
+  live_.erase(key(e));
   // The allocation counted back from the newest (a free of a young allocation: a small number),
   // or from the one the last reference freed (a pass freeing in the reverse or the same order it
   // allocated in: the same number every time), whichever is smaller; the low bit says which.
@@ -39,7 +40,7 @@ std::string FreedReferenceReader::resolve(std::vector<Event>& events, const std:
     if (value == 1) {
       if (window_.empty()) window_.resize(kWindow);
       Marked& slot = window_[marked_ % kWindow];
-      if (slot.live) older_.emplace(marked_ - kWindow, slot);  // leaves the window still live
+      if (slot.live) older_.try_emplace(marked_ - kWindow, slot);  // leaves the window still live
       slot = Marked{e.addr, true};
       ++marked_;
       continue;
@@ -48,22 +49,22 @@ std::string FreedReferenceReader::resolve(std::vector<Event>& events, const std:
     // Past either end, the ordinal wraps to one no allocation has.
     const uint64_t ordinal = (value - 2) & 1 ? last_freed_ + ((n >> 1) ^ (0 - (n & 1))) : marked_ - 1 - n;
     Marked* m = nullptr;
-    auto older = older_.end();
+    bool in_window = false;
     if (ordinal < marked_ && marked_ - ordinal <= kWindow) {
       m = &window_[ordinal % kWindow];
+      in_window = true;
     } else if (ordinal < marked_) {
-      older = older_.find(ordinal);
-      if (older != older_.end()) m = &older->second;
+      m = older_.find(ordinal);
     }
     if (!m || !m->live)
       return "event " + std::to_string(i) + " of a batch frees by reference allocation " + std::to_string(ordinal) +
              ", which is not live";
     e.addr = m->addr;
     last_freed_ = ordinal;
-    if (older != older_.end())
-      older_.erase(older);
-    else
+    if (in_window)
       m->live = false;
+    else
+      older_.erase(ordinal);
   }
   return {};
 }

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "event_batch_wire.h"
 #include "memtrace/format/framing.h"
 #include "memtrace/format/utf8.h"
 
@@ -86,30 +87,45 @@ void TraceWriter::write_bytes(const void* data, size_t size) {
 
 namespace {
 
-// Frames CHUNK, compressing it with CTX (or a context of its own when null) at LEVEL > 0.
+// Frames the serialized chunk at DATA (SIZE bytes), compressing it with CTX (or a context of its
+// own when null) at LEVEL > 0.
+std::string frame_payload(const char* data, size_t size, int level, ZSTD_CCtx* ctx, std::string& compressed) {
+  const char* payload = data;
+  size_t payload_size = size;
+  uint8_t codec = framing::kCodecNone;
+  if (level > 0) {
+    compressed.resize(ZSTD_compressBound(size));
+    size_t n = ctx ? ZSTD_compressCCtx(ctx, compressed.data(), compressed.size(), data, size, level)
+                   : ZSTD_compress(compressed.data(), compressed.size(), data, size, level);
+    if (!ZSTD_isError(n) && n < size) {  // small chunks may not shrink: keep them as they are
+      payload = compressed.data();
+      payload_size = n;
+      codec = framing::kCodecZstd;
+    }
+  }
+  std::string out(framing::kChunkHeaderBytes + payload_size, '\0');
+  auto* head = reinterpret_cast<unsigned char*>(out.data());
+  framing::put_u32(head, static_cast<uint32_t>(payload_size));
+  head[4] = codec;
+  framing::put_u32(head + 8, framing::crc32c(payload, payload_size));
+  std::memcpy(out.data() + framing::kChunkHeaderBytes, payload, payload_size);
+  return out;
+}
+
 std::string frame_chunk(const pb::Chunk& chunk, int level, ZSTD_CCtx* ctx, std::string& scratch,
                         std::string& compressed) {
   scratch.clear();
   chunk.SerializeToString(&scratch);
-  const std::string* payload = &scratch;
-  uint8_t codec = framing::kCodecNone;
-  if (level > 0) {
-    compressed.resize(ZSTD_compressBound(scratch.size()));
-    size_t n = ctx ? ZSTD_compressCCtx(ctx, compressed.data(), compressed.size(), scratch.data(), scratch.size(), level)
-                   : ZSTD_compress(compressed.data(), compressed.size(), scratch.data(), scratch.size(), level);
-    if (!ZSTD_isError(n) && n < scratch.size()) {  // small chunks may not shrink: keep them as they are
-      compressed.resize(n);
-      payload = &compressed;
-      codec = framing::kCodecZstd;
-    }
-  }
-  std::string out(framing::kChunkHeaderBytes, '\0');
-  auto* head = reinterpret_cast<unsigned char*>(out.data());
-  framing::put_u32(head, static_cast<uint32_t>(payload->size()));
-  head[4] = codec;
-  framing::put_u32(head + 8, framing::crc32c(payload->data(), payload->size()));
-  out += *payload;
-  return out;
+  return frame_payload(scratch.data(), scratch.size(), level, ctx, compressed);
+}
+
+// The freed column of EVENTS into FREED (freed_references.h), with REFERENCES; null: none.
+const uint64_t* freed_values(const std::vector<Event>& events, FreedReferenceWriter* references,
+                             std::vector<uint64_t>& freed) {
+  if (!references) return nullptr;
+  freed.resize(events.size());
+  for (size_t i = 0; i < events.size(); ++i) freed[i] = references->value(events[i]);
+  return freed.data();
 }
 
 }  // namespace
@@ -166,11 +182,18 @@ std::string TraceWriter::framed(const pb::Chunk& chunk, int compression) {
 
 void TraceWriter::write_chunk(const pb::Chunk& chunk) {
   if (failed() || (fd_ < 0 && !channel_)) return;
-  if (chunk.ByteSizeLong() > framing::kMaxChunkBytes) {
-    error_ = "internal error: chunk of " + std::to_string(chunk.ByteSizeLong()) + " bytes is too large";
+  scratch_.clear();
+  chunk.SerializeToString(&scratch_);
+  write_serialized(scratch_.data(), scratch_.size());
+}
+
+void TraceWriter::write_serialized(const char* chunk, size_t size) {
+  if (failed() || (fd_ < 0 && !channel_)) return;
+  if (size > framing::kMaxChunkBytes) {
+    error_ = "internal error: chunk of " + std::to_string(size) + " bytes is too large";
     return;
   }
-  std::string bytes = frame_chunk(chunk, compression_, static_cast<ZSTD_CCtx*>(zstd_), scratch_, compressed_);
+  std::string bytes = frame_payload(chunk, size, compression_, static_cast<ZSTD_CCtx*>(zstd_), compressed_);
   write_bytes(bytes.data(), bytes.size());
 }
 
@@ -282,49 +305,11 @@ void TraceWriter::flush_tables() {
 
 void TraceWriter::encode_events(const std::vector<Event>& events, pb::EventBatch& batch,
                                 FreedReferenceWriter* references) {
-  batch.set_count(static_cast<uint32_t>(events.size()));
-  bool any_stream = false, any_aux = false, any_stack = false, any_result = false, any_layer = false,
-       any_memory = false, any_flags = false, any_freed = false;
-  std::vector<uint64_t> freed(references ? events.size() : 0);
-  for (size_t i = 0; i < events.size(); ++i) {
-    const Event& e = events[i];
-    any_stream |= e.stream != 0;
-    any_aux |= aux_value(e) != 0;
-    any_stack |= e.stack_id != 0;
-    any_result |= e.result != 0;
-    any_layer |= e.layer != Layer::kReserved;  // an absent layer column means "reserved"
-    any_memory |= e.device_total != 0 || e.device_free != 0;
-    any_flags |= e.flags != 0;
-    if (references) any_freed |= (freed[i] = references->value(e)) != 0;
-  }
-  uint64_t prev_t = 0, prev_addr = 0;
-  for (size_t i = 0; i < events.size(); ++i) {
-    const Event& e = events[i];
-    batch.add_time_delta(static_cast<int64_t>(e.t_ns - prev_t));
-    prev_t = e.t_ns;
-    batch.add_tid(e.tid);
-    batch.add_api(static_cast<uint32_t>(e.api));
-    batch.add_kind(static_cast<uint32_t>(e.kind));
-    if (any_layer) batch.add_layer(static_cast<uint32_t>(e.layer));
-    batch.add_device(e.device);
-    if (any_stream) batch.add_stream(e.stream);
-    if (any_freed && freed[i] >= 2) {  // the reader takes it from the allocation freed
-      batch.add_addr_delta(0);
-    } else {
-      batch.add_addr_delta(static_cast<int64_t>(e.addr - prev_addr));
-      prev_addr = e.addr;
-    }
-    batch.add_size(e.size);
-    if (any_aux) batch.add_aux(aux_value(e));
-    if (any_result) batch.add_result(e.result);
-    if (any_stack) batch.add_stack_id(e.stack_id);
-    if (any_memory) {
-      batch.add_device_free(e.device_free);
-      batch.add_device_total(e.device_total);
-    }
-    if (any_flags) batch.add_flags(e.flags);
-    if (any_freed) batch.add_freed(freed[i]);
-  }
+  std::vector<uint64_t> freed;
+  std::string bytes(event_batch_bound(events.size()), '\0');
+  bytes.resize(encode_event_batch(events.data(), events.size(), freed_values(events, references, freed),
+                                  reinterpret_cast<unsigned char*>(bytes.data())));
+  batch.ParseFromString(bytes);
 }
 
 void TraceWriter::flush_events() {
@@ -342,9 +327,25 @@ void TraceWriter::flush_events() {
     pending_events_.clear();
     return;
   }
-  pb::Chunk chunk;
-  encode_events(pending_events_, *chunk.mutable_events(), &references_);
-  write_chunk(chunk);
+  // The Chunk message by hand: its events field's tag and length, then the batch, which is
+  // encoded after room for them.
+  constexpr size_t kRoom = 6;  // the tag's byte and a length of up to 5
+  // Grown, never shrunk: a buffer cleared for every batch cost more than encoding it.
+  const size_t bound = kRoom + event_batch_bound(pending_events_.size());
+  if (batch_buffer_.size() < bound) batch_buffer_.resize(bound);
+  const size_t batch_bytes =
+      encode_event_batch(pending_events_.data(), pending_events_.size(),
+                         freed_values(pending_events_, &references_, freed_), batch_buffer_.data() + kRoom);
+  unsigned char head[kRoom];
+  head[0] = 5 << 3 | 2;  // Chunk.events
+  size_t head_bytes = 1;
+  for (uint64_t v = batch_bytes;; v >>= 7) {
+    head[head_bytes++] = static_cast<unsigned char>(v >= 0x80 ? (v & 0x7F) | 0x80 : v);
+    if (v < 0x80) break;
+  }
+  unsigned char* const chunk = batch_buffer_.data() + kRoom - head_bytes;
+  std::memcpy(chunk, head, head_bytes);
+  write_serialized(reinterpret_cast<const char*>(chunk), head_bytes + batch_bytes);
   events_written_ += pending_events_.size();
   pending_events_.clear();
 }

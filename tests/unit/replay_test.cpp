@@ -7,7 +7,7 @@
 #include <random>
 #include <unordered_map>
 
-#include "memtrace/engine/address_map.h"
+#include "memtrace/base/address_map.h"
 #include "memtrace/engine/report.h"
 
 namespace {

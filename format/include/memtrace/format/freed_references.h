@@ -11,9 +11,9 @@
 
 #include <cstdint>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
+#include "memtrace/base/address_map.h"
 #include "memtrace/format/event.h"
 
 namespace memtrace {
@@ -27,7 +27,7 @@ class FreedReferenceWriter {
   struct Marked {
     uint64_t ordinal, addr;
   };
-  std::unordered_map<uint64_t, Marked> live_;  // by address, layer and kind
+  AddressMap<Marked> live_;  // by address, layer and kind
   uint64_t marked_ = 0;
   uint64_t last_freed_ = 0;  // the ordinal of the allocation the last reference freed
 };
@@ -49,7 +49,7 @@ class FreedReferenceReader {
   // ordinal: most frees end a recent allocation, and the window keeps them out of the hash map.
   std::vector<Marked> window_;
   uint64_t marked_ = 0;
-  std::unordered_map<uint64_t, Marked> older_;
+  AddressMap<Marked> older_;
   uint64_t last_freed_ = 0;  // the ordinal of the allocation the last reference freed
   static constexpr size_t kWindow = 8192;
 };

@@ -97,6 +97,8 @@ class TraceWriter {
   // A chunk framed as it is stored in a file, compressed at level COMPRESSION (0: not).
   static std::string framed(const pb::Chunk& chunk, int compression);
   void write_chunk(const pb::Chunk& chunk);
+  // Frames and writes the serialized Chunk at CHUNK (SIZE bytes).
+  void write_serialized(const char* chunk, size_t size);
   void write_bytes(const void* data, size_t size);
   void flush_tables();
   void flush_events();
@@ -114,6 +116,8 @@ class TraceWriter {
   pb::DeviceTable pending_devices_;
   std::vector<Event> pending_events_;
   FreedReferenceWriter references_;
+  std::vector<uint64_t> freed_;              // a batch's freed column, reused
+  std::vector<unsigned char> batch_buffer_;  // a batch's chunk as it is encoded, reused
   uint64_t events_written_ = 0;
   uint64_t bytes_written_ = 0;
   uint64_t snapshot_offset_ = 0, snapshot_size_ = 0;

@@ -9,7 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "memtrace/engine/address_map.h"
+#include "memtrace/base/address_map.h"
 #include "memtrace/format/event.h"
 
 namespace memtrace {

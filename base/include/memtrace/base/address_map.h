@@ -1,6 +1,7 @@
-// The live set's map from address to allocation: open addressing with linear probing and
-// backward-shift deletion. The replay looks up every event's address in it, so it is built for
-// that: one cache line a lookup in the common case, no node allocation, no tombstones.
+// A map from 64-bit keys (addresses, ordinals) to values: open addressing with linear probing and
+// backward-shift deletion. The replay looks up every event's address in it, the trace's writer and
+// reader every allocation freed by reference, so it is built for that: one cache line a lookup in
+// the common case, no node allocation, no tombstones.
 #pragma once
 
 #include <cstddef>
