@@ -27,8 +27,11 @@ void SnapshotKeeper::before(const Event& event, const Replay& replay) {
 }
 
 void SnapshotKeeper::on_event(const Event& event, const ReplayStep&, const Replay& replay) {
-  recent_.push_back(event);
-  if (recent_.size() > kRecentEvents) recent_.pop_front();
+  if (recent_.size() < kRecentEvents)
+    recent_.push_back(event);
+  else
+    recent_[recent_next_] = event;
+  recent_next_ = (recent_next_ + 1) % kRecentEvents;
 
   // The process's peak of reserved memory, all devices together (the allocated layer lies
   // inside it and is no part of it).
@@ -94,9 +97,11 @@ std::optional<SnapshotKeeper::Pending> SnapshotKeeper::write(const std::string& 
     return e;
   };
   if (request) TraceWriter::encode_events({imported(*request)}, *info.mutable_request());
+  // Oldest first: once the ring is full, its oldest is where the next event would go.
   std::vector<Event> recent;
-  for (const Event& e : recent_)
-    if (!request || &e != &recent_.back()) recent.push_back(imported(e));  // not the request again
+  const size_t recent_count = recent_.size() - (request && !recent_.empty() ? 1 : 0);  // not the request again
+  for (size_t i = 0; i < recent_count; ++i)
+    recent.push_back(imported(recent_[(recent_.size() < kRecentEvents ? i : recent_next_ + i) % kRecentEvents]));
   TraceWriter::encode_events(recent, *info.mutable_recent());
 
   // The live allocations, oldest first, as the events that made them.

@@ -5,7 +5,6 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <optional>
 #include <string>
 #include <utility>
@@ -59,8 +58,9 @@ class SnapshotKeeper : public PassWithBefore {
 
   SnapshotOptions options_;
   pb::TraceHeader header_;
-  const TraceWriter& trace_;  // the process's trace: its stacks are copied into snapshots
-  std::deque<Event> recent_;
+  const TraceWriter& trace_;   // the process's trace: its stacks are copied into snapshots
+  std::vector<Event> recent_;  // the newest kRecentEvents, a ring: the next goes at recent_next_
+  size_t recent_next_ = 0;
   std::vector<Pending> pending_;  // OOM snapshots whose outcome is not known yet
   std::vector<std::string> paths_, errors_;
   uint32_t oom_count_ = 0, demand_count_ = 0, periodic_count_ = 0;

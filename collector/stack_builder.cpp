@@ -25,6 +25,23 @@ void StackBuilder::add_module(uint64_t bias, uint64_t start, uint64_t end, std::
   modules_[start] = Module{end, bias, std::move(path)};
   natives_.clear();  // addresses may now mean something else
   stacks_.clear();
+  stack_keys_.clear();
+}
+
+size_t StackBuilder::WordsHash::operator()(std::string_view bytes) const {
+  constexpr uint64_t kMix = 0x9E3779B97F4A7C15ull;
+  uint64_t h = bytes.size() * kMix;
+  size_t i = 0;
+  for (; i + 8 <= bytes.size(); i += 8) {
+    uint64_t word;
+    std::memcpy(&word, bytes.data() + i, 8);
+    h = (h ^ word) * kMix;
+    h ^= h >> 29;
+  }
+  uint64_t tail = 0;
+  std::memcpy(&tail, bytes.data() + i, bytes.size() - i);
+  h = (h ^ tail) * kMix;
+  return static_cast<size_t>(h ^ (h >> 32));
 }
 
 void StackBuilder::add_code(CodeDescription code) {
@@ -83,11 +100,11 @@ uint64_t StackBuilder::intern(const uint64_t* native, size_t native_count, const
   uint32_t flags = (truncated ? pb::STACK_TRUNCATED : 0) |
                    (python_state == ring::kPythonNoGil ? pb::STACK_PYTHON_NO_GIL : 0) |
                    (python_state == ring::kPythonNoFrames ? pb::STACK_NO_PYTHON_FRAMES : 0);
-  std::string key(reinterpret_cast<const char*>(native), native_count * sizeof(uint64_t));
-  key.append(reinterpret_cast<const char*>(python), python_count * 2 * sizeof(uint64_t));
-  key.append(reinterpret_cast<const char*>(&flags), sizeof flags);
-  auto [it, fresh] = stacks_.try_emplace(std::move(key), 0);
-  if (!fresh) return it->second;
+  key_.assign(reinterpret_cast<const char*>(native), native_count * sizeof(uint64_t));
+  key_.append(reinterpret_cast<const char*>(python), python_count * 2 * sizeof(uint64_t));
+  key_.append(reinterpret_cast<const char*>(&flags), sizeof flags);
+  if (auto known = stacks_.find(std::string_view(key_)); known != stacks_.end()) return known->second;
+  auto it = stacks_.emplace(std::string_view(stack_keys_.emplace_back(key_)), 0).first;
 
   // Python frames replace the evaluation-loop frames, innermost first. Where the injector marked
   // the outermost frame of each call of the loop (ring::kEndsLoopCall), a loop frame takes the

@@ -5,8 +5,10 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -50,7 +52,16 @@ class StackBuilder {
   std::unordered_map<uint64_t, CodeDescription> code_;  // by id
   std::unordered_map<uint64_t, Native> natives_;
   std::map<std::pair<uint64_t, uint64_t>, uint64_t> pythons_;
-  std::unordered_map<std::string, uint64_t> stacks_;  // raw stack bytes -> stack id
+  // Raw stacks as the ring carried them (return addresses, Python pairs, flags: their bytes) ->
+  // stack id. The keys stay put in stack_keys_; a lookup builds its key in key_, which keeps its
+  // room, and hashes it a word at a time: a std::string key cost an allocation an event, and
+  // std::hash about an instruction a byte.
+  struct WordsHash {
+    size_t operator()(std::string_view bytes) const;
+  };
+  std::unordered_map<std::string_view, uint64_t, WordsHash> stacks_;
+  std::deque<std::string> stack_keys_;
+  std::string key_;
   std::vector<uint64_t> scratch_;
 };
 

@@ -159,6 +159,31 @@ TEST(SnapshotKeeper, OutOfMemoryThenDeathIsFatal) {
   EXPECT_FALSE(s.info.recovered());
 }
 
+TEST(SnapshotKeeper, AnOutOfMemorySnapshotHoldsTheNewestEventsBeforeItOldestFirst) {
+  Process p("recent");
+  // More than the keeper keeps: the oldest ones go; each size says which event it was.
+  const uint64_t made = SnapshotKeeper::kRecentEvents + 500;
+  for (uint64_t i = 1; i <= made; ++i) {
+    p.alloc(Api::kCudaMalloc, 0x10000000, i, "step");
+    p.free(Api::kCudaFree, 0x10000000);
+  }
+  p.alloc(Api::kCudaMalloc, 0, 1 << 30, "activations", kOutOfMemoryResult);
+  ASSERT_EQ(p.keeper().paths().size(), 1u);
+  Read s = read(p.keeper().paths()[0]);
+  ASSERT_TRUE(s.reader->snapshot_request());
+  EXPECT_EQ(s.reader->snapshot_request()->size, uint64_t{1} << 30);
+  // The request itself is not among them: the 999 events before it, the last free newest.
+  const std::vector<Event>& recent = s.reader->recent_events();
+  ASSERT_EQ(recent.size(), SnapshotKeeper::kRecentEvents - 1);
+  for (size_t i = 0; i < recent.size(); ++i) {
+    const size_t from_end = recent.size() - 1 - i;  // 0: the newest, a free
+    EXPECT_EQ(recent[i].api, from_end % 2 ? Api::kCudaMalloc : Api::kCudaFree) << i;
+    if (recent[i].api == Api::kCudaMalloc) {
+      EXPECT_EQ(recent[i].size, made - from_end / 2) << i;
+    }
+  }
+}
+
 TEST(SnapshotKeeper, DemandSnapshotHoldsTheLiveAllocationsWithTheirStacks) {
   Process p("demand");
   p.alloc(Api::kCudaMalloc, 0x10000000, 2 * kMiB, "weights");
