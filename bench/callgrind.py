@@ -7,7 +7,7 @@ FILE (default bench/INSTRUCTIONS.md).
 
 Recording: alloc_free_pairs (30 frames deep) on the simulated device, the whole process counted
 (the simulated CUDA libraries and libc too: what memtrace makes them do is its cost as well),
-with memtrace (stacks off, stacks on) and alone; python_stack_bench.py (15 Python calls deep,
+with memtrace (stacks off, stacks on) and alone, and the collector (memtrace run) apart; python_stack_bench.py (15 Python calls deep,
 ctypes.CDLL: the GIL released), the Python process counted, with memtrace and alone. Analysis: `memtrace peak` and `memtrace leaks`
 on trace_generator's traces, every thread counted. Needs valgrind."""
 
@@ -52,6 +52,8 @@ def main():
     rows, started = [], time.time()
     try:
         pairs = 20_000
+        # alloc_free_pairs makes a tenth as many first, to warm up: the 2N run makes this many more.
+        made = (2 * pairs + 2 * pairs // 10) - (pairs + pairs // 10)
         program = lambda n: [*callgrind, f"{build}/bin/alloc_free_pairs", "--pairs", str(n)]
         per_pair = {}
         for name, options in (("alone", None), ("stacks off", ["--no-native-stacks", "--no-python-stacks"]),
@@ -64,11 +66,22 @@ def main():
                     out = os.path.join(work, f"rec-{len(counts)}")
                     shutil.rmtree(out, ignore_errors=True)
                     counts.append(instructions([memtrace, "run", "--sim", *options, "-o", out, "--", *program(n)], env))
-            per_pair[name] = (counts[1] - counts[0]) / pairs
+            per_pair[name] = (counts[1] - counts[0]) / made
         for name in ("stacks off", "stacks on"):
             rows.append((f"recording, {name}: memtrace's added instructions per event (an allocation or a free)",
                          f"{(per_pair[name] - per_pair['alone']) / 2:.0f}",
                          f"alloc_free_pairs alone: {per_pair['alone'] / 2:.0f} per event"))
+        # The collector (memtrace run itself, every thread; valgrind does not follow the program):
+        # what it spends on each event the program hands it, on the program's machine.
+        for name, options in (("stacks off", ["--no-native-stacks", "--no-python-stacks"]), ("stacks on", [])):
+            counts = []
+            for n in (pairs, 2 * pairs):
+                out = os.path.join(work, f"col-{len(counts)}")
+                shutil.rmtree(out, ignore_errors=True)
+                counts.append(instructions([*callgrind, memtrace, "run", "--sim", *options, "--max-stall", "600s",
+                                            "-o", out, "--", f"{build}/bin/alloc_free_pairs", "--pairs", str(n)], env))
+            rows.append((f"recording, {name}: the collector's instructions per event (every thread)",
+                         f"{(counts[1] - counts[0]) / made / 2:.0f}", "memtrace run on alloc_free_pairs"))
         calls = 20_000  # python_stack_bench makes 3 x CALLS allocations (and 1,000 first, which cancel out)
         script = lambda n: [*callgrind, sys.executable, f"{ROOT}/bench/python_stack_bench.py", str(n), "released"]
         per_call = {}
