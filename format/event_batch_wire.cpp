@@ -210,6 +210,15 @@ unsigned char* put_packed(unsigned char* p, uint32_t field, size_t n, Value&& va
 
 }  // namespace
 
+unsigned char* wrap_as_events_chunk(unsigned char* batch, size_t batch_bytes) {
+  constexpr uint32_t kChunkEvents = 5;  // Chunk.events (memtrace.proto)
+  unsigned char head[kEventsChunkRoom];
+  unsigned char* end = put_varint(put_varint(head, kChunkEvents << 3 | 2), batch_bytes);
+  const size_t head_bytes = static_cast<size_t>(end - head);
+  std::memcpy(batch - head_bytes, head, head_bytes);
+  return batch - head_bytes;
+}
+
 size_t event_batch_bound(size_t n) { return 11 + (kFieldsEnd - kTimeDelta) * column_room(n); }
 
 size_t encode_event_batch(const Event* e, size_t n, const uint64_t* freed, unsigned char* const out) {

@@ -22,6 +22,11 @@ namespace memtrace {
 size_t encode_event_batch(const Event* events, size_t n, const uint64_t* freed, unsigned char* out);
 size_t event_batch_bound(size_t n);
 
+// Makes the batch of BATCH_BYTES bytes at BATCH, which has kEventsChunkRoom bytes of room before
+// it, a serialized Chunk (the batch as its events field); returns where the chunk begins.
+inline constexpr size_t kEventsChunkRoom = 6;  // the field's tag, and a length of up to 5 bytes
+unsigned char* wrap_as_events_chunk(unsigned char* batch, size_t batch_bytes);
+
 // Decodes BATCH into OUT; an event may name no stack id at or above STACK_COUNT. FREED gets the
 // freed column's values (freed_references.h), none when the batch has none; without FREED (a
 // snapshot's own batches) a batch with the column is refused. Returns what is wrong, or nothing.

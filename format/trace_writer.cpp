@@ -112,13 +112,6 @@ std::string frame_payload(const char* data, size_t size, int level, ZSTD_CCtx* c
   return out;
 }
 
-std::string frame_chunk(const pb::Chunk& chunk, int level, ZSTD_CCtx* ctx, std::string& scratch,
-                        std::string& compressed) {
-  scratch.clear();
-  chunk.SerializeToString(&scratch);
-  return frame_payload(scratch.data(), scratch.size(), level, ctx, compressed);
-}
-
 // The freed column of EVENTS into FREED (freed_references.h), with REFERENCES; null: none.
 const uint64_t* freed_values(const std::vector<Event>& events, FreedReferenceWriter* references,
                              std::vector<uint64_t>& freed) {
@@ -176,8 +169,8 @@ bool TraceWriter::replace_chunk(const std::string& path, uint64_t offset, uint64
 }
 
 std::string TraceWriter::framed(const pb::Chunk& chunk, int compression) {
-  std::string scratch, compressed;
-  return frame_chunk(chunk, compression, nullptr, scratch, compressed);
+  std::string serialized = chunk.SerializeAsString(), compressed;
+  return frame_payload(serialized.data(), serialized.size(), compression, nullptr, compressed);
 }
 
 void TraceWriter::write_chunk(const pb::Chunk& chunk) {
@@ -327,25 +320,14 @@ void TraceWriter::flush_events() {
     pending_events_.clear();
     return;
   }
-  // The Chunk message by hand: its events field's tag and length, then the batch, which is
-  // encoded after room for them.
-  constexpr size_t kRoom = 6;  // the tag's byte and a length of up to 5
   // Grown, never shrunk: a buffer cleared for every batch cost more than encoding it.
-  const size_t bound = kRoom + event_batch_bound(pending_events_.size());
+  const size_t bound = kEventsChunkRoom + event_batch_bound(pending_events_.size());
   if (batch_buffer_.size() < bound) batch_buffer_.resize(bound);
-  const size_t batch_bytes =
-      encode_event_batch(pending_events_.data(), pending_events_.size(),
-                         freed_values(pending_events_, &references_, freed_), batch_buffer_.data() + kRoom);
-  unsigned char head[kRoom];
-  head[0] = 5 << 3 | 2;  // Chunk.events
-  size_t head_bytes = 1;
-  for (uint64_t v = batch_bytes;; v >>= 7) {
-    head[head_bytes++] = static_cast<unsigned char>(v >= 0x80 ? (v & 0x7F) | 0x80 : v);
-    if (v < 0x80) break;
-  }
-  unsigned char* const chunk = batch_buffer_.data() + kRoom - head_bytes;
-  std::memcpy(chunk, head, head_bytes);
-  write_serialized(reinterpret_cast<const char*>(chunk), head_bytes + batch_bytes);
+  unsigned char* const batch = batch_buffer_.data() + kEventsChunkRoom;
+  const size_t batch_bytes = encode_event_batch(pending_events_.data(), pending_events_.size(),
+                                                freed_values(pending_events_, &references_, freed_), batch);
+  const unsigned char* const chunk = wrap_as_events_chunk(batch, batch_bytes);
+  write_serialized(reinterpret_cast<const char*>(chunk), static_cast<size_t>(batch + batch_bytes - chunk));
   events_written_ += pending_events_.size();
   pending_events_.clear();
 }

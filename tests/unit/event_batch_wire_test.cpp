@@ -182,6 +182,23 @@ TEST(EventBatchWire, TheEncoderWritesTheBytesProtobufWrites) {
   }
 }
 
+TEST(EventBatchWire, AWrappedBatchIsTheChunkProtobufWrites) {
+  std::mt19937_64 rng(13);
+  for (size_t n : {1, 5, 100, 16384}) {  // lengths of one to three bytes
+    std::vector<Event> events = random_events(rng, n);
+    std::vector<unsigned char> buffer(kEventsChunkRoom + event_batch_bound(n));
+    unsigned char* const batch = buffer.data() + kEventsChunkRoom;
+    const size_t batch_bytes = encode_event_batch(events.data(), n, nullptr, batch);
+    const unsigned char* chunk = wrap_as_events_chunk(batch, batch_bytes);
+    ASSERT_GE(chunk, buffer.data());
+    pb::Chunk expected;
+    ASSERT_TRUE(expected.mutable_events()->ParseFromArray(batch, static_cast<int>(batch_bytes)));
+    EXPECT_TRUE(std::string(reinterpret_cast<const char*>(chunk), batch + batch_bytes - chunk) ==
+                expected.SerializeAsString())
+        << n << " events";
+  }
+}
+
 std::string serialized(const std::vector<Event>& events, FreedReferenceWriter* references = nullptr) {
   pb::EventBatch batch;
   TraceWriter::encode_events(events, batch, references);
