@@ -140,7 +140,7 @@ class TracedProcess : private RecordSink {
   bool stopped_on_purpose_ = false;   // memtrace.stop, memtrace detach: the process lives on
   uint64_t last_t_ = 0;
   uint64_t observations_ = 0;  // events that are not calls (is_observation)
-  ReportBuilder summary_;
+  ReportBuilder summary_{0};   // calls and peaks, for the run's last lines: no sites
   SnapshotKeeper snapshots_;
   Window window_;
   PassDriver driver_;  // the replay of the process's events, feeding the summary and the snapshots

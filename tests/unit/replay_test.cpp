@@ -37,9 +37,9 @@ Event release(Api api, uint64_t addr, uint64_t t, uint64_t size = 0) {
   return e;
 }
 
-ProcessReport replay_all(const std::vector<Event>& events) {
+ProcessReport replay_all(const std::vector<Event>& events, size_t top_sites = 10) {
   Replay replay;
-  ReportBuilder builder;
+  ReportBuilder builder(top_sites);
   for (const Event& e : events) builder.add(replay.apply(e));
   ProcessReport report;
   builder.finish(report);
@@ -60,6 +60,32 @@ TEST(Replay, ZeroByteAllocationsAreAllocations) {
   EXPECT_EQ(d.live_at_exit_bytes, 100u);
   EXPECT_EQ(d.live_at_exit_count, 2u);
   EXPECT_EQ(d.peak_bytes, 100u);
+}
+
+// The collector's summary keeps no sites (ReportBuilder with 0 of them): its peaks, live counts
+// and calls are those of a builder that does.
+TEST(Replay, ABuilderWithoutSitesCountsAsOneWithThem) {
+  std::vector<Event> events;
+  uint64_t t = 0;
+  for (uint64_t i = 0; i < 200; ++i) {
+    events.push_back(alloc(Api::kCudaMalloc, 0x100000 + i * 0x1000, 100 + i % 7 * 50, ++t, 1 + i % 5));
+    if (i % 3 == 0) events.push_back(release(Api::kCudaFree, 0x100000 + (i / 2) * 0x1000, ++t));
+  }
+  events.push_back(alloc(Api::kCudaMalloc, 0, 1 << 30, ++t, 2, 0, kOutOfMemoryResult));
+  const ProcessReport with = replay_all(events), without = replay_all(events, 0);
+  ASSERT_EQ(with.devices.size(), 1u);
+  ASSERT_EQ(without.devices.size(), 1u);
+  const DeviceReport &a = with.devices[0], &b = without.devices[0];
+  EXPECT_EQ(a.peak_bytes, b.peak_bytes);
+  EXPECT_EQ(a.peak_time_ns, b.peak_time_ns);
+  EXPECT_EQ(a.live_at_exit_bytes, b.live_at_exit_bytes);
+  EXPECT_EQ(a.live_at_exit_count, b.live_at_exit_count);
+  EXPECT_FALSE(a.peak_sites.empty());
+  EXPECT_TRUE(b.peak_sites.empty());
+  EXPECT_TRUE(b.exit_sites.empty());
+  EXPECT_EQ(with.calls.at(Api::kCudaMalloc).calls, without.calls.at(Api::kCudaMalloc).calls);
+  EXPECT_EQ(without.calls.at(Api::kCudaMalloc).failed, 1u);
+  EXPECT_EQ(with.oom_events.size(), without.oom_events.size());
 }
 
 TEST(Replay, PeakAndSitesAtThePeak) {

@@ -162,7 +162,8 @@ void resolve_sites(std::vector<SiteTotal>& sites, const StackView& stacks, SiteG
 
 // Builds a ProcessReport from the replay of one process's events. Sites are grouped by API and
 // by what SITE_KEY makes of their stack id (by default the stack itself). Peaks and sites are
-// those of LAYER: reserved (what the allocation APIs hold) or allocated (regions of heaps).
+// those of LAYER: reserved (what the allocation APIs hold) or allocated (regions of heaps). With
+// TOP_SITES 0, no site is kept at all (the collector's summary of a run: calls and peaks).
 class ReportBuilder : public Pass {
  public:
   using SiteKey = std::function<uint64_t(uint64_t stack_id)>;
@@ -210,6 +211,8 @@ class ReportBuilder : public Pass {
     OutsideParts parts_latest, parts_at_peak;
   };
   void sample_device(int32_t device, uint64_t used, uint64_t t_ns);
+  // The change's site on D: what is live there, and what was at the peak.
+  void count_site(DeviceState& d, const MemoryChange& change);
   std::vector<SiteTotal> largest(const SiteMap& sites) const;
   // Sites are numbered in order of appearance; a stack id remembers its site's slot, so the key
   // function and the key's hash run once per stack, not once per event.
