@@ -73,7 +73,27 @@ void ReportBuilder::add(const ReplayStep& step) {
       ++known.count;
     }
     DeviceState& d = device_state(change.device);
-    if (top_sites_ > 0) count_site(d, change);
+    if (top_sites_ > 0) {  // none kept: calls and peaks alone
+      if (!change.arrived && d.peak_unsaved) {
+        // The first decrease after a new peak: what is live now is what was live at the peak,
+        // since nothing was allocated after it without making a higher one. Copying only here
+        // keeps the cost at one copy per peak that is followed by a free.
+        d.at_peak = d.sites;
+        d.peak_unsaved = false;
+      }
+      const uint32_t slot = slot_of(change.site.api, change.site.stack_id);
+      if (d.sites.size() <= slot) d.sites.resize(slot + 1);
+      SiteLive& s = d.sites[slot];
+      s.bytes += static_cast<uint64_t>(change.bytes);
+      if (change.arrived) {
+        // The newest allocation stands for the site: the likeliest to be live still (the first
+        // may be a freed temporary of a helper whose later callers keep theirs).
+        s.stack_id = change.site.stack_id;
+        ++s.count;
+      } else {
+        --s.count;
+      }
+    }
     if (change.arrived)
       ++d.count;
     else
@@ -94,28 +114,6 @@ void ReportBuilder::add(const ReplayStep& step) {
   if (step.pinned_host_bytes) {
     pinned_host_live_ += static_cast<uint64_t>(step.pinned_host_bytes);
     pinned_host_peak_ = std::max(pinned_host_peak_, pinned_host_live_);
-  }
-}
-
-void ReportBuilder::count_site(DeviceState& d, const MemoryChange& change) {
-  if (!change.arrived && d.peak_unsaved) {
-    // The first decrease after a new peak: what is live now is what was live at the peak,
-    // since nothing was allocated after it without making a higher one. Copying only here
-    // keeps the cost at one copy per peak that is followed by a free.
-    d.at_peak = d.sites;
-    d.peak_unsaved = false;
-  }
-  const uint32_t slot = slot_of(change.site.api, change.site.stack_id);
-  if (d.sites.size() <= slot) d.sites.resize(slot + 1);
-  SiteLive& s = d.sites[slot];
-  s.bytes += static_cast<uint64_t>(change.bytes);
-  if (change.arrived) {
-    // The newest allocation stands for the site: the likeliest to be live still (the first
-    // may be a freed temporary of a helper whose later callers keep theirs).
-    s.stack_id = change.site.stack_id;
-    ++s.count;
-  } else {
-    --s.count;
   }
 }
 

@@ -211,8 +211,6 @@ class ReportBuilder : public Pass {
     OutsideParts parts_latest, parts_at_peak;
   };
   void sample_device(int32_t device, uint64_t used, uint64_t t_ns);
-  // The change's site on D: what is live there, and what was at the peak.
-  void count_site(DeviceState& d, const MemoryChange& change);
   std::vector<SiteTotal> largest(const SiteMap& sites) const;
   // Sites are numbered in order of appearance; a stack id remembers its site's slot, so the key
   // function and the key's hash run once per stack, not once per event.
