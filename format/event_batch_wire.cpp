@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "memtrace/format/framing.h"
+#include "memtrace/format/varint.h"
 
 namespace memtrace {
 
@@ -157,39 +158,9 @@ struct WireValues {
     if (value >> 32) bad = true;
     return static_cast<uint32_t>(value);
   }
-  int32_t s32() {
-    uint32_t z = u32();
-    return static_cast<int32_t>((z >> 1) ^ (0u - (z & 1)));
-  }
-  int64_t s64() {
-    uint64_t z = u64();
-    return static_cast<int64_t>((z >> 1) ^ (0ull - (z & 1)));
-  }
+  int32_t s32() { return static_cast<int32_t>(unzigzag(u32())); }
+  int64_t s64() { return unzigzag(u64()); }
 };
-
-// Writing: each value as a varint, as protobuf writes it.
-inline unsigned char* put_varint(unsigned char* p, uint64_t value) {
-  while (value >= 0x80) {
-    *p++ = static_cast<unsigned char>(value | 0x80);
-    value >>= 7;
-  }
-  *p++ = static_cast<unsigned char>(value);
-  return p;
-}
-
-inline size_t varint_bytes(uint64_t value) {
-  size_t n = 1;
-  while (value >= 0x80) {
-    value >>= 7;
-    ++n;
-  }
-  return n;
-}
-
-inline uint64_t zigzag(int64_t v) { return (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63); }
-inline uint64_t zigzag(int32_t v) {
-  return static_cast<uint32_t>((static_cast<uint32_t>(v) << 1) ^ static_cast<uint32_t>(v >> 31));
-}
 
 // The most bytes a column of N values takes, tag and length included.
 inline size_t column_room(size_t n) { return 3 + varint_bytes(10 * n) + 10 * n; }

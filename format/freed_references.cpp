@@ -1,5 +1,7 @@
 #include "memtrace/format/freed_references.h"
 
+#include "memtrace/format/varint.h"
+
 namespace memtrace {
 
 namespace {
@@ -27,7 +29,7 @@ uint64_t FreedReferenceWriter::value(const Event& e) {
   // allocated in: the same number every time), whichever is smaller; the low bit says which.
   const uint64_t back = marked_ - 1 - ordinal;
   const int64_t step = static_cast<int64_t>(ordinal - last_freed_);
-  const uint64_t from_last = (static_cast<uint64_t>(step) << 1) ^ static_cast<uint64_t>(step >> 63);
+  const uint64_t from_last = zigzag(step);
   last_freed_ = ordinal;
   return from_last < back ? 2 + (from_last << 1 | 1) : 2 + (back << 1);
 }
@@ -47,7 +49,7 @@ std::string FreedReferenceReader::resolve(std::vector<Event>& events, const std:
     }
     const uint64_t n = (value - 2) >> 1;
     // Past either end, the ordinal wraps to one no allocation has.
-    const uint64_t ordinal = (value - 2) & 1 ? last_freed_ + ((n >> 1) ^ (0 - (n & 1))) : marked_ - 1 - n;
+    const uint64_t ordinal = (value - 2) & 1 ? last_freed_ + static_cast<uint64_t>(unzigzag(n)) : marked_ - 1 - n;
     Marked* m = nullptr;
     bool in_window = false;
     if (ordinal < marked_ && marked_ - ordinal <= kWindow) {

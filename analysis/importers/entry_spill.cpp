@@ -8,6 +8,8 @@
 #include <cstring>
 #include <system_error>
 
+#include "memtrace/format/varint.h"
+
 namespace memtrace::snapshot {
 
 namespace {
@@ -21,18 +23,6 @@ constexpr size_t kMaxRecord = 2 + 7 * 10;  // two bytes of flags, seven varints 
 constexpr uint8_t kActionMask = 0x0f, kHasStream = 0x10, kHasFree = 0x20, kHasTime = 0x40, kHasMore = 0x80;
 // kHasMore: a second byte follows, saying which of the stack and the category it has.
 constexpr uint8_t kHasStack = 0x01, kHasCategory = 0x02;
-
-inline char* put_varint(char* out, uint64_t v) {
-  while (v >= 0x80) {
-    *out++ = static_cast<char>(v | 0x80);
-    v >>= 7;
-  }
-  *out++ = static_cast<char>(v);
-  return out;
-}
-
-uint64_t zigzag(int64_t v) { return (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63); }
-int64_t unzigzag(uint64_t v) { return static_cast<int64_t>(v >> 1) ^ -static_cast<int64_t>(v & 1); }
 
 // Opens an unnamed file in DIR: O_TMPFILE where the file system has it, else a name let go at once.
 int open_temporary(const std::string& dir) {
