@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "frame_walk.h"
 #include "interpose.h"
 #include "session.h"
 #include "stack_capture.h"
@@ -200,6 +201,7 @@ MEMTRACE_EXPORT int dlclose(void* handle) {
   if (loader_counts().subs != before) {
     g_unloaded.store(true, std::memory_order_relaxed);
     g_modules_unloaded.fetch_add(1, std::memory_order_release);
+    forget_frame_rules();
   }
   return result;
 }

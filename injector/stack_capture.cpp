@@ -10,6 +10,7 @@
 #include <cstring>
 #include <string>
 
+#include "frame_walk.h"
 #include "memtrace/ring/environment.h"
 #include "memtrace/ring/protocol.h"
 #include "session.h"
@@ -49,12 +50,14 @@ __attribute__((constructor)) void find_self() {
 // the program has threads or locks, and only its own entry points are taken from it.
 using Backtrace = int (*)(void**, int);
 Backtrace g_unw_backtrace = nullptr;
+bool g_own_walk = true;  // memtrace's walk first (frame_walk.h), libunwind for the frames it cannot step
 
 void load_unwinder() {
   const char* socket = setting(env::kSocket);
   const char* native = setting(env::kNativeStacks);
   if (!socket || !*socket || (native && std::strcmp(native, "0") == 0)) return;  // not traced, or no native stacks
   if (g_unw_backtrace) return;
+  if (const char* walk = setting(env::kFrameWalk); walk && std::strcmp(walk, "libunwind") == 0) g_own_walk = false;
   // A bundled memtrace carries its own (lib/deps, beside the injector): the machine may have none.
   void* lib = nullptr;
   Dl_info self{};
@@ -100,7 +103,10 @@ _Unwind_Reason_Code gcc_frame(_Unwind_Context* context, void* data) {
 }
 
 int walk_stack(void** frames, int max) {
-  if (g_unw_backtrace) return g_unw_backtrace(frames, max);
+  if (g_unw_backtrace) {
+    const int n = g_own_walk ? walk_frames(frames, max) : -1;
+    return n >= 0 ? n : g_unw_backtrace(frames, max);
+  }
   GccWalk walk{frames, max, 0};
   _Unwind_Backtrace(gcc_frame, &walk);
   return walk.count;

@@ -1,6 +1,6 @@
 // The call stack of an allocation, taken inside the traced process: native return addresses
-// (libunwind) and, when the thread holds the GIL, its Python frames. Symbolizing is left to the
-// collector.
+// (memtrace's own walk, frame_walk.h, with libunwind for the frames it leaves) and its Python
+// frames. Symbolizing is left to the collector.
 #pragma once
 
 #include <cstdint>

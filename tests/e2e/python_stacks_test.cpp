@@ -2,8 +2,10 @@
 // Python code takes (samples/python/frames.py): exact function, file and line per frame.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <set>
 
 #include "harness.h"
 
@@ -180,6 +182,40 @@ TEST_P(PythonFrames, DeeperThanTheStackDepthThePythonFramesAreAllThere) {
 // it): the interpreter's start-up below it is not walked, the C library's frames between Python
 // ones are kept. The same line allocates again and again (the walk's depth remembered for it),
 // then from a shallower place.
+// memtrace's own walk of the native stack (injector/frame_walk.h) stands in for libunwind's: in
+// every shape of Python code (the evaluation loops, generators, a C extension, threads without
+// the GIL), each allocation has the stack libunwind gives it, frame for frame.
+TEST_P(PythonFrames, TheOwnWalkGivesTheStacksLibunwindGives) {
+  std::map<std::string, std::map<uint64_t, std::multiset<std::string>>> stacks;  // walk: size: stacks
+  for (const char* walk : {"own", "libunwind"}) {
+    std::string dir = e2e::temp_dir(std::string("walk-") + walk);
+    std::string why;
+    ASSERT_TRUE(build_extension(interpreter_, dir, why)) << why;
+    ::setenv("MEMTRACE_FRAME_WALK", walk, 1);
+    e2e::Result r = e2e::run_traced(dir, {interpreter_.path, e2e::python_sample_path("frames.py"), dir});
+    ::unsetenv("MEMTRACE_FRAME_WALK");
+    ASSERT_EQ(r.status, 0) << r.out << r.err;
+    for (auto& [size, allocs] : by_size(dir))
+      for (const json& a : allocs) {
+        std::string frames;  // each frame's module and file by name alone: the runs' folders differ
+        for (const json& f : a["stack"])
+          frames += f.value("kind", "") + " " + f.value("function", "") + " " +
+                    fs::path(f.value("file", "")).filename().string() + ":" + std::to_string(f.value("line", 0)) + " " +
+                    fs::path(f.value("module", "")).filename().string() + "+" +
+                    std::to_string(f.value("offset", uint64_t(0))) + "\n";
+        stacks[walk][size].insert(frames);
+      }
+  }
+  ASSERT_FALSE(stacks["own"].empty());
+  ASSERT_EQ(stacks["own"].size(), stacks["libunwind"].size());
+  for (auto& [size, own] : stacks["own"]) {
+    const auto& theirs = stacks["libunwind"][size];
+    ASSERT_EQ(own.size(), theirs.size()) << size;
+    for (auto a = own.begin(), b = theirs.begin(); a != own.end(); ++a, ++b)
+      EXPECT_EQ(*a, *b) << "allocations of " << size << " bytes";
+  }
+}
+
 TEST_P(PythonFrames, TheNativeWalkEndsWithTheOutermostPythonFrame) {
   std::string dir = e2e::temp_dir("callback");
   e2e::Result r = e2e::run_traced(dir, {interpreter_.path, e2e::python_sample_path("callback.py"), "4"});

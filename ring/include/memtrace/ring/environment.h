@@ -18,6 +18,8 @@ inline constexpr const char* kSampleIntervalUs = "MEMTRACE_SAMPLE_INTERVAL_US";
 inline constexpr const char* kNvml = "MEMTRACE_NVML";  // "0": never load NVML into the program
 // "0": never read the interpreter's own structures, only the C API (threads holding the GIL).
 inline constexpr const char* kPythonLayout = "MEMTRACE_PYTHON_LAYOUT";
+// "libunwind": walk native stacks with libunwind alone, not memtrace's own walk (to compare them).
+inline constexpr const char* kFrameWalk = "MEMTRACE_FRAME_WALK";
 // The run's output folder: where the Python shim writes what PyTorch's own recorder kept, for the
 // collector to merge into the process's trace (analysis/torch_history.cpp).
 inline constexpr const char* kOutputDir = "MEMTRACE_OUTPUT_DIR";

@@ -1,0 +1,22 @@
+// memtrace's own walk of the native stack on x86-64: each frame stepped by the rule its module's
+// .eh_frame gives for that instruction, kept per thread once read, so that a walk is a table
+// lookup and two loads a frame. libunwind's fast trace (unw_backtrace) does the same, at ~60-95
+// instructions a frame (its hash, its cursor's set-up); this one takes what a backtrace needs.
+//
+// Only the frames libunwind's fast trace itself handles are stepped: the canonical frame address
+// from rsp or rbp plus a constant, the return address just below it, rbp unchanged or saved at a
+// constant offset. Any other frame (a signal frame, code without unwind information, a rule in a
+// DWARF expression) ends the walk with -1, and the caller walks with libunwind instead.
+#pragma once
+
+namespace memtrace::inject {
+
+// Fills FRAMES with at most MAX addresses, innermost first, as unw_backtrace (libunwind 1.6) gives
+// them: an address in this function first, then each caller's return address. Returns how many,
+// or -1 when a frame is one it cannot step.
+int walk_frames(void** frames, int max);
+
+// Modules were unloaded: the rules kept for their addresses may describe other code now.
+void forget_frame_rules();
+
+}  // namespace memtrace::inject

@@ -1,0 +1,199 @@
+// memtrace's own stack walk (injector/frame_walk.h) against libunwind's unw_backtrace, which it
+// stands in for: the same frames from the same places, across the last walk's reuse.
+#include "frame_walk.h"
+
+#include <alloca.h>
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <pthread.h>
+
+#include <csignal>
+#include <cstdlib>
+#include <vector>
+
+namespace memtrace::inject {
+namespace {
+
+using Backtrace = int (*)(void**, int);
+
+Backtrace libunwind() {
+  // Loaded privately, as the injector loads it (stack_capture.cpp): its _Unwind_* stay out of the way.
+  static void* lib = ::dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
+  return lib ? reinterpret_cast<Backtrace>(::dlsym(lib, "unw_backtrace")) : nullptr;
+}
+
+struct Walks {
+  std::vector<void*> ours, theirs;
+  int ours_count = 0;
+};
+
+// Both walks from one frame. Ours starts in walk_frames itself and then gives the return address
+// into this function; libunwind's starts at its own return address here: the callers from there
+// on are the same frames.
+__attribute__((noinline)) Walks walk_both(int most) {
+  Walks w;
+  w.ours.resize(static_cast<size_t>(most) + 1);
+  w.theirs.resize(static_cast<size_t>(most));
+  w.ours_count = walk_frames(w.ours.data(), most + 1);
+  const int theirs = libunwind()(w.theirs.data(), most);
+  w.theirs.resize(static_cast<size_t>(theirs));
+  if (w.ours_count >= 0) w.ours.resize(static_cast<size_t>(w.ours_count));
+  asm volatile("" ::: "memory");  // no tail call: this frame stays
+  return w;
+}
+
+// The callers both walks found (libunwind's first frame is its return address into walk_both).
+void expect_same(const Walks& w, const char* where) {
+  ASSERT_GE(w.ours_count, 2) << where;
+  ASSERT_EQ(w.ours.size() - 1, w.theirs.size()) << where;
+  for (size_t i = 1; i < w.theirs.size(); ++i) ASSERT_EQ(w.ours[i + 1], w.theirs[i]) << where << ", frame " << i;
+}
+
+volatile int g_sink = 0;
+
+__attribute__((noinline)) Walks descend(int depth, int most) {
+  if (depth == 0) return walk_both(most);
+  Walks w = descend(depth - 1, most);
+  g_sink = g_sink + 1;  // no tail call
+  return w;
+}
+
+// A frame whose CFA is rbp's (alloca): its size changes from call to call.
+__attribute__((noinline)) Walks with_alloca(int bytes, int depth) {
+  auto* room = static_cast<volatile char*>(alloca(static_cast<size_t>(bytes)));
+  room[0] = 1;
+  Walks w = descend(depth, 200);
+  g_sink = g_sink + room[0];
+  return w;
+}
+
+// Two callers of the same frames: the same depth, another return address below them.
+__attribute__((noinline)) Walks from_here(int depth) {
+  Walks w = descend(depth, 200);
+  g_sink = g_sink + 2;
+  return w;
+}
+__attribute__((noinline)) Walks from_there(int depth) {
+  Walks w = descend(depth, 200);
+  g_sink = g_sink + 3;
+  return w;
+}
+
+TEST(FrameWalk, GivesTheFramesLibunwindGivesAtEveryDepth) {
+  ASSERT_NE(libunwind(), nullptr) << "libunwind.so.8 (libunwind8) is needed";
+  for (int round = 0; round < 3; ++round)  // the second and third rounds reuse the walks before
+    for (int depth = 0; depth < 40; ++depth) expect_same(descend(depth, 200), "descend");
+}
+
+TEST(FrameWalk, ReusesNoFrameWhoseCallerChanged) {
+  for (int i = 0; i < 50; ++i) {
+    expect_same(from_here(i % 7), "from_here");
+    expect_same(from_there(i % 7), "from_there");
+    expect_same(from_here(i % 7), "from_here again");
+  }
+}
+
+TEST(FrameWalk, StepsFramesSizedAtRunTime) {
+  for (int i = 0; i < 60; ++i) expect_same(with_alloca(16 + 48 * (i % 5), i % 4), "with_alloca");
+}
+
+TEST(FrameWalk, StopsAtMostFramesAndGoesDeeperAfter) {
+  for (int most : {3, 8, 200, 5, 200}) {
+    Walks w = descend(20, most);
+    if (most == 200) {  // the whole stack
+      expect_same(w, "whole");
+      continue;
+    }
+    ASSERT_EQ(w.ours_count, most + 1) << most;
+    ASSERT_EQ(static_cast<int>(w.theirs.size()), most);
+    for (int i = 1; i < most; ++i) ASSERT_EQ(w.ours[static_cast<size_t>(i) + 1], w.theirs[static_cast<size_t>(i)]);
+  }
+}
+
+// The same frames at the same stack addresses below a frame whose CFA is rbp's, and that frame's
+// rbp another: two callers of different sizes, its alloca making up the difference. What the last
+// walk read above the old CFA may still lie in the (unwritten) alloca.
+volatile char* g_buffer = nullptr;
+__attribute__((noinline)) Walks sized(size_t bytes, bool walk) {
+  auto* room = static_cast<volatile char*>(alloca(bytes));
+  g_buffer = room;
+  Walks w;
+  if (walk) w = descend(2, 200);
+  g_sink = g_sink + 1;
+  return w;
+}
+__attribute__((noinline)) Walks small_caller(size_t bytes, bool walk) {
+  volatile char pad[64];
+  pad[0] = 1;
+  Walks w = sized(bytes, walk);
+  g_sink = g_sink + pad[0];
+  return w;
+}
+__attribute__((noinline)) Walks large_caller(size_t bytes, bool walk) {
+  volatile char pad[1024];
+  pad[0] = 1;
+  Walks w = sized(bytes, walk);
+  g_sink = g_sink + pad[0];
+  return w;
+}
+
+TEST(FrameWalk, ReusesNoFrameBelowAFrameWhoseRbpChanged) {
+  large_caller(64, false);
+  const auto* target = g_buffer;  // where the small caller's alloca must end too
+  size_t bytes = 64;
+  for (int tries = 0; tries < 8; ++tries) {
+    small_caller(bytes, false);
+    if (g_buffer == target) break;
+    bytes += static_cast<size_t>(g_buffer - target);
+  }
+  ASSERT_EQ(g_buffer, target) << "the frames could not be lined up";
+  for (int i = 0; i < 5; ++i) {
+    expect_same(large_caller(64, true), "large caller");
+    expect_same(small_caller(bytes, true), "small caller");
+  }
+}
+
+int g_compared = 0;
+int compare_and_walk(const void* a, const void* b) {
+  expect_same(walk_both(200), "qsort's comparison");  // libc's frames between
+  ++g_compared;
+  return *static_cast<const int*>(a) - *static_cast<const int*>(b);
+}
+
+TEST(FrameWalk, StepsThroughTheCLibrary) {
+  int values[] = {5, 3, 9, 1, 7, 2};
+  std::qsort(values, 6, sizeof(int), compare_and_walk);
+  EXPECT_GT(g_compared, 0);
+  EXPECT_EQ(values[0], 1);
+}
+
+TEST(FrameWalk, WalksAnotherThreadsStack) {
+  pthread_t thread;
+  ASSERT_EQ(pthread_create(
+                &thread, nullptr,
+                [](void*) -> void* {
+                  for (int depth = 0; depth < 10; ++depth) expect_same(descend(depth, 200), "thread");
+                  return nullptr;
+                },
+                nullptr),
+            0);
+  pthread_join(thread, nullptr);
+}
+
+// A signal frame is one libunwind steps and memtrace's walk leaves to it.
+int g_in_handler = 0;
+TEST(FrameWalk, LeavesASignalFrameToLibunwind) {
+  struct sigaction action {};
+  action.sa_handler = [](int) {
+    void* frames[64];
+    g_in_handler = walk_frames(frames, 64);
+  };
+  sigaction(SIGUSR1, &action, nullptr);
+  raise(SIGUSR1);
+  EXPECT_EQ(g_in_handler, -1);
+  signal(SIGUSR1, SIG_DFL);
+  expect_same(descend(3, 200), "after the signal");
+}
+
+}  // namespace
+}  // namespace memtrace::inject
