@@ -8,7 +8,7 @@ FILE (default bench/INSTRUCTIONS.md).
 Recording: alloc_free_pairs (30 frames deep) on the simulated device, the whole process counted
 (the simulated CUDA libraries and libc too: what memtrace makes them do is its cost as well),
 with memtrace (stacks off, stacks on) and alone, and the collector (memtrace run) apart; python_stack_bench.py (15 Python calls deep,
-ctypes.CDLL: the GIL released), the Python process counted, with memtrace and alone. Analysis: `memtrace peak` and `memtrace leaks`
+ctypes.CDLL: the GIL released), ctypes' calls counted (memtrace's work is all inside them), with memtrace and alone. Analysis: `memtrace peak` and `memtrace leaks`
 on trace_generator's traces, every thread counted. Needs valgrind."""
 
 import argparse
@@ -82,8 +82,13 @@ def main():
                                             "-o", out, "--", f"{build}/bin/alloc_free_pairs", "--pairs", str(n)], env))
             rows.append((f"recording, {name}: the collector's instructions per event (every thread)",
                          f"{(counts[1] - counts[0]) / made / 2:.0f}", "memtrace run on alloc_free_pairs"))
-        calls = 20_000  # python_stack_bench makes 3 x CALLS allocations (and 1,000 first, which cancel out)
-        script = lambda n: [*callgrind, sys.executable, f"{ROOT}/bench/python_stack_bench.py", str(n), "released"]
+        # python_stack_bench makes 3 x CALLS allocations (and 1,000 first, which cancel out). Only the
+        # calls ctypes makes are counted (_ctypes_callproc: libffi, memtrace's interposer, the runtime):
+        # the interpreter's own count moves by thousands of instructions an allocation from run to run.
+        # 20k calls first: the Python shim is ready well before (until then frames are not read).
+        calls = 20_000
+        script = lambda n: [*callgrind[:2], "--toggle-collect=_ctypes_callproc", *callgrind[2:], sys.executable,
+                            f"{ROOT}/bench/python_stack_bench.py", str(n), "released"]
         per_call = {}
         for name, traced in (("alone", False), ("stacks on", True)):
             counts = []
@@ -97,7 +102,7 @@ def main():
             per_call[name] = (counts[1] - counts[0]) / (3 * calls)
         rows.append(("recording, Python 15 deep, GIL released, stacks on: memtrace's added instructions per allocation",
                      f"{per_call['stacks on'] - per_call['alone']:.0f}",
-                     f"python_stack_bench.py alone: {per_call['alone']:.0f} per allocation"))
+                     f"python_stack_bench.py alone: {per_call['alone']:.0f} per allocation inside ctypes' calls"))
         events = 1_000_000
         traces = []
         for n in (events, 2 * events):

@@ -79,7 +79,8 @@ void load_unwinder() {
   g_unw_backtrace = backtrace;
 }
 
-// A forked child walks with the toolchain's unwinder: libunwind keeps locks of its own besides
+// A forked child leaves the frames memtrace's walk cannot step (it takes no lock) to the
+// toolchain's unwinder, not libunwind, which keeps locks of its own besides
 // the cache's (a child of a program whose other threads were walking stacks at the fork hung in
 // _ULx86_64_step, waiting on one), and the child has only the thread that forked.
 void use_toolchain_unwinder_in_child() { g_unw_backtrace = nullptr; }
@@ -103,10 +104,11 @@ _Unwind_Reason_Code gcc_frame(_Unwind_Context* context, void* data) {
 }
 
 int walk_stack(void** frames, int max) {
-  if (g_unw_backtrace) {
-    const int n = g_own_walk ? walk_frames(frames, max) : -1;
-    return n >= 0 ? n : g_unw_backtrace(frames, max);
+  if (g_own_walk) {
+    const int n = walk_frames(frames, max);
+    if (n >= 0) return n;
   }
+  if (g_unw_backtrace) return g_unw_backtrace(frames, max);
   GccWalk walk{frames, max, 0};
   _Unwind_Backtrace(gcc_frame, &walk);
   return walk.count;

@@ -122,20 +122,16 @@ __attribute__((noinline)) Walks sized(size_t bytes, bool walk) {
   g_sink = g_sink + 1;
   return w;
 }
-__attribute__((noinline)) Walks small_caller(size_t bytes, bool walk) {
-  volatile char pad[64];
+template <size_t kPad>
+__attribute__((noinline)) Walks caller(size_t bytes, bool walk) {
+  volatile char pad[kPad];
   pad[0] = 1;
   Walks w = sized(bytes, walk);
   g_sink = g_sink + pad[0];
   return w;
 }
-__attribute__((noinline)) Walks large_caller(size_t bytes, bool walk) {
-  volatile char pad[1024];
-  pad[0] = 1;
-  Walks w = sized(bytes, walk);
-  g_sink = g_sink + pad[0];
-  return w;
-}
+constexpr auto small_caller = caller<64>;
+constexpr auto large_caller = caller<1024>;
 
 TEST(FrameWalk, ReusesNoFrameBelowAFrameWhoseRbpChanged) {
   large_caller(64, false);
