@@ -23,6 +23,7 @@ void StackBuilder::add_module(uint64_t bias, uint64_t start, uint64_t end, std::
   while (it != modules_.end() && it->first < end) it = modules_.erase(it);
   if (it != modules_.begin() && std::prev(it)->second.end > start) modules_.erase(std::prev(it));
   modules_[start] = Module{end, bias, std::move(path)};
+  ++generation_;
   natives_.clear();  // addresses may now mean something else
   stacks_.clear();
   stack_keys_.clear();

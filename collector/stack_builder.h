@@ -27,6 +27,9 @@ class StackBuilder {
 
   void add_module(uint64_t bias, uint64_t start, uint64_t end, std::string path);
   void add_code(CodeDescription code);
+  // Counts the module reports: a stack id stands for the same frames while it is unchanged
+  // (never 0).
+  uint64_t generation() const { return generation_; }
   // The trace's stack id for these frames; 0 for none.
   uint64_t intern(const uint64_t* native, size_t native_count, const uint64_t* python, size_t python_count,
                   uint8_t python_state, bool truncated);
@@ -48,6 +51,7 @@ class StackBuilder {
   Symbolizer& symbolizer_;
   TraceWriter& writer_;
   std::string hidden_python_dir_;
+  uint64_t generation_ = 1;
   std::map<uint64_t, Module> modules_;                  // by start address; a later report replaces an overlap
   std::unordered_map<uint64_t, CodeDescription> code_;  // by id
   std::unordered_map<uint64_t, Native> natives_;

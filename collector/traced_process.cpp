@@ -236,11 +236,20 @@ void TracedProcess::record(const RingEvent& raw) {
 void TracedProcess::on_event(RingEvent& event, const uint64_t* native, size_t native_count, const uint64_t* python,
                              size_t python_count, std::string_view name) {
   if (!in_flight_.empty()) in_flight_.erase(event.event.tid);
-  last_seq_[event.event.tid] = event.seq;
+  ThreadSeen& seen = threads_seen_[event.event.tid];
+  seen.seq = event.seq;
   // A name (marks, ranges, categories) goes in the string table now; the event carries its id.
   event.event.name = api_info(event.event.api).aux == AuxField::kName ? writer_->intern_string(name) : 0;
-  event.event.stack_id =
-      stacks_.intern(native, native_count, python, python_count, event.python_state, event.stack_truncated);
+  // A loop allocating from one place repeats its thread's kept stack: its id, not a lookup.
+  if (event.stack_repeats && seen.kept_generation == stacks_.generation())
+    event.event.stack_id = seen.kept_stack_id;
+  else
+    event.event.stack_id =
+        stacks_.intern(native, native_count, python, python_count, event.python_state, event.stack_truncated);
+  if (event.stack_kept) {
+    seen.kept_stack_id = event.event.stack_id;
+    seen.kept_generation = stacks_.generation();
+  }
   sequencer_.push(event, [this](const RingEvent& e) { record(e); });
 }
 
@@ -293,8 +302,8 @@ void TracedProcess::ended_in_worker(const Work& ended) {
   in_flight_.clear();
   for (const CallInProgress& call : ended.calls) {
     if (call.seq != 0) {
-      auto seen = last_seq_.find(call.tid);
-      if (seen != last_seq_.end() && seen->second + 1 >= call.seq) continue;
+      auto seen = threads_seen_.find(call.tid);
+      if (seen != threads_seen_.end() && seen->second.seq + 1 >= call.seq) continue;
       auto drop = ended.thread_drops.find(call.tid);
       if (drop != ended.thread_drops.end() && drop->second >= call.t_ns) continue;
     }

@@ -134,8 +134,15 @@ class TracedProcess : private RecordSink {
   // Calls started and not yet recorded, by thread (a thread makes one recorded call at a time), of
   // the threads that had no in-call slot (ring::StartedRecord).
   std::unordered_map<uint32_t, std::pair<uint16_t, uint64_t>> in_flight_;
-  // Each thread's latest event, by its seq: whether the call its in-call slot holds was recorded.
-  std::unordered_map<uint32_t, uint64_t> last_seq_;
+  // Each thread's latest event, by its seq: whether the call its in-call slot holds was recorded;
+  // and the stack id of its kept stack (RingEvent::stack_kept), while the modules it was made
+  // under (StackBuilder::generation) stand.
+  struct ThreadSeen {
+    uint64_t seq = 0;
+    uint64_t kept_stack_id = 0;
+    uint64_t kept_generation = 0;  // 0: none
+  };
+  std::unordered_map<uint32_t, ThreadSeen> threads_seen_;
   std::vector<std::string> notices_;  // for the footer, each once
   bool stopped_on_purpose_ = false;   // memtrace.stop, memtrace detach: the process lives on
   uint64_t last_t_ = 0;

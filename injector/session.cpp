@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "interpose.h"
+#include "kept_stack.h"
 #include "memtrace/ring/environment.h"
 #include "memtrace/ring/producer.h"
 #include "settings.h"
@@ -345,27 +346,50 @@ void publish(const Event& event, uint64_t seq, const StackCapture* stack, std::s
   if (g_state.load(std::memory_order_acquire) != kActive) return;
   ring::EventRecord rec;
   rec.python_state = stack ? stack->python_state : 0;
-  rec.stack_truncated = stack && stack->truncated;
-  rec.native_frames = stack ? stack->native_count : 0;
-  rec.python_frames = stack ? stack->python_count : 0;
+  rec.stack_flags = stack && stack->truncated ? ring::kStackTruncated : 0;
+  rec.native_frames = rec.python_frames = rec.native_reused = rec.python_reused = 0;
   rec.seq = seq;
   rec.event = event;
-  // The payload: native addresses, then (code, line) pairs, gathered into one run of words, then
-  // the name's bytes.
-  uint64_t words[kMaxNativeFrames + 2 * kMaxPythonFrames + ring::kMaxNameBytes / sizeof(uint64_t)];
-  size_t count = 0;
-  if (stack) {
-    std::memcpy(words, stack->native, stack->native_count * sizeof(uint64_t));
-    count = stack->native_count;
-    std::memcpy(words + count, stack->python, 2 * stack->python_count * sizeof(uint64_t));
-    count += 2 * stack->python_count;
-  }
-  size_t name_bytes = std::min(name.size(), ring::kMaxNameBytes);
+  const int natives = stack ? stack->native_count : 0, pythons = stack ? stack->python_count : 0;
+  // The thread's kept stack, in this session: its outermost frames that this stack shares are
+  // not sent again. Only for the thread's own events (the collector keeps stacks by event.tid),
+  // and not from a signal handler's publish inside another (their records' order is not ours).
+  KeptStack* kept = stack && event.tid == current_tid() ? kept_stack() : nullptr;
+  if (kept && kept->publishing) kept = nullptr;
+  const uint64_t session = g_session_number.load(std::memory_order_relaxed);
+  const SharedFrames shared = kept && kept->session == session ? shared_frames(*kept, *stack) : SharedFrames{};
+  // Frames it shares were in a module the collector was told of already, unless one was unloaded
+  // since (another may stand at its addresses now): that, ensure_... checks even for no frames.
+  if (stack) ensure_modules_reported(stack->native, natives - shared.native);
+  const size_t name_bytes = std::min(name.size(), ring::kMaxNameBytes);
   rec.name_bytes = static_cast<uint16_t>(name_bytes);
-  if (name_bytes) std::memcpy(reinterpret_cast<char*>(words + count), name.data(), name_bytes);  // data() may be null
-  if (!deliver(ring::kSlotEvent, &rec, words, count * sizeof(uint64_t) + name_bytes) &&
-      g_state.load(std::memory_order_relaxed) == kActive)
-    ring_now().count_dropped(seq, event.tid, !is_observation(event.api));
+  const size_t far_bytes = static_cast<size_t>(natives + 2 * pythons) * sizeof(uint64_t) + name_bytes;
+  const size_t near_bytes = far_bytes - static_cast<size_t>(shared.native + 2 * shared.python) * sizeof(uint64_t);
+  if (kept) kept->publishing = true;
+  ring::Producer& ring = ring_now();
+  uint32_t slots = ring::slots_for(far_bytes);
+  uint64_t index = 0;
+  ring::Producer::Reserved r =
+      slots > ring::kMaxSlots ? ring::Producer::Reserved::kStalled  // never fits: undeliverable
+      : kept                  ? ring.reserve_after(kept->index, ring::slots_for(near_bytes), slots, slots, index)
+                              : ring.reserve(slots, index);
+  if (r == ring::Producer::Reserved::kYes) {
+    // Within the ring's length of the kept stack's record the collector still has it.
+    const bool near = kept && kept->session == session && ring.within_reach(kept->index, index);
+    const SharedFrames reused = near ? shared : SharedFrames{};
+    if (kept) rec.stack_flags |= ring::kStackKept;
+    // The payload: the frames not reused, then the name's bytes.
+    uint64_t words[kMaxNativeFrames + 2 * kMaxPythonFrames + ring::kMaxNameBytes / sizeof(uint64_t)];
+    const size_t count = stack ? stack_payload(*stack, reused, rec, words) : 0;
+    if (name_bytes) std::memcpy(reinterpret_cast<char*>(words + count), name.data(), name_bytes);  // data() may be null
+    ring.write(index, ring::kSlotEvent, slots, &rec, words, count * sizeof(uint64_t) + name_bytes);
+    if (kept) keep_stack(*kept, *stack, reused, session, index);
+  } else {
+    if (r == ring::Producer::Reserved::kConsumerGone) g_state.store(kDisabled, std::memory_order_release);
+    if (g_state.load(std::memory_order_relaxed) == kActive)
+      ring.count_dropped(seq, event.tid, !is_observation(event.api));
+  }
+  if (kept) kept->publishing = false;
 }
 
 }  // namespace memtrace::inject

@@ -201,7 +201,6 @@ void capture_stack(const StackOptions& options, uint64_t caller, StackCapture& s
     std::memmove(stack.native, frames + first, static_cast<size_t>(kept) * sizeof(uint64_t));
     stack.native_count = static_cast<uint16_t>(kept);
     stack.truncated = n - first > wanted;
-    ensure_modules_reported(stack.native, kept);
   }
   if (stack.native_count == 0 && caller) stack.native[stack.native_count++] = caller;
   if (options.python && !python_first) capture_python(kMaxPythonFrames, options.python_api, stack);

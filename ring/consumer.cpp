@@ -22,10 +22,13 @@ bool RingConsumer::deliver(const unsigned char* first, uint32_t slots, uint64_t 
       RingEvent e;
       e.seq = rec->seq;
       e.python_state = rec->python_state;
-      e.stack_truncated = rec->stack_truncated != 0;
       e.event = rec->event;
+      const KeptStacks::Stack stack = kept_stacks_.resolve(*rec, words, tail);
+      e.stack_truncated = (rec->stack_flags & ring::kStackTruncated) || !stack.whole;
+      e.stack_kept = rec->stack_flags & ring::kStackKept;
+      e.stack_repeats = stack.repeats;
       std::string_view name(reinterpret_cast<const char*>(words) + words_bytes, name_bytes);
-      sink.on_event(e, words, natives, words + natives, pythons, name);
+      sink.on_event(e, stack.native, stack.native_count, stack.python, stack.python_count, name);
       return true;
     }
     case ring::kSlotModule: {

@@ -76,11 +76,17 @@ void Producer::note_wait(uint64_t started_ns) {
 }
 
 Producer::Reserved Producer::reserve(uint32_t slots, uint64_t& index) {
+  return reserve_after(0, slots, slots, slots, index);
+}
+
+Producer::Reserved Producer::reserve_after(uint64_t since, uint32_t near, uint32_t far, uint32_t& slots,
+                                           uint64_t& index) {
   RingHeader* h = ring_.header;
   uint64_t& cached_tail = known_tail(this);
   uint64_t head = h->head.load(std::memory_order_relaxed);
   uint64_t started = 0;  // when this thread began to wait for room, if it had to
   for (;;) {
+    slots = within_reach(since, head) ? near : far;  // for the very slot the exchange below takes
     uint64_t tail = cached_tail;
     if (head + slots - tail > h->slot_count) tail = cached_tail = h->tail.load(std::memory_order_acquire);
     if (head + slots - tail <= h->slot_count) {

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
+#include <optional>
 
 #include "harness.h"
 #include "memtrace/format/trace_reader.h"
@@ -99,6 +101,71 @@ TEST(Stacks, UnloadedAndStrippedLibraries) {
 
   json report = e2e::report_json(dir + "/traces");
   EXPECT_EQ(report["processes"][0]["exit_status"], 0);
+}
+
+// The functions of the path an allocation's size names (samples/stack_shapes.cpp), innermost
+// first, through the thread's worker.
+std::vector<std::string> path_of(uint64_t bytes, bool rare) {
+  const uint64_t n = bytes / 256 - 1;
+  const int depth = static_cast<int>(n % 64);
+  const uint64_t bits = n / 64;
+  std::vector<std::string> path{"::allocate(", "::descend("};
+  for (int level = depth - 1; level >= 0; --level) {
+    const bool right = level < 12 ? (bits >> level) & 1 : (depth + level) % 3 == 0;
+    path.push_back(right ? "::right(" : "::left(");
+    path.push_back("::descend(");
+  }
+  path.push_back(rare ? "::rare_worker(" : "::worker(");
+  return path;
+}
+
+// Every allocation's stack is its path, frame for frame, while four threads allocate at once and
+// half their stacks share all but a few frames with their last one (sent by reference to it:
+// ring::kStackKept); in a ring of 512 slots, so that a thread's kept stack goes out of the
+// collector's reach (the sample's rare thread, 2,000 allocations later) and is sent whole again.
+// Paths 31 levels deep and more are deeper than the 64 frames recorded.
+TEST(Stacks, EveryStackIsItsPathWhileThreadsReuseTheirLastStacksFrames) {
+  std::string dir = e2e::temp_dir("shapes");
+  e2e::Result r =
+      e2e::run({e2e::kMemtrace, "run", "--sim", "-o", dir + "/traces", "--", e2e::sample_path("stack_shapes"),
+                "--threads", "4", "--allocations", "3000", "--gap", "2000"},
+               {"MEMTRACE_RING_BYTES=65536"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::vector<json> allocs = allocations(dir);
+  ASSERT_EQ(allocs.size(), 2u + 3u * 3000u);
+  std::map<uint64_t, int> rare_tid;  // the rare thread's two allocations: its first stack says it
+  size_t truncated = 0, checked = 0;
+  std::optional<size_t> below;  // the thread's start, below its worker: as many frames each time
+  for (const json& a : allocs) {
+    const json stack = a.value("stack", json::array());
+    ASSERT_FALSE(stack.empty()) << a;
+    bool rare = false;
+    for (const json& f : stack) rare |= f["function"].get<std::string>().find("::rare_worker(") != std::string::npos;
+    const std::vector<std::string> path = path_of(a["size"].get<uint64_t>(), rare);
+    if (!a.value("stack_truncated", false)) {
+      ASSERT_GT(stack.size(), path.size()) << a;
+      if (!below) below = stack.size() - path.size();
+      EXPECT_EQ(stack.size(), path.size() + *below) << a;
+    } else {
+      ++truncated;
+      EXPECT_EQ(stack.size(), 64u) << a;
+      if (below) {
+        EXPECT_GT(path.size() + *below, 64u) << a;
+      }
+    }
+    for (size_t i = 0; i < path.size() && i < stack.size(); ++i)
+      ASSERT_NE(stack[i]["function"].get<std::string>().find(path[i]), std::string::npos)
+          << "frame " << i << " of an allocation of " << a["size"] << " (" << path.size()
+          << " frames): " << stack.dump(1);
+    rare_tid[a["tid"].get<uint64_t>()] += rare;
+    ++checked;
+  }
+  EXPECT_EQ(checked, allocs.size());
+  EXPECT_GT(truncated, 0u);
+  EXPECT_LT(truncated, allocs.size() / 2);
+  size_t rare_allocations = 0;
+  for (const auto& [tid, n] : rare_tid) rare_allocations += n;
+  EXPECT_EQ(rare_allocations, 2u) << "the rare thread's allocations, the second a ring's length after the first";
 }
 
 TEST(Stacks, RepeatedStacksAreInterned) {

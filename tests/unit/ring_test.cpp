@@ -168,6 +168,37 @@ TEST(RingProducer, EachThreadHasAnInCallSlotWhileTheTableHasRoom) {
   EXPECT_EQ(ring.producer.claim_in_call(5000), first) << "its slot is free again";
 }
 
+// A record whose size depends on where it lands (a stack sent by reference to its thread's kept
+// one, ring::kStackKept) takes its near size only within a ring's length of the slot it names:
+// decided for the very slot it gets, however far other writers moved the ring on meanwhile.
+TEST(RingProducer, ARecordIsNearOnlyWithinARingsLengthOfTheSlotItNames) {
+  TestRing ring(64 << 10);  // 512 slots
+  ring::EventRecord rec{};
+  Collected out;
+  auto place = [&](uint64_t at, uint32_t slots) {
+    ring.producer.write(at, ring::kSlotEvent, slots, &rec, nullptr, 0);
+    ring.consumer->drain(out, false);
+  };
+  uint64_t since = 0, index = 0;
+  uint32_t slots = 0;
+  ASSERT_EQ(ring.producer.reserve(1, since), ring::Producer::Reserved::kYes);
+  place(since, 1);
+  const std::atomic<uint64_t>& head = ring.producer.mapping().header->head;
+  while (head.load() < since + 512) {
+    ASSERT_TRUE(ring.publish(1));
+    ring.consumer->drain(out, false);
+  }
+  ASSERT_EQ(ring.producer.reserve_after(since, 1, 3, slots, index), ring::Producer::Reserved::kYes);
+  EXPECT_EQ(index, since + 512);
+  EXPECT_EQ(slots, 1u);
+  EXPECT_TRUE(ring.producer.within_reach(since, index));
+  place(index, slots);
+  ASSERT_EQ(ring.producer.reserve_after(since, 1, 3, slots, index), ring::Producer::Reserved::kYes);
+  EXPECT_EQ(index, since + 513);
+  EXPECT_EQ(slots, 3u);
+  EXPECT_FALSE(ring.producer.within_reach(since, index));
+}
+
 TEST(RingProducer, AConsumerThatHungUpIsNoticedInsteadOfWaitedFor) {
   TestRing ring(64 << 10);
   int sockets[2];

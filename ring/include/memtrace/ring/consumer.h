@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "memtrace/ring/kept_stacks.h"
 #include "memtrace/ring/protocol.h"
 #include "memtrace/ring/python_lines.h"
 
@@ -27,6 +28,10 @@ struct RingEvent {
   uint64_t seq = 0;
   uint8_t python_state = 0;  // ring::PythonState
   bool stack_truncated = false;
+  // The stack is its thread's kept one (ring::kStackKept); and it repeats the thread's kept stack
+  // before it, frame for frame, with the same Python state and truncation.
+  bool stack_kept = false;
+  bool stack_repeats = false;
   Event event;
 };
 
@@ -56,7 +61,7 @@ class RecordSink {
 
 class RingConsumer {
  public:
-  explicit RingConsumer(ring::Mapping mapping) : ring_(mapping) {}
+  explicit RingConsumer(ring::Mapping mapping) : ring_(mapping), kept_stacks_(mapping.data_bytes / ring::kSlotBytes) {}
   ~RingConsumer() { ring::unmap_ring(ring_); }
   RingConsumer(const RingConsumer&) = delete;
   RingConsumer& operator=(const RingConsumer&) = delete;
@@ -84,6 +89,7 @@ class RingConsumer {
   bool deliver(const unsigned char* first, uint32_t slots, uint64_t tail, RecordSink& sink);
 
   ring::Mapping ring_;
+  KeptStacks kept_stacks_;
   std::vector<unsigned char> payload_;
   uint64_t tail_ = 0;
   uint64_t incomplete_ = 0;

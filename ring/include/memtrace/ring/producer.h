@@ -34,6 +34,11 @@ class Producer {
   // Reserves SLOTS slots at INDEX, waiting while the ring is full up to the stall bound (once:
   // after a stall, later records do not wait until the ring has room again).
   Reserved reserve(uint32_t slots, uint64_t& index);
+  // The same for a record of NEAR slots where it lands within reach of slot SINCE, of FAR slots
+  // further on: SLOTS says which was reserved.
+  Reserved reserve_after(uint64_t since, uint32_t near, uint32_t far, uint32_t& slots, uint64_t& index);
+  // Whether slot INDEX lies at most the ring's length (slot_count) after slot SINCE.
+  bool within_reach(uint64_t since, uint64_t index) const { return index - since <= ring_.header->slot_count; }
   // Writes a record into SLOTS reserved slots from INDEX: the payload into the continuation slots
   // first, then the first slot (FIRST: a record of kSlotBytes), whose state is published last.
   void write(uint64_t index, uint32_t type, uint32_t slots, const void* first, const void* payload, size_t bytes);

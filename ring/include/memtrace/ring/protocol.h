@@ -31,7 +31,7 @@
 namespace memtrace::ring {
 
 inline constexpr uint64_t kMagic = 0x31474e495254454dull;  // "METRING1"
-inline constexpr uint32_t kVersion = 5;
+inline constexpr uint32_t kVersion = 6;
 inline constexpr size_t kSlotBytes = 128;
 inline constexpr size_t kInCallSlots = 512;
 // The header's page, then the in-call table (RingHeader::InCall, a cache line each).
@@ -119,13 +119,26 @@ inline constexpr size_t kMaxNameBytes = 1024;
 // loop (the frames of that call are the ones since the last frame so marked), which is where the
 // loop's native frame stands among the native ones. Frames read through the C API have no marks.
 inline constexpr uint64_t kEndsLoopCall = uint64_t(1) << 63;
+// EventRecord::stack_flags.
+inline constexpr uint8_t kStackTruncated = 1;  // the native stack was deeper than the limit
+// The stack is its thread's kept one: the thread's next event may end its own stack with this
+// one's outermost frames instead of sending them again. A loop allocates from one place, so
+// most of a stack is the last one's (41 frames 30 deep: 4 slots a record, 1 this way).
+inline constexpr uint8_t kStackKept = 2;
+// A stack is taken from its thread's kept one only by a record that lands at most the ring's
+// length (slot_count) after it: the consumer forgets a kept stack once it is further behind than
+// that, so a thread that stopped allocating holds nothing.
 struct EventRecord {
   std::atomic<uint32_t> state;
-  uint8_t python_state;     // PythonState
-  uint8_t stack_truncated;  // the native stack was deeper than the limit
+  uint8_t python_state;  // PythonState
+  uint8_t stack_flags;   // kStackTruncated, kStackKept
   uint16_t native_frames;
   uint16_t python_frames;
   uint16_t name_bytes;
+  // The stack goes on with the outermost NATIVE_REUSED native frames and PYTHON_REUSED Python
+  // frames of the thread's (event.tid's) kept stack, after the payload's own.
+  uint16_t native_reused;
+  uint16_t python_reused;
   uint64_t seq;
   Event event;
 };
