@@ -36,6 +36,7 @@ TracedProcess::TracedProcess(int pid, int socket, ring::Mapping ring, std::uniqu
       writer_(std::move(writer)),
       origin_ns_(header.origin_monotonic_ns()),
       stacks_(symbolizer, *writer_, hidden_python_dir),
+      kept_stacks_(ring_.slot_count()),
       snapshots_(snapshots, header, *writer_),
       window_(*writer_, hidden_python_dir) {
   driver_.add(summary_).add(snapshots_).add(window_);
@@ -240,12 +241,15 @@ void TracedProcess::on_event(RingEvent& event, const uint64_t* native, size_t na
   seen.seq = event.seq;
   // A name (marks, ranges, categories) goes in the string table now; the event carries its id.
   event.event.name = api_info(event.event.api).aux == AuxField::kName ? writer_->intern_string(name) : 0;
-  // A loop allocating from one place repeats its thread's kept stack: its id, not a lookup.
-  if (event.stack_repeats && seen.kept_generation == stacks_.generation())
+  // The frames the record took from its thread's kept stack; a loop allocating from one place
+  // repeats that stack: its id, not a lookup.
+  const KeptStacks::Stack stack = kept_stacks_.resolve(event, native, native_count, python, python_count);
+  event.stack_truncated |= !stack.whole;
+  if (stack.repeats && seen.kept_generation == stacks_.generation())
     event.event.stack_id = seen.kept_stack_id;
   else
-    event.event.stack_id =
-        stacks_.intern(native, native_count, python, python_count, event.python_state, event.stack_truncated);
+    event.event.stack_id = stacks_.intern(stack.native, stack.native_count, stack.python, stack.python_count,
+                                          event.python_state, event.stack_truncated);
   if (event.stack_kept) {
     seen.kept_stack_id = event.event.stack_id;
     seen.kept_generation = stacks_.generation();

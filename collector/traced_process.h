@@ -24,6 +24,7 @@
 #include "memtrace/engine/report.h"
 #include "memtrace/format/trace_writer.h"
 #include "memtrace/ring/consumer.h"
+#include "memtrace/ring/kept_stacks.h"
 #include "record_batch.h"
 #include "snapshot_keeper.h"
 #include "stack_builder.h"
@@ -131,6 +132,7 @@ class TracedProcess : private RecordSink {
   uint64_t origin_ns_;
   EventSequencer sequencer_;
   StackBuilder stacks_;
+  KeptStacks kept_stacks_;
   // Calls started and not yet recorded, by thread (a thread makes one recorded call at a time), of
   // the threads that had no in-call slot (ring::StartedRecord).
   std::unordered_map<uint32_t, std::pair<uint16_t, uint64_t>> in_flight_;

@@ -4,6 +4,19 @@
 
 namespace memtrace {
 
+RingEvent ring_event_of(const ring::EventRecord& rec, uint64_t index) {
+  RingEvent e;
+  e.seq = rec.seq;
+  e.python_state = rec.python_state;
+  e.stack_truncated = rec.stack_flags & ring::kStackTruncated;
+  e.stack_kept = rec.stack_flags & ring::kStackKept;
+  e.native_reused = rec.native_reused;
+  e.python_reused = rec.python_reused;
+  e.ring_index = index;
+  e.event = rec.event;
+  return e;
+}
+
 // Gathers the record's payload and hands it on. Everything in it comes from the traced
 // process's memory: sizes are checked against what the slots can hold.
 bool RingConsumer::deliver(const unsigned char* first, uint32_t slots, uint64_t tail, RecordSink& sink) {
@@ -19,16 +32,9 @@ bool RingConsumer::deliver(const unsigned char* first, uint32_t slots, uint64_t 
       size_t natives = rec->native_frames, pythons = rec->python_frames, name_bytes = rec->name_bytes;
       size_t words_bytes = (natives + 2 * pythons) * sizeof(uint64_t);
       if (words_bytes + name_bytes > available || name_bytes > ring::kMaxNameBytes) return false;
-      RingEvent e;
-      e.seq = rec->seq;
-      e.python_state = rec->python_state;
-      e.event = rec->event;
-      const KeptStacks::Stack stack = kept_stacks_.resolve(*rec, words, tail);
-      e.stack_truncated = (rec->stack_flags & ring::kStackTruncated) || !stack.whole;
-      e.stack_kept = rec->stack_flags & ring::kStackKept;
-      e.stack_repeats = stack.repeats;
+      RingEvent e = ring_event_of(*rec, tail);
       std::string_view name(reinterpret_cast<const char*>(words) + words_bytes, name_bytes);
-      sink.on_event(e, stack.native, stack.native_count, stack.python, stack.python_count, name);
+      sink.on_event(e, words, natives, words + natives, pythons, name);
       return true;
     }
     case ring::kSlotModule: {

@@ -46,6 +46,12 @@ StackCapture random_stack(std::mt19937& random, uint32_t tid) {
   return s;
 }
 
+// What the collector makes of REC, the record at ring slot INDEX whose payload is at WORDS.
+KeptStacks::Stack resolve(KeptStacks& collector, const ring::EventRecord& rec, const uint64_t* words, uint64_t index) {
+  return collector.resolve(ring_event_of(rec, index), words, rec.native_frames, words + rec.native_frames,
+                           rec.python_frames);
+}
+
 std::vector<uint64_t> natives(const StackCapture& s) { return {s.native, s.native + s.native_count}; }
 std::vector<uint64_t> pythons(const StackCapture& s) { return {s.python, s.python + 2 * s.python_count}; }
 
@@ -67,7 +73,7 @@ TEST(KeptStacks, EveryStackComesBackWholeWhateverItShares) {
     uint64_t words[inject::kMaxNativeFrames + 2 * inject::kMaxPythonFrames];
     const int kind = static_cast<int>(random() % 8);
     if (kind == 0) {  // a free: no stack
-      const KeptStacks::Stack got = collector.resolve(rec, words, index);
+      const KeptStacks::Stack got = resolve(collector, rec, words, index);
       EXPECT_EQ(got.native_count + got.python_count, 0u);
       continue;
     }
@@ -88,7 +94,7 @@ TEST(KeptStacks, EveryStackComesBackWholeWhateverItShares) {
     reused_frames += reused.native + reused.python;
     sent_frames += sent;
 
-    const KeptStacks::Stack got = collector.resolve(rec, words, index);
+    const KeptStacks::Stack got = resolve(collector, rec, words, index);
     ASSERT_TRUE(got.whole);
     ASSERT_EQ(std::vector<uint64_t>(got.native, got.native + got.native_count), natives(stack)) << "step " << step;
     ASSERT_EQ(std::vector<uint64_t>(got.python, got.python + 2 * got.python_count), pythons(stack)) << "step " << step;
@@ -116,21 +122,21 @@ TEST(KeptStacks, AThreadThatKeptNothingForARingsLengthIsForgotten) {
   rec.native_frames = 4;
   for (uint32_t tid = 1; tid <= 3; ++tid) {
     rec.event.tid = tid;
-    collector.resolve(rec, words, tid);
+    resolve(collector, rec, words, tid);
   }
   EXPECT_EQ(collector.threads(), 3u);
   // Thread 3 repeats its stack a ring's length on; 1 and 2, further behind, go.
   rec.event.tid = 3;
   rec.native_frames = 0;
   rec.native_reused = 4;
-  KeptStacks::Stack got = collector.resolve(rec, words, 3 + kWindow);
+  KeptStacks::Stack got = resolve(collector, rec, words, 3 + kWindow);
   EXPECT_TRUE(got.whole);
   EXPECT_TRUE(got.repeats);
   ASSERT_EQ(got.native_count, 4u);
   EXPECT_EQ(got.native[3], 4u);
   EXPECT_EQ(collector.threads(), 1u);
   // More than a ring's length later its stack is gone too: a record naming it has only its own.
-  got = collector.resolve(rec, words, 3 + 2 * kWindow + 1);
+  got = resolve(collector, rec, words, 3 + 2 * kWindow + 1);
   EXPECT_FALSE(got.whole);
   EXPECT_EQ(got.native_count, 0u);
 }
@@ -142,7 +148,7 @@ TEST(KeptStacks, ARecordNamingFramesNotKeptYieldsWhatItCarried) {
   rec.event.tid = 9;
   rec.native_frames = 1;
   rec.native_reused = 3;  // nothing kept for thread 9, and it keeps nothing itself
-  KeptStacks::Stack got = collector.resolve(rec, words, 10);
+  KeptStacks::Stack got = resolve(collector, rec, words, 10);
   EXPECT_FALSE(got.whole);
   EXPECT_EQ(got.native_count, 1u);
   EXPECT_EQ(got.native[0], 1u);
@@ -150,11 +156,11 @@ TEST(KeptStacks, ARecordNamingFramesNotKeptYieldsWhatItCarried) {
   rec.stack_flags = ring::kStackKept;
   rec.native_frames = 2;
   rec.native_reused = 0;
-  EXPECT_TRUE(collector.resolve(rec, words, 11).whole);
+  EXPECT_TRUE(resolve(collector, rec, words, 11).whole);
   rec.native_frames = 1;
   rec.native_reused = 60000;
   rec.python_reused = 7;
-  got = collector.resolve(rec, words + 4, 12);
+  got = resolve(collector, rec, words + 4, 12);
   EXPECT_FALSE(got.whole);
   EXPECT_FALSE(got.repeats);
   ASSERT_EQ(got.native_count, 3u);  // its own, then the two kept

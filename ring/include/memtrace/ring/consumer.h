@@ -7,7 +7,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include "memtrace/ring/kept_stacks.h"
 #include "memtrace/ring/protocol.h"
 #include "memtrace/ring/python_lines.h"
 
@@ -28,12 +27,17 @@ struct RingEvent {
   uint64_t seq = 0;
   uint8_t python_state = 0;  // ring::PythonState
   bool stack_truncated = false;
-  // The stack is its thread's kept one (ring::kStackKept); and it repeats the thread's kept stack
-  // before it, frame for frame, with the same Python state and truncation.
+  // As the record came (ring::EventRecord): its stack is its thread's kept one, and ends with the
+  // outermost native_reused and python_reused frames of the kept one before it (KeptStacks makes
+  // it whole); the ring slot it came in.
   bool stack_kept = false;
-  bool stack_repeats = false;
+  uint16_t native_reused = 0, python_reused = 0;
+  uint64_t ring_index = 0;
   Event event;
 };
+
+// The event of REC, the record at ring slot INDEX.
+RingEvent ring_event_of(const ring::EventRecord& rec, uint64_t index);
 
 // A thread's recorded call in progress (RingHeader::InCall). SEQ is the call's place in the order
 // plus one, 0 when it took none yet; T_NS the time it took it then.
@@ -48,8 +52,9 @@ struct CallInProgress {
 class RecordSink {
  public:
   virtual ~RecordSink() = default;
-  // NATIVE: return addresses, innermost first; PYTHON: (code object, line) pairs; NAME: an NVTX
-  // mark's or range's message (empty for allocations), valid during the call.
+  // NATIVE: return addresses, innermost first; PYTHON: (code object, line) pairs (those the record
+  // carried: KeptStacks adds the ones it took from the thread's kept stack); NAME: an NVTX mark's
+  // or range's message (empty for allocations), valid during the call.
   virtual void on_event(RingEvent& event, const uint64_t* native, size_t native_count, const uint64_t* python,
                         size_t python_count, std::string_view name) = 0;
   virtual void on_module(uint64_t bias, uint64_t start, uint64_t end, std::string path) = 0;
@@ -61,7 +66,7 @@ class RecordSink {
 
 class RingConsumer {
  public:
-  explicit RingConsumer(ring::Mapping mapping) : ring_(mapping), kept_stacks_(mapping.data_bytes / ring::kSlotBytes) {}
+  explicit RingConsumer(ring::Mapping mapping) : ring_(mapping) {}
   ~RingConsumer() { ring::unmap_ring(ring_); }
   RingConsumer(const RingConsumer&) = delete;
   RingConsumer& operator=(const RingConsumer&) = delete;
@@ -74,6 +79,7 @@ class RingConsumer {
   uint64_t incomplete_records() const { return incomplete_; }
   uint64_t malformed_records() const { return malformed_; }
   uint64_t dropped_events() const { return ring_.header->dropped_events.load(std::memory_order_acquire); }
+  uint64_t slot_count() const { return ring_.data_bytes / ring::kSlotBytes; }
   uint64_t longest_wait_ns() const { return ring_.header->longest_wait_ns.load(std::memory_order_acquire); }
   // Sequence numbers of events the producer dropped, from the first not yet taken.
   void take_dropped(std::vector<uint64_t>& out);
@@ -89,7 +95,6 @@ class RingConsumer {
   bool deliver(const unsigned char* first, uint32_t slots, uint64_t tail, RecordSink& sink);
 
   ring::Mapping ring_;
-  KeptStacks kept_stacks_;
   std::vector<unsigned char> payload_;
   uint64_t tail_ = 0;
   uint64_t incomplete_ = 0;

@@ -1,6 +1,7 @@
 // The collector's end of ring::kStackKept: each thread's kept stack, and the stacks of the
 // records that end with its outermost frames instead of sending them (ring::EventRecord::
-// native_reused), made whole again.
+// native_reused), made whole again. Done where the events are recorded, after the reader's
+// batches (RecordBatch), which then carry only the frames the records carried.
 #pragma once
 
 #include <cstddef>
@@ -8,7 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "memtrace/ring/protocol.h"
+#include "memtrace/ring/consumer.h"
 
 namespace memtrace {
 
@@ -32,9 +33,10 @@ class KeptStacks {
   // further past its own than that: the injector reuses none beyond it.
   explicit KeptStacks(uint64_t window) : window_(window) {}
 
-  // The stack of REC, the record at ring slot INDEX, whose payload's frames begin at WORDS
-  // (native_frames, then python_frames pairs). Records are resolved in ring order.
-  Stack resolve(const ring::EventRecord& rec, const uint64_t* words, uint64_t index);
+  // The stack of event E, whose record carried NATIVE_COUNT native frames at NATIVE and
+  // PYTHON_COUNT Python pairs at PYTHON. Events are resolved in ring order.
+  Stack resolve(const RingEvent& e, const uint64_t* native, size_t native_count, const uint64_t* python,
+                size_t python_count);
 
   size_t threads() const { return threads_.size(); }
 
@@ -50,6 +52,8 @@ class KeptStacks {
   uint64_t window_;
   uint64_t next_sweep_ = 0;
   std::unordered_map<uint32_t, Kept> threads_;  // by tid
+  uint32_t last_tid_ = 0;
+  Kept* last_ = nullptr;  // last_tid_'s
   std::vector<uint64_t> native_scratch_, python_scratch_;
 };
 
