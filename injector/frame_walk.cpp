@@ -444,7 +444,7 @@ __attribute__((noinline, no_sanitize("address"))) int walk_frames(void** frames,
     thread->walks[0].count = thread->walks[1].count = 0;
     thread->generation = now;
   }
-  const Walk& last = thread->walks[thread->last];
+  Walk& last = thread->walks[thread->last];
   Walk& walk = thread->walks[1 - thread->last];
   if (max > kMostFrames) max = kMostFrames;
   uint64_t rip, rsp, rbp;
@@ -467,6 +467,13 @@ __attribute__((noinline, no_sanitize("address"))) int walk_frames(void** frames,
         out[k + 1] = reinterpret_cast<void*>(to.rip);
       }
       const int taken = k - j + 1;
+      if (k + 1 == last.count && last.complete && n == j) {
+        // The last walk's frames from J on, below as many new ones as it had there (a loop at
+        // the same depth): the new ones go into it, which stays the last walk. Copying ~40
+        // frames the other way cost ~150 instructions a walk.
+        std::memcpy(last.frames, walk.frames, static_cast<size_t>(n) * sizeof(WalkedFrame));
+        return n + taken;
+      }
       std::memcpy(&walk.frames[n], &last.frames[j], static_cast<size_t>(taken) * sizeof(WalkedFrame));
       n += taken;
       if (k + 1 == last.count && last.complete) {
