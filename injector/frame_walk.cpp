@@ -410,6 +410,7 @@ struct Walk {
 constexpr int kRuleBits = 11;
 struct ThreadWalks {
   uint64_t generation;
+  uint64_t serial;  // walks that succeeded
   int last;
   Walk walks[2];
   Rule rules[size_t(1) << kRuleBits];
@@ -435,7 +436,7 @@ void forget_frame_rules() { g_generation.fetch_add(1, std::memory_order_relaxed)
 // through (the same three registers), the last walk's outer frames are this walk's too for as long
 // as the words its steps read hold what they held then: checked word by word, two loads a frame
 // instead of a rule's lookup. A loop allocating from the same place walks its own frames only.
-__attribute__((noinline, no_sanitize("address"))) int walk_frames(void** frames, int max) {
+__attribute__((noinline, no_sanitize("address"))) int walk_frames(void** frames, int max, WalkTail* tail) {
   auto* thread = static_cast<ThreadWalks*>(thread_block(ThreadBlock::kFrameRules, sizeof(ThreadWalks)));
   if (!thread) return -1;
   if (const uint64_t now = g_generation.load(std::memory_order_relaxed); thread->generation != now) {
@@ -451,6 +452,7 @@ __attribute__((noinline, no_sanitize("address"))) int walk_frames(void** frames,
   asm volatile("lea 0(%%rip), %0\n\tmov %%rsp, %1\n\tmov %%rbp, %2" : "=r"(rip), "=r"(rsp), "=r"(rbp));
   int n = 0, j = 0;  // J: the last walk's first frame not below this one
   bool complete = false;
+  int shared = 0;  // outermost frames that are the last walk's, to its end
   while (n < max) {
     while (j < last.count && last.frames[j].rsp < rsp) ++j;
     int step_from = n;  // the frame stepped next (in this walk)
@@ -472,12 +474,15 @@ __attribute__((noinline, no_sanitize("address"))) int walk_frames(void** frames,
         // the same depth): the new ones go into it, which stays the last walk. Copying ~40
         // frames the other way cost ~150 instructions a walk.
         std::memcpy(last.frames, walk.frames, static_cast<size_t>(n) * sizeof(WalkedFrame));
+        ++thread->serial;
+        if (tail) *tail = WalkTail{thread->serial, taken};
         return n + taken;
       }
       std::memcpy(&walk.frames[n], &last.frames[j], static_cast<size_t>(taken) * sizeof(WalkedFrame));
       n += taken;
       if (k + 1 == last.count && last.complete) {
         complete = true;
+        shared = taken;
         break;
       }
       if (n == max) break;
@@ -514,6 +519,8 @@ __attribute__((noinline, no_sanitize("address"))) int walk_frames(void** frames,
   walk.count = n;
   walk.complete = complete;
   thread->last = 1 - thread->last;
+  ++thread->serial;
+  if (tail) *tail = WalkTail{thread->serial, shared};
   return n;
 }
 

@@ -9,12 +9,22 @@
 // DWARF expression) ends the walk with -1, and the caller walks with libunwind instead.
 #pragma once
 
+#include <cstdint>
+
 namespace memtrace::inject {
+
+// What a walk shares with the thread's walk before it: its number among the thread's walks
+// (from 1), and how many of its outermost frames are the outermost frames of walk SERIAL - 1,
+// both having reached the stack's outermost frame (0: none known to be).
+struct WalkTail {
+  uint64_t serial = 0;
+  int shared = 0;
+};
 
 // Fills FRAMES with at most MAX addresses, innermost first, as unw_backtrace (libunwind 1.6) gives
 // them: an address in this function first, then each caller's return address. Returns how many,
-// or -1 when a frame is one it cannot step.
-int walk_frames(void** frames, int max);
+// or -1 when a frame is one it cannot step. TAIL, if given, is set for a walk that succeeds.
+int walk_frames(void** frames, int max, WalkTail* tail = nullptr);
 
 // Modules were unloaded: the rules kept for their addresses may describe other code now.
 void forget_frame_rules();

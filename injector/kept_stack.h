@@ -11,8 +11,9 @@
 namespace memtrace::inject {
 
 struct KeptStack {
-  uint64_t session;  // the session it was sent in; 0: none
-  uint64_t index;    // the ring slot of its record
+  uint64_t session;      // the session it was sent in; 0: none
+  uint64_t index;        // the ring slot of its record
+  uint64_t walk_serial;  // StackCapture::walk_serial
   uint16_t native_count, python_count;
   bool publishing;  // this thread is sending an event: one a signal handler sends meanwhile keeps nothing
   // Its frames, innermost first, ending at each array's end.

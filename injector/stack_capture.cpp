@@ -103,9 +103,9 @@ _Unwind_Reason_Code gcc_frame(_Unwind_Context* context, void* data) {
   return _URC_NO_REASON;
 }
 
-int walk_stack(void** frames, int max) {
+int walk_stack(void** frames, int max, WalkTail* tail = nullptr) {
   if (g_own_walk) {
-    const int n = walk_frames(frames, max);
+    const int n = walk_frames(frames, max, tail);
     if (n >= 0) return n;
   }
   if (g_unw_backtrace) return g_unw_backtrace(frames, max);
@@ -152,9 +152,9 @@ int through_outermost_loop(void* const* frames, int n, const EvalLoops& loops) {
 // walk can be told where to stop but by a count, and the count is not known before the walk, so
 // the depth is remembered for the innermost Python line; a walk that ends at that depth without
 // all the loops is done again whole (the line went deeper this time).
-int walk_native(void** frames, int most, const EvalLoops& loops, const StackCapture& stack) {
+int walk_native(void** frames, int most, const EvalLoops& loops, const StackCapture& stack, WalkTail& tail) {
   LoopDepth* memo = loops.count > 0 && stack.python_count > 0 ? loop_depths() : nullptr;
-  if (!memo) return walk_stack(frames, most);
+  if (!memo) return walk_stack(frames, most, &tail);  // a walk ended by a count shares nothing known
   const uint64_t key =
       ((stack.python[0] * 0x9E3779B97F4A7C15ull) ^ (stack.python[1] << 20) ^ static_cast<uint64_t>(loops.count)) | 1;
   LoopDepth& slot = memo[(key * 0x9E3779B97F4A7C15ull) >> (64 - kLoopDepthBits)];
@@ -177,6 +177,8 @@ int walk_native(void** frames, int most, const EvalLoops& loops, const StackCapt
 void capture_stack(const StackOptions& options, uint64_t caller, StackCapture& stack) {
   stack.native_count = 0;
   stack.truncated = false;
+  stack.walk_serial = 0;
+  stack.walk_shared = 0;
   stack.python_count = 0;
   stack.python_state = ring::kNoPython;
   // Python's frames first where they are read from memory: they tell how far the native walk
@@ -194,13 +196,18 @@ void capture_stack(const StackOptions& options, uint64_t caller, StackCapture& s
     void* spare[kMaxNativeFrames + kRoom];
     static_assert(sizeof(void*) == sizeof(uint64_t));
     void** frames = wanted + kRoom <= kMaxNativeFrames ? reinterpret_cast<void**>(stack.native) : spare;
-    const int n = walk_native(frames, wanted + kRoom, loops, stack);
+    WalkTail tail;
+    const int n = walk_native(frames, wanted + kRoom, loops, stack, tail);
     int first = 0;
     while (first < n && in_injector(reinterpret_cast<uint64_t>(frames[first]))) ++first;
     const int kept = n - first < wanted ? n - first : wanted;
     std::memmove(stack.native, frames + first, static_cast<size_t>(kept) * sizeof(uint64_t));
     stack.native_count = static_cast<uint16_t>(kept);
     stack.truncated = n - first > wanted;
+    if (!stack.truncated && kept > 0) {
+      stack.walk_serial = tail.serial;
+      stack.walk_shared = static_cast<uint16_t>(tail.shared < kept ? tail.shared : kept);
+    }
   }
   if (stack.native_count == 0 && caller) stack.native[stack.native_count++] = caller;
   if (options.python && !python_first) capture_python(kMaxPythonFrames, options.python_api, stack);

@@ -15,6 +15,10 @@ struct StackCapture {
   uint16_t python_count = 0;
   uint8_t python_state = 0;  // ring::PythonState
   bool truncated = false;
+  // The native frames are all of walk WALK_SERIAL below memtrace's own (frame_walk.h; 0: not
+  // so), and their outermost WALK_SHARED those of the thread's walk before it.
+  uint64_t walk_serial = 0;
+  uint16_t walk_shared = 0;
   uint64_t native[kMaxNativeFrames];
   uint64_t python[2 * kMaxPythonFrames];  // (code object, line) pairs
 };

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <pthread.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdlib>
 #include <vector>
@@ -77,6 +78,62 @@ __attribute__((noinline)) Walks from_there(int depth) {
   Walks w = descend(depth, 200);
   g_sink = g_sink + 3;
   return w;
+}
+
+// A walk with what it shares with the walk before it, from two callers.
+struct TailWalk {
+  std::vector<void*> frames;
+  WalkTail tail;
+};
+__attribute__((noinline)) TailWalk walk_tail(int most) {
+  TailWalk w;
+  w.frames.resize(static_cast<size_t>(most));
+  const int n = walk_frames(w.frames.data(), most, &w.tail);
+  w.frames.resize(static_cast<size_t>(n < 0 ? 0 : n));
+  asm volatile("" ::: "memory");
+  return w;
+}
+__attribute__((noinline)) TailWalk tail_here(int most) {
+  TailWalk w = walk_tail(most);
+  g_sink = g_sink + 4;
+  return w;
+}
+__attribute__((noinline)) TailWalk tail_there(int most) {
+  TailWalk w = walk_tail(most);
+  g_sink = g_sink + 5;
+  return w;
+}
+
+// The outermost SHARED frames of A and B are the same.
+void expect_same_tail(const TailWalk& a, const TailWalk& b, int shared) {
+  ASSERT_LE(static_cast<size_t>(shared), std::min(a.frames.size(), b.frames.size()));
+  for (size_t i = 0; i < static_cast<size_t>(shared); ++i)
+    EXPECT_EQ(a.frames[a.frames.size() - 1 - i], b.frames[b.frames.size() - 1 - i]) << i;
+}
+
+// A walk says how many of its outermost frames are those of the thread's walk before it (what
+// lets the injector skip comparing them with the stack it sent last: kept_stack.h): from the
+// frame on where the two walks met (the same rip, rsp and rbp) to the end, never the frame whose
+// caller changed, none after a walk MAX cut short.
+TEST(FrameWalk, SaysWhichOutermostFramesAreTheWalkBeforesToo) {
+  TailWalk same[2];
+  for (TailWalk& w : same) w = tail_here(200);
+  const TailWalk& b = same[1];
+  ASSERT_GT(b.frames.size(), 4u);
+  EXPECT_EQ(b.tail.serial, same[0].tail.serial + 1);
+  EXPECT_EQ(b.frames, same[0].frames);
+  EXPECT_GT(b.tail.shared, static_cast<int>(b.frames.size()) / 2);
+  expect_same_tail(b, same[0], b.tail.shared);
+  const TailWalk c = tail_there(200);
+  EXPECT_EQ(c.tail.serial, b.tail.serial + 1);
+  ASSERT_EQ(c.frames.size(), b.frames.size());
+  EXPECT_NE(c.frames[2], b.frames[2]);  // the return address into tail_there, not tail_here
+  EXPECT_GT(c.tail.shared, 0);
+  EXPECT_LE(c.tail.shared, static_cast<int>(c.frames.size()) - 3);
+  expect_same_tail(c, b, c.tail.shared);
+  const TailWalk cut = tail_here(3);
+  EXPECT_EQ(cut.frames.size(), 3u);
+  EXPECT_EQ(tail_here(200).tail.shared, 0) << "the walk before it ended at 3 frames, not the outermost";
 }
 
 TEST(FrameWalk, GivesTheFramesLibunwindGivesAtEveryDepth) {
