@@ -154,7 +154,8 @@ int through_outermost_loop(void* const* frames, int n, const EvalLoops& loops) {
 // all the loops is done again whole (the line went deeper this time).
 int walk_native(void** frames, int most, const EvalLoops& loops, const StackCapture& stack, WalkTail& tail) {
   LoopDepth* memo = loops.count > 0 && stack.python_count > 0 ? loop_depths() : nullptr;
-  if (!memo) return walk_stack(frames, most, &tail);  // a walk ended by a count shares nothing known
+  if (!memo) return walk_stack(frames, most, &tail);
+  // Below: walks ended by a count, whose stack may end before the walk does; TAIL stays empty.
   const uint64_t key =
       ((stack.python[0] * 0x9E3779B97F4A7C15ull) ^ (stack.python[1] << 20) ^ static_cast<uint64_t>(loops.count)) | 1;
   LoopDepth& slot = memo[(key * 0x9E3779B97F4A7C15ull) >> (64 - kLoopDepthBits)];

@@ -16,7 +16,8 @@ struct StackCapture {
   uint8_t python_state = 0;  // ring::PythonState
   bool truncated = false;
   // The native frames are all of walk WALK_SERIAL below memtrace's own (frame_walk.h; 0: not
-  // so), and their outermost WALK_SHARED those of the thread's walk before it.
+  // so), and their outermost WALK_SHARED those of the thread's walk before it. Only for a stack
+  // published by the thread that took it, before it takes another (kept_stack.h).
   uint64_t walk_serial = 0;
   uint16_t walk_shared = 0;
   uint64_t native[kMaxNativeFrames];

@@ -117,6 +117,9 @@ void record(Api api, int device, uint64_t addr, uint64_t size, uint64_t stream, 
       r.has_stack = true;
     }
     if (early) {
+      // Published later, perhaps by another thread: what its walk shared with this thread's walk
+      // before it says nothing of the publishing thread's kept stack.
+      r.stack.walk_serial = 0;
       std::lock_guard lock(g_early_mutex);
       if (g_early->size() < kMaxEarly)
         g_early->push_back(r);
