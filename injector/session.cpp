@@ -146,11 +146,15 @@ void forget_parent_session() {
 
 __attribute__((constructor)) void install_fork_handler() { ::pthread_atfork(nullptr, nullptr, forget_parent_session); }
 
-// Publishes a record; a consumer that went away turns recording off for good.
-bool deliver(uint32_t type, const void* first, const void* payload, size_t bytes) {
-  ring::Producer::Reserved r = ring_now().publish(type, first, payload, bytes);
+// Whether the ring took a record; a consumer that went away turns recording off for good.
+bool taken(ring::Producer::Reserved r) {
   if (r == ring::Producer::Reserved::kConsumerGone) g_state.store(kDisabled, std::memory_order_release);
   return r == ring::Producer::Reserved::kYes;
+}
+
+// Publishes a record.
+bool deliver(uint32_t type, const void* first, const void* payload, size_t bytes) {
+  return taken(ring_now().publish(type, first, payload, bytes));
 }
 
 // Notices from before the session started (publish_notice), for its start. Under a lock held
@@ -373,7 +377,7 @@ void publish(const Event& event, uint64_t seq, const StackCapture* stack, std::s
       slots > ring::kMaxSlots ? ring::Producer::Reserved::kStalled  // never fits: undeliverable
       : kept                  ? ring.reserve_after(kept->index, ring::slots_for(near_bytes), slots, slots, index)
                               : ring.reserve(slots, index);
-  if (r == ring::Producer::Reserved::kYes) {
+  if (taken(r)) {
     // Within the ring's length of the kept stack's record the collector still has it.
     const bool near = kept && kept->session == session && ring.within_reach(kept->index, index);
     const SharedFrames reused = near ? shared : SharedFrames{};
@@ -384,10 +388,8 @@ void publish(const Event& event, uint64_t seq, const StackCapture* stack, std::s
     if (name_bytes) std::memcpy(reinterpret_cast<char*>(words + count), name.data(), name_bytes);  // data() may be null
     ring.write(index, ring::kSlotEvent, slots, &rec, words, count * sizeof(uint64_t) + name_bytes);
     if (kept) keep_stack(*kept, *stack, reused, session, index);
-  } else {
-    if (r == ring::Producer::Reserved::kConsumerGone) g_state.store(kDisabled, std::memory_order_release);
-    if (g_state.load(std::memory_order_relaxed) == kActive)
-      ring.count_dropped(seq, event.tid, !is_observation(event.api));
+  } else if (g_state.load(std::memory_order_relaxed) == kActive) {
+    ring.count_dropped(seq, event.tid, !is_observation(event.api));
   }
   if (kept) kept->publishing = false;
 }
