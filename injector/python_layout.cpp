@@ -44,6 +44,7 @@ PythonLayout interpreter_frames(int minor) {  // 3.11, 3.12
   l.code_linetable = 136;
   l.code_firsttraceable = minor == 11 ? 168 : 176;
   l.code_adaptive = minor == 11 ? 184 : 192;
+  l.code_serial = minor == 11 ? kAbsent : 92;
   l.line_table = python::LineTable::kLocations;
   l.ascii_size = minor == 11 ? 48 : 40;
   l.compact_size = minor == 11 ? 72 : 56;
@@ -122,6 +123,9 @@ std::optional<PythonLayout> debug_offsets_313(const void* runtime) {
   // Not among the published offsets: known for the default build, left out (no check for
   // frames not yet started) for the free-threaded one.
   l.code_firsttraceable = d->free_threaded ? kAbsent : l.code_adaptive - 16;
+  // Nor is co_version, the uint32 just before co_localsplusnames (Include/cpython/code.h: after
+  // co_nfreevars), in either build.
+  l.code_serial = static_cast<ptrdiff_t>(d->code_object.localsplusnames) - 4;
   l.line_table = python::LineTable::kLocations;
   l.ob_type = d->pyobject.ob_type;
   l.unicode_state = d->unicode_object.state;

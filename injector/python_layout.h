@@ -41,6 +41,10 @@ struct PythonLayout {
   ptrdiff_t code_qualname = kAbsent;        // 3.11+
   ptrdiff_t code_adaptive = kAbsent;        // 3.11+: the instructions
   ptrdiff_t code_firsttraceable = kAbsent;  // 3.11+: an int, in code units
+  // 3.12+: co_version, a uint32 the interpreter numbers code objects by as it makes them
+  // (Objects/codeobject.c, init_code: the next number, 0 once 2^32 were made), which tells one
+  // from a dead one at the same address; older versions have nothing that does.
+  ptrdiff_t code_serial = kAbsent;
   python::LineTable line_table = python::LineTable::kLines;
   // Objects.
   size_t ob_type = 8;

@@ -52,9 +52,10 @@ struct PythonApi {
   const char* (*utf8)(Object*) = nullptr;               // PyUnicode_AsUTF8
   void (*err_fetch)(Object**, Object**, Object**) = nullptr;
   void (*err_restore)(Object*, Object*, Object*) = nullptr;
-  const char* (*version)() = nullptr;  // Py_GetVersion: "3.12.1 (main, ...)"
-  uint64_t code_type = 0;              // &PyCode_Type
-  const void* runtime = nullptr;       // &_PyRuntime (3.13: starts with _Py_DebugOffsets)
+  const char* (*version)() = nullptr;                                  // Py_GetVersion: "3.12.1 (main, ...)"
+  Object* (*code_new_empty)(const char*, const char*, int) = nullptr;  // PyCode_NewEmpty: new reference
+  uint64_t code_type = 0;                                              // &PyCode_Type
+  const void* runtime = nullptr;  // &_PyRuntime (3.13: starts with _Py_DebugOffsets)
   int minor = 0;
   // The evaluation loop's code, and what says whether the interpreter evaluates frames with it
   // (a PEP 523 function, such as torch.compile's, may stand in its place): none of them needs
@@ -107,6 +108,7 @@ const PythonApi* python_api() {
   }
   const char* v = api->version();
   api->minor = v && v[0] == '3' && v[1] == '.' ? std::atoi(v + 2) : 0;
+  find(api->code_new_empty, "PyCode_NewEmpty");
   find(api->interpreter_of, "PyThreadState_GetInterpreter");
   find(api->frame_evaluator, "_PyInterpreterState_GetEvalFrameFunc");
   Dl_info info{};
@@ -128,11 +130,11 @@ std::atomic<int> g_reading{kUndecided};
 PythonLayout g_layout;  // written once, before g_reading turns kDirect
 
 // Code ids, and the code objects described to the collector: by address, with what tells one
-// code object from the next at that address. Under a lock held across fork (a child gets it
-// free), and across the description's publication, so that no event names an id before the
-// record describing it is in the ring.
+// code object from the next at that address (code_identity). Under a lock held across fork (a
+// child gets it free), and across the description's publication, so that no event names an id
+// before the record describing it is in the ring.
 struct KnownCode {
-  uint64_t fingerprint;
+  uint64_t identity;
   uint64_t id;
 };
 std::mutex g_codes_mutex;
@@ -142,7 +144,7 @@ std::atomic<uint64_t> g_codes_generation{1};  // a new collector (fork) has seen
 
 // A per-thread cache in front of the table: the same few code objects come in every stack.
 struct CachedCode {
-  uint64_t address = 0, fingerprint = 0, id = 0, generation = 0;
+  uint64_t address = 0, identity = 0, id = 0, generation = 0;
 };
 constexpr int kCacheBits = 8;
 constexpr size_t kCacheSlots = size_t(1) << kCacheBits;
@@ -159,46 +161,72 @@ __attribute__((constructor)) void hold_codes_across_fork() {
 // a description must fit one ring record.
 constexpr size_t kMaxTableBytes = 24 << 10;
 
-uint64_t fingerprint(const CodeFields& c) {
-  return c.linetable * 0x9E3779B97F4A7C15ull ^ c.filename * 31 ^ c.name ^ (static_cast<uint64_t>(c.first_line) << 40);
-}
-
 size_t cache_slot(uint64_t code) {
   // The address's bits mixed: code objects lie at strides (a page, an arena's size classes) that
   // would put several of one stack in the same slot, each evicting the other at every stack.
   return static_cast<size_t>((code * 0x9E3779B97F4A7C15ull) >> (64 - kCacheBits));
 }
 
-// The id of the code object at CODE that FIELDS describe, from the table, described to the
-// collector the first time it is seen; kept in CACHE (this thread's, or null).
-__attribute__((noinline)) uint64_t code_id_from_table(uint64_t code, const CodeFields& fields, uint64_t print,
-                                                      uint64_t generation, CachedCode* cache) {
+// The id of the code object at CODE whose identity is IDENTITY, from the table, described to the
+// collector the first time it is seen; kept in CACHE (this thread's, or null). 0 when its fields
+// cannot be read.
+__attribute__((noinline)) uint64_t code_id_from_table(uint64_t code, uint64_t identity, uint64_t generation,
+                                                      CachedCode* cache) {
   const PythonLayout& l = g_layout;
   DirectMemory m;
+  CodeFields fields;
+  if (!read_code(l, m, code, fields)) return 0;
   std::lock_guard lock(g_codes_mutex);
-  auto [it, fresh] = g_codes->try_emplace(code, KnownCode{print, 0});
-  if (fresh || it->second.fingerprint != print) {  // new, or another code object at a dead one's address
-    it->second = KnownCode{print, g_next_code_id.fetch_add(1, std::memory_order_relaxed)};
+  auto [it, fresh] = g_codes->try_emplace(code, KnownCode{identity, 0});
+  if (fresh || it->second.identity != identity) {  // new, or another code object at a dead one's address
+    it->second = KnownCode{identity, g_next_code_id.fetch_add(1, std::memory_order_relaxed)};
     std::string table = read_bytes(l, m, fields.linetable, kMaxTableBytes);
     publish_code(it->second.id, read_text(l, m, fields.name), read_text(l, m, fields.filename), fields.first_line,
                  static_cast<uint8_t>(l.line_table), table);
   }
-  if (cache) cache[cache_slot(code)] = CachedCode{code, print, it->second.id, generation};
+  if (cache) cache[cache_slot(code)] = CachedCode{code, identity, it->second.id, generation};
   return it->second.id;
 }
 
-// The id of the code object at CODE: this thread's cache first (CACHE, looked up once per stack;
-// null: none could be mapped), checked against what the object is now.
-inline uint64_t code_id(uint64_t code, CachedCode* cache, uint64_t generation) {
-  CodeFields fields;
-  if (!read_code(g_layout, DirectMemory(), code, fields)) return 0;
-  const uint64_t print = fingerprint(fields);
+// The id of the code object at CODE, whose fields lie at OFFSETS: this thread's cache first (CACHE,
+// looked up once per stack; null: none could be mapped), checked against what the object is now
+// (IDENTITY is set to it: code_identity).
+inline uint64_t code_id(uint64_t code, const CodeOffsets& offsets, CachedCode* cache, uint64_t generation,
+                        uint64_t& identity) {
+  identity = code_identity(offsets, DirectMemory(), code);
+  if (!identity) return 0;
   if (cache) {
     const CachedCode& cached = cache[cache_slot(code)];
-    if (cached.address == code && cached.fingerprint == print && cached.generation == generation) return cached.id;
+    if (cached.address == code && cached.identity == identity && cached.generation == generation) return cached.id;
   }
-  return code_id_from_table(code, fields, print, generation, cache);
+  return code_id_from_table(code, identity, generation, cache);
 }
+
+// The frames this thread's stacks showed lately, by frame address: a frame with the same key
+// (FrameKey) as one of them, whose code object's identity is the one it had then, shows the same
+// code id, without the checks of where it stands or a lookup in the code cache.
+struct KnownFrame {
+  uint64_t frame, code, instr, identity;
+  uint64_t stamp;  // the code ids' generation and the frame's owner: stamp_of
+  uint64_t id;
+  uint64_t unused[2];  // a slot a cache line
+};
+static_assert(sizeof(KnownFrame) == 64, "a slot a cache line");
+constexpr int kKnownFrameBits = 7;
+
+KnownFrame* known_frames() {
+  return static_cast<KnownFrame*>(thread_block(ThreadBlock::kPythonFrames, sizeof(KnownFrame) << kKnownFrameBits));
+}
+
+// By the address's 64-byte line: 3.11+'s frames lie one after the other on the thread's own
+// stack of frames, each larger than 64 bytes, so a stack's frames within 8 KB take a slot each (a
+// hash of the address put two of 22 frames in one slot on most stacks, each evicting the other).
+KnownFrame& known_slot(KnownFrame* known, uint64_t frame) {
+  return known[(frame >> 6) & ((1u << kKnownFrameBits) - 1)];
+}
+
+// STAMP_BASE: the generation shifted by 8.
+inline uint64_t stamp_of(uint64_t stamp_base, char owner) { return stamp_base | static_cast<uint8_t>(owner); }
 
 // Through the C API, with the GIL: code objects are kept referenced (their address then names
 // them for good), described by their attributes, and frames give their lines.
@@ -248,6 +276,24 @@ int api_frames(const PythonApi& py, int max_frames, uint64_t* pairs, bool descri
   return count;
 }
 
+// Whether code objects made one after the other read as numbered one after the other at the
+// layout's code_serial: two made here, with the GIL held (no other thread makes one between).
+bool serials_count_up(const PythonApi& py, const PythonLayout& layout) {
+  if (!py.code_new_empty) return false;
+  Object *type, *value, *traceback;
+  py.err_fetch(&type, &value, &traceback);  // leave the program's pending exception alone
+  Object* first = py.code_new_empty("memtrace", "first", 1);
+  Object* second = first ? py.code_new_empty("memtrace", "second", 1) : nullptr;
+  uint32_t a = 0, b = 0;
+  CheckedMemory m;
+  const bool ok = second && m.ok() && load(m, reinterpret_cast<uint64_t>(first) + layout.code_serial, a) &&
+                  load(m, reinterpret_cast<uint64_t>(second) + layout.code_serial, b) && a != 0 && b == a + 1;
+  if (second) py.decref(second);
+  if (first) py.decref(first);
+  py.err_restore(type, value, traceback);
+  return ok;
+}
+
 // Checks, once, with the GIL held, that reading the interpreter's structures gives exactly the
 // frames, lines and names the C API gives; decides how frames are read from then on.
 void decide_reading(const PythonApi& py) {
@@ -285,6 +331,7 @@ void decide_reading(const PythonApi& py) {
     }
     if (!ok) why = "memtrace could not read the frames of this Python 3." + std::to_string(py.minor) + " build";
   }
+  if (ok && layout->code_serial != kAbsent && !serials_count_up(py, *layout)) layout->code_serial = kAbsent;
   if (ok) g_layout = *layout;
   if (!g_reading.compare_exchange_strong(expected, ok ? kDirect : kApiOnly, std::memory_order_acq_rel)) return;
   if (!ok)
@@ -314,30 +361,55 @@ void capture_python(int max_frames, bool allow_api, StackCapture& stack, EvalLoo
     reading = g_reading.load(std::memory_order_acquire);
   }
   if (reading == kDirect) {
-    PythonFrame frames[kMaxPythonFrames];
     Object* tstate = py->this_thread_state();
     int calls = -1;
-    int n = read_frames(g_layout, DirectMemory(), reinterpret_cast<uint64_t>(tstate), py->code_type, frames, max_frames,
-                        loops ? &calls : nullptr);
+    const uint64_t generation = g_codes_generation.load(std::memory_order_relaxed);
+    // Each frame's code id and offset go straight into the stack's pairs as the walk reads them.
+    struct {
+      uint64_t* pairs;
+      int count;
+      CachedCode* cache;
+      KnownFrame* known;
+      uint64_t generation, stamp_base;
+      CodeOffsets offsets;  // a copy: the pairs' stores could alias the layout's
+      void take(uint64_t id, int64_t offset, bool ends_loop_call) {
+        pairs[2 * count] = id | (ends_loop_call ? ring::kEndsLoopCall : 0);
+        pairs[2 * count + 1] = static_cast<uint64_t>(offset);
+        ++count;
+      }
+      bool recall(const FrameKey& key, int64_t offset, bool ends_loop_call) {
+        if (!known) return false;
+        const KnownFrame& k = known_slot(known, key.frame);
+        if (k.frame != key.frame || k.code != key.code || k.instr != key.instr ||
+            k.stamp != stamp_of(stamp_base, key.owner) ||
+            code_identity(offsets, DirectMemory(), key.code) != k.identity)
+          return false;
+        take(k.id, offset, ends_loop_call);
+        return true;
+      }
+      void frame(uint64_t code, int64_t offset, bool ends_loop_call, const FrameKey& key) {
+        uint64_t identity = 0;
+        const uint64_t id = code_id(code, offsets, cache, generation, identity);
+        if (!id) {  // left out: the call it ended now ends with the frame inside it
+          if (ends_loop_call) loop_call_ends();
+          return;
+        }
+        if (known)
+          known_slot(known, key.frame) =
+              KnownFrame{key.frame, code, key.instr, identity, stamp_of(stamp_base, key.owner), id, {0, 0}};
+        take(id, offset, ends_loop_call);
+      }
+      void loop_call_ends() {
+        if (count > 0) pairs[2 * (count - 1)] |= ring::kEndsLoopCall;
+      }
+    } sink{stack.python, 0, code_cache(), known_frames(), generation, generation << 8, CodeOffsets(g_layout)};
+    walk_frames_of(g_layout, DirectMemory(), reinterpret_cast<uint64_t>(tstate), py->code_type, max_frames, sink,
+                   loops ? &calls : nullptr);
     if (loops && calls > 0 && py->loop_start && py->interpreter_of && py->frame_evaluator && tstate &&
         reinterpret_cast<uint64_t>(py->frame_evaluator(py->interpreter_of(tstate))) == py->loop_start)
       *loops = EvalLoops{calls, py->loop_start, py->loop_end};
-    CachedCode* cache = code_cache();  // once per stack
-    const uint64_t generation = g_codes_generation.load(std::memory_order_relaxed);
-    uint64_t* pairs = stack.python;
-    int count = 0;
-    for (int i = 0; i < n; ++i) {
-      uint64_t id = code_id(frames[i].code, cache, generation);
-      if (!id) {  // left out: the call it ended now ends with the frame inside it
-        if (frames[i].ends_loop_call && count > 0) pairs[2 * (count - 1)] |= ring::kEndsLoopCall;
-        continue;
-      }
-      pairs[2 * count] = id | (frames[i].ends_loop_call ? ring::kEndsLoopCall : 0);
-      pairs[2 * count + 1] = static_cast<uint64_t>(frames[i].offset);
-      ++count;
-    }
-    stack.python_count = static_cast<uint16_t>(count);
-    stack.python_state = count ? ring::kPythonFrames : ring::kPythonNoFrames;
+    stack.python_count = static_cast<uint16_t>(sink.count);
+    stack.python_state = sink.count ? ring::kPythonFrames : ring::kPythonNoFrames;
     return;
   }
   // No C API inside PyTorch's allocator (its tracker, or a cudaMalloc it makes under its lock), and

@@ -11,6 +11,10 @@ released. Each allocation has a size of its own, so the tests can tell them apar
   10 MiB + i * 4 KiB  function f_i, exec'd, called, then dropped (its code object dies)
   11 MiB             an installed package's code (site-packages) called from through_library, kept
                      to the end (the one allocation live then)
+  12 MiB + i * 4 KiB  cell i of a notebook: module code exec'd as Jupyter runs a cell, each cell
+                     the same shape, so its code object often takes the last cell's address, and its
+                     frame stands where the last one stood
+  13 MiB + i * 4 KiB  the same, the cells' file names differing only in their middle
 
 With "deep" as argv[2], only the deep one.
 """
@@ -91,6 +95,14 @@ def reused_code():
         del scope  # the function and its code object die; another may take the address
 
 
+def notebook_cells(size, name):
+    scope = {"cuda": cuda}
+    for i in range(200):
+        cell = compile("cuda.free(cuda.malloc(%d, hold_gil=False))\n" % (size + i * 4096), name % i, "exec")
+        exec(cell, scope)  # memtrace-test: frames-cell
+        del cell  # the cell's code dies; the next cell's may take its address
+
+
 def through_library():
     root = tempfile.mkdtemp()
     package = os.path.join(root, "site-packages", "fakelib")
@@ -120,6 +132,8 @@ def main():
     deep(60)
     threads()
     reused_code()
+    notebook_cells(12 * MiB, "cell_%d.py")
+    notebook_cells(13 * MiB, "notebook/cell_%03d/main.py")
     through_library()
 
 

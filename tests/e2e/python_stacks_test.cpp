@@ -148,6 +148,27 @@ TEST_P(PythonFrames, EveryShapeOfPythonCodeWithTheGilHeldOrReleased) {
     EXPECT_EQ(frames[1], "f_" + std::to_string(i) + " gen_" + std::to_string(i) + ".py:2");
   }
 
+  // Notebook cells of the same shape, run one after another from the same place: each its own.
+  // Before 3.12 nothing tells a cell's code from the last one's at its address but its texts, of
+  // which memtrace reads the ends: file names that differ only in their middle are not told apart.
+  for (uint64_t i = 0; i < 200; ++i) {
+    std::vector<std::string> frames = innermost(12 * kMiB + i * 4096, 3);
+    ASSERT_EQ(frames.size(), 3u) << i;
+    EXPECT_EQ(frames[1], "<module> cell_" + std::to_string(i) + ".py:1");
+    EXPECT_EQ(frames[2], at("notebook_cells", "frames-cell"));
+    if (interpreter_.minor < 12) continue;
+    char file[32];
+    std::snprintf(file, sizeof file, "cell_%03d/main.py", static_cast<int>(i));
+    frames = innermost(13 * kMiB + i * 4096, 2);
+    ASSERT_EQ(frames.size(), 2u) << i;
+    EXPECT_EQ(frames[1], "<module> main.py:1");
+    std::vector<std::string> files;  // the cell's whole path, which shown() cuts to its last part
+    for (const json& f : allocs[13 * kMiB + i * 4096][0]["stack"])
+      if (f["kind"] == "python") files.push_back(f["file"]);
+    ASSERT_GE(files.size(), 2u);
+    EXPECT_NE(files[1].find(file), std::string::npos) << files[1] << " for cell " << i;
+  }
+
   // An installed package's code: the site is the user's line that called into it.
   e2e::Result leaks = e2e::run({e2e::kMemtrace, "leaks", "--json", dir + "/traces"});
   json site = json::parse(leaks.out)["processes"][0]["devices"][0]["sites"][0];
