@@ -286,7 +286,7 @@ uint64_t text_sample(const CodeOffsets& o, const Memory& m, uint64_t object) {
 // code_identity where the code object has no serial: its fields, its file name's length and last
 // 8 bytes, and its line table's length.
 template <typename Memory>
-__attribute__((noinline)) uint64_t code_identity_by_fields(const CodeOffsets& o, const Memory& m, uint64_t code) {
+inline uint64_t code_identity_by_fields(const CodeOffsets& o, const Memory& m, uint64_t code) {
   CodeFields c;
   int64_t table_length = 0;
   if (!read_code(o, m, code, c) || !plausible(c.linetable) || !load(m, c.linetable + o.bytes_size, table_length))
