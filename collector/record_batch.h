@@ -25,6 +25,11 @@ class RecordBatch final : public RecordSink {
   // Hands every record to SINK, in the order they were copied.
   void replay(RecordSink& sink);
   bool empty() const { return entries_.empty() && dropped.empty(); }
+  // Empties the batch and keeps its memory, for the next copy: memory touched once, not a fresh
+  // page fault per record (a drain that copies a full ring is ~11 MB).
+  void clear();
+  // Room for RECORDS records before the batch grows (growing copies: fresh pages again).
+  void reserve(size_t records) { entries_.reserve(records); }
   // Memory the batch holds, roughly: what bounds a backlog.
   size_t bytes() const;
 

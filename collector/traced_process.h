@@ -78,6 +78,10 @@ class TracedProcess : private RecordSink {
   const std::string& write_error() const { return writer_->error(); }
 
   static constexpr size_t kMaxBacklogBytes = 256u << 20;
+  // Records copied into one batch: the worker starts on a batch while the next is copied, and a
+  // batch's memory is used again (kSpareBatches kept) rather than faulted in afresh.
+  static constexpr size_t kBatchRecords = 4096;
+  static constexpr size_t kSpareBatches = 8;
 
  private:
   // Work for the worker, in the order the main thread gave it.
@@ -94,6 +98,8 @@ class TracedProcess : private RecordSink {
     std::string reply_to;  // memtrace.record's number for the command, when it waits for an answer
   };
   void submit(Work work);
+  RecordBatch spare_batch();
+  void keep_spare(RecordBatch batch);
   void work_loop();
   void handle(Work& work);
   void ended_in_worker(const Work& ended);
@@ -122,6 +128,7 @@ class TracedProcess : private RecordSink {
   std::condition_variable wake_;
   std::deque<Work> queue_;
   size_t queued_bytes_ = 0;
+  std::vector<RecordBatch> spare_batches_;  // handled and emptied, their memory kept
   bool done_ = false;  // the worker wrote the footer and stopped
   std::mutex replies_mutex_;
   std::vector<std::string> replies_;  // the worker's, for replies()
