@@ -129,7 +129,7 @@ class TracedProcess : private RecordSink {
   std::deque<Work> queue_;
   size_t queued_bytes_ = 0;
   std::vector<RecordBatch> spare_batches_;  // handled and emptied, their memory kept
-  bool done_ = false;  // the worker wrote the footer and stopped
+  bool done_ = false;                       // the worker wrote the footer and stopped
   std::mutex replies_mutex_;
   std::vector<std::string> replies_;  // the worker's, for replies()
   std::thread worker_;
