@@ -12,6 +12,7 @@ std::string SnapshotKeeper::name(const char* kind, uint32_t n) const {
 
 SnapshotKeeper::Live SnapshotKeeper::live_now(const Replay& replay) {
   Live live;
+  live.reserve(replay.live_count() + replay.regions().size());
   replay.for_each_live([&](uint64_t addr, const LiveAllocation& a) { live.emplace_back(addr, a); });
   for (const auto& [addr, region] : replay.regions()) live.emplace_back(addr, region);  // the allocated layer
   return live;
@@ -78,12 +79,12 @@ void SnapshotKeeper::finish(std::optional<int> exit_status, const Replay& replay
     info.set_reason(pb::Snapshot::PEAK);
     info.set_time_ns(peak_time_);
     info.set_device(-1);
-    write(name("peak", 0), info, peak_unsaved_ ? live_now(replay) : at_peak_, std::nullopt);
+    write(name("peak", 0), info, peak_unsaved_ ? live_now(replay) : std::move(at_peak_), std::nullopt);
   }
 }
 
-std::optional<SnapshotKeeper::Pending> SnapshotKeeper::write(const std::string& path, pb::Snapshot info,
-                                                             const Live& live, const std::optional<Event>& request) {
+std::optional<SnapshotKeeper::Pending> SnapshotKeeper::write(const std::string& path, pb::Snapshot info, Live live,
+                                                             const std::optional<Event>& request) {
   std::string error;
   auto writer = TraceWriter::create(path, error, options_.compression, options_.file_mode);
   if (!writer) {
@@ -104,16 +105,16 @@ std::optional<SnapshotKeeper::Pending> SnapshotKeeper::write(const std::string& 
     recent.push_back(imported(recent_[(recent_.size() < kRecentEvents ? i : recent_next_ + i) % kRecentEvents]));
   TraceWriter::encode_events(recent, *info.mutable_recent());
 
-  // The live allocations, oldest first, as the events that made them.
-  std::vector<Event> events;
+  // The live allocations, oldest first, as the events that made them: their stacks taken into the
+  // snapshot's tables (which go before the Snapshot chunk), then written one by one (a million
+  // live allocations: no copy of them all as events).
+  std::sort(live.begin(), live.end(), [](const auto& x, const auto& y) { return x.second.t_ns < y.second.t_ns; });
   uint64_t bytes = 0, count = 0, allocated = 0;
   bool allocated_known = false;
-  for (const auto& [addr, a] : live) {
-    Event e = a.as_event(addr);
-    e.stack_id = writer->import_stack(trace_, a.stack_id);
-    events.push_back(e);
+  for (auto& [addr, a] : live) {
+    a.stack_id = writer->import_stack(trace_, a.stack_id);
     bool on_device = info.device() < 0 || a.device == info.device();
-    if (e.layer == Layer::kAllocated) {
+    if (api_info(a.api).layer == Layer::kAllocated) {
       allocated_known = true;
       if (on_device) allocated += a.size;
     } else if (counts_as_device_memory(a.kind) && on_device) {
@@ -125,11 +126,10 @@ std::optional<SnapshotKeeper::Pending> SnapshotKeeper::write(const std::string& 
     info.set_allocated_known(true);
     info.set_allocated_bytes(allocated);
   }
-  std::sort(events.begin(), events.end(), [](const Event& x, const Event& y) { return x.t_ns < y.t_ns; });
   info.set_reserved_bytes(bytes);
   info.set_reserved_count(count);
   writer->write_snapshot(info);
-  for (const Event& e : events) writer->add(e);
+  for (const auto& [addr, a] : live) writer->add(a.as_event(addr));
   pb::Footer footer;
   footer.set_end_ns(info.time_ns());
   footer.set_end_reason("snapshot");

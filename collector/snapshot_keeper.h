@@ -51,7 +51,7 @@ class SnapshotKeeper : public PassWithBefore {
   };
   static Live live_now(const Replay& replay);
   // Writes PATH; returns where its Snapshot chunk went (for OOM snapshots to settle later).
-  std::optional<Pending> write(const std::string& path, pb::Snapshot info, const Live& live,
+  std::optional<Pending> write(const std::string& path, pb::Snapshot info, Live live,
                                const std::optional<Event>& request);
   void settle(bool last_fatal);
   std::string name(const char* kind, uint32_t n) const;

@@ -314,6 +314,58 @@ TEST(Format, FreesByReferenceReadBackExactly) {
   fs::remove(path);
 }
 
+// A snapshot's events are the allocations live at its moment: nothing after them frees any, so
+// they are not marked for frees by reference (a million live allocations made the writer a map of
+// a million marks for nothing); the events of a trace before its snapshot are, and all read back.
+TEST(Format, ASnapshotsLiveAllocationsAreNotMarked) {
+  std::string path = temp_path("snapshot-marks");
+  fs::remove(path);
+  std::string error;
+  auto writer = TraceWriter::create(path, error, /*compression=*/0);
+  ASSERT_TRUE(writer) << error;
+  writer->write_header(pb::TraceHeader());
+  Event e;
+  e.api = Api::kCudaMalloc;
+  e.kind = api_info(e.api).kind;
+  e.device = 0;
+  e.size = 4096;
+  e.addr = 0x7f0000000000ull;
+  writer->add(e);  // before the snapshot: marked
+  pb::Snapshot info;
+  info.set_reason(pb::Snapshot::DEMAND);
+  writer->write_snapshot(info);
+  for (int i = 1; i <= 1000; ++i) {
+    e.addr = 0x7f0000000000ull + static_cast<uint64_t>(i) * 4096;
+    e.t_ns = static_cast<uint64_t>(i);
+    writer->add(e);
+  }
+  writer->finish(pb::Footer());
+
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  using framing::get_u32, framing::kChunkHeaderBytes, framing::kFileHeaderBytes;
+  std::vector<std::vector<uint64_t>> freed_columns;  // of each events chunk, in order
+  for (size_t at = kFileHeaderBytes; at + kChunkHeaderBytes <= bytes.size();) {
+    const auto* frame = reinterpret_cast<const unsigned char*>(bytes.data() + at);
+    const uint32_t length = get_u32(frame);
+    pb::Chunk chunk;
+    ASSERT_TRUE(chunk.ParseFromArray(frame + kChunkHeaderBytes, static_cast<int>(length)));
+    if (chunk.has_events()) freed_columns.emplace_back(chunk.events().freed().begin(), chunk.events().freed().end());
+    at += kChunkHeaderBytes + length;
+  }
+  ASSERT_EQ(freed_columns.size(), 2u) << "the event before the snapshot, then the snapshot's";
+  EXPECT_EQ(freed_columns[0], std::vector<uint64_t>{1}) << "marked";
+  EXPECT_TRUE(freed_columns[1].empty()) << "the snapshot's allocations are not marked";
+
+  auto reader = TraceReader::open(path, error);
+  ASSERT_TRUE(reader) << error;
+  size_t read = 0;
+  while (reader->next(e)) ++read;
+  EXPECT_EQ(read, 1001u);
+  EXPECT_TRUE(reader->problem().empty()) << reader->problem();
+  fs::remove(path);
+}
+
 // A reference to no live allocation (a damaged or hostile trace) ends the reading with a line
 // that says so.
 TEST(Format, AFreeOfNoLiveAllocationIsRefused) {

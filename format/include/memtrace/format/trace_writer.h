@@ -60,7 +60,8 @@ class TraceWriter {
   void finish(pb::Footer footer);
 
   // Snapshots. A snapshot chunk goes after the tables its events name; where it went is kept,
-  // so that it can be replaced later (replace_chunk).
+  // so that it can be replaced later (replace_chunk). The events after it, the allocations live
+  // then, are not marked for frees by reference: nothing after them frees anything.
   void write_snapshot(const pb::Snapshot& snapshot);
   uint64_t snapshot_offset() const { return snapshot_offset_; }
   uint64_t snapshot_size() const { return snapshot_size_; }
@@ -116,6 +117,7 @@ class TraceWriter {
   pb::DeviceTable pending_devices_;
   std::vector<Event> pending_events_;
   FreedReferenceWriter references_;
+  bool marks_allocations_ = true;            // false in a snapshot (write_snapshot)
   std::vector<uint64_t> freed_;              // a batch's freed column, reused
   std::vector<unsigned char> batch_buffer_;  // a batch's chunk as it is encoded, reused
   uint64_t events_written_ = 0;
