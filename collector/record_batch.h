@@ -30,7 +30,10 @@ class RecordBatch final : public RecordSink {
   void clear();
   // Room for RECORDS records before the batch grows (growing copies: fresh pages again).
   void reserve(size_t records) { entries_.reserve(records); }
-  // Memory the batch holds, roughly: what bounds a backlog.
+  // Memory the batch's records take, roughly: what bounds a backlog. Its room (reserve, or kept from
+  // an earlier use) is not counted: pages untouched take no memory, and a few records copied into a
+  // batch with room for thousands must not count as thousands (the program would wait on a backlog
+  // of nothing).
   size_t bytes() const;
 
   // Sequence numbers of events the producer could not deliver, known when the batch was copied.
