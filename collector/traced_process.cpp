@@ -82,10 +82,11 @@ void TracedProcess::keep_spare(RecordBatch batch) {
 }
 
 size_t TracedProcess::drain() {
+  filling_ = false;
   if (finish_requested_) return 0;
   // Batch by batch, about one ring's worth at most: the main thread goes back to the other processes.
-  size_t events = 0;
-  for (size_t taken = 0; taken < ring_.slot_count();) {
+  size_t events = 0, taken = 0;
+  while (taken < ring_.slot_count()) {
     Work work;
     work.records = spare_batch();
     ring_.take_dropped(work.records.dropped);
@@ -98,6 +99,7 @@ size_t TracedProcess::drain() {
       submit(std::move(work));
     if (drained.taken < kBatchRecords) break;
   }
+  filling_ = taken >= std::min<uint64_t>(kBatchRecords, ring_.slot_count() / 4);
   return events;
 }
 

@@ -49,6 +49,9 @@ class TracedProcess : private RecordSink {
   // Copies what the process has published out of its ring for the worker. Returns the number of
   // events copied.
   size_t drain();
+  // The last drain found its ring filling: a batch of records, or a quarter of a ring made small
+  // (MEMTRACE_RING_BYTES), whichever is less.
+  bool filling() const { return filling_; }
   // The process closed its end (it exited, exec'd or died): copies what is left, stepping over
   // records it died in the middle of writing.
   void mark_ended();
@@ -120,6 +123,7 @@ class TracedProcess : private RecordSink {
   int socket_;
   RingConsumer ring_;
   bool ended_ = false;
+  bool filling_ = false;
   bool finish_requested_ = false;
   bool joined_ = false;
 
