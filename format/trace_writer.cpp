@@ -324,9 +324,10 @@ void TraceWriter::flush_events() {
   const size_t bound = kEventsChunkRoom + event_batch_bound(pending_events_.size());
   if (batch_buffer_.size() < bound) batch_buffer_.resize(bound);
   unsigned char* const batch = batch_buffer_.data() + kEventsChunkRoom;
+  // A snapshot's events (after write_snapshot) are not marked: nothing frees them.
   const size_t batch_bytes =
       encode_event_batch(pending_events_.data(), pending_events_.size(),
-                         freed_values(pending_events_, marks_allocations_ ? &references_ : nullptr, freed_), batch);
+                         freed_values(pending_events_, snapshot_size_ ? nullptr : &references_, freed_), batch);
   const unsigned char* const chunk = wrap_as_events_chunk(batch, batch_bytes);
   write_serialized(reinterpret_cast<const char*>(chunk), static_cast<size_t>(batch + batch_bytes - chunk));
   events_written_ += pending_events_.size();
@@ -339,7 +340,6 @@ void TraceWriter::write_snapshot(const pb::Snapshot& snapshot) {
   *chunk.mutable_snapshot() = snapshot;
   snapshot_offset_ = bytes_written_;
   write_chunk(chunk);
-  marks_allocations_ = false;
   snapshot_size_ = bytes_written_ - snapshot_offset_;
 }
 

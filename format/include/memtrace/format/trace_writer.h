@@ -117,7 +117,6 @@ class TraceWriter {
   pb::DeviceTable pending_devices_;
   std::vector<Event> pending_events_;
   FreedReferenceWriter references_;
-  bool marks_allocations_ = true;            // false in a snapshot (write_snapshot)
   std::vector<uint64_t> freed_;              // a batch's freed column, reused
   std::vector<unsigned char> batch_buffer_;  // a batch's chunk as it is encoded, reused
   uint64_t events_written_ = 0;
