@@ -91,8 +91,14 @@ Counts loader_counts() {
   return counts;
 }
 
+struct Module {
+  uint64_t bias, start, end;
+  std::string path;
+};
+
 struct Scan {
   std::vector<Range>* ranges;
+  std::vector<Module> fresh;  // not reported yet: published once the loader's lock is let go
   bool first = true;
   Counts counts;
 };
@@ -118,7 +124,7 @@ int scan_module(dl_phdr_info* info, size_t, void* data) {
     if (!executable(i)) continue;
     uint64_t start = info->dlpi_addr + phdrs[i].p_vaddr, end = start + phdrs[i].p_memsz;
     scan->ranges->push_back(Range{start, end});
-    if (fresh) publish_module(info->dlpi_addr, start, end, path);
+    if (fresh) scan->fresh.push_back(Module{info->dlpi_addr, start, end, path});
   }
   return 0;
 }
@@ -137,8 +143,13 @@ void report_new_modules() {
   if (!g_reported) g_reported = new std::set<std::pair<uint64_t, std::string>>;
   g_unloaded.store(false, std::memory_order_relaxed);
   auto* ranges = new std::vector<Range>;
-  Scan scan{ranges, true, {}};
+  Scan scan{ranges, {}, true, {}};
   dl_iterate_phdr(scan_module, &scan);
+  // Published outside dl_iterate_phdr: a full ring may keep this thread waiting, and the loader's
+  // lock held meanwhile would stop every thread that unwinds (exceptions, memtrace's own stack
+  // walks) or loads a library. Still under g_mutex, and before the new ranges are seen: no thread
+  // publishes a frame in a module before the module's record.
+  for (const Module& m : scan.fresh) publish_module(m.bias, m.start, m.end, m.path);
   std::sort(ranges->begin(), ranges->end(), [](const Range& a, const Range& b) { return a.start < b.start; });
   g_ranges.store(ranges, std::memory_order_release);
   g_scanned_adds.store(scan.counts.adds, std::memory_order_relaxed);

@@ -202,21 +202,20 @@ namespace {
 
 // Starts `memtrace run --sim -o DIR/traces OPTIONS -- threads ...` with a small ring, its output
 // (and the program's) in DIR/out and DIR/err; returns memtrace's pid.
-pid_t start_threads(const std::string& dir, const std::vector<std::string>& options, const char* iterations,
-                    const std::string& threads = "2", const std::vector<std::string>& more = {}) {
+// `memtrace run --sim` of COMMAND in the background, with a ring of 512 slots (full within a few
+// hundred events) and a ledger per process in DIR; its output in DIR/out and DIR/err.
+pid_t start_traced(const std::string& dir, const std::vector<std::string>& options,
+                   const std::vector<std::string>& command) {
   fs::create_directories(dir);
   pid_t pid = ::fork();
   if (pid == 0) {
     if (!freopen((dir + "/out").c_str(), "w", stdout) || !freopen((dir + "/err").c_str(), "w", stderr)) _exit(126);
-    ::setenv("MEMTRACE_RING_BYTES", "65536", 1);  // 512 slots: full within a few hundred events
+    ::setenv("MEMTRACE_RING_BYTES", "65536", 1);
     ::setenv("MEMTRACE_SIM_LEDGER", (dir + "/ledger-%p.txt").c_str(), 1);
     std::vector<std::string> args{e2e::kMemtrace, "run", "--sim", "-o", dir + "/traces"};
     args.insert(args.end(), options.begin(), options.end());
-    for (const std::string& a : {std::string("--"), e2e::sample_path("threads"), std::string("--threads"), threads,
-                                 std::string("--iterations")})
-      args.push_back(a);
-    args.emplace_back(iterations);
-    args.insert(args.end(), more.begin(), more.end());
+    args.emplace_back("--");
+    args.insert(args.end(), command.begin(), command.end());
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -224,6 +223,13 @@ pid_t start_threads(const std::string& dir, const std::vector<std::string>& opti
     _exit(127);
   }
   return pid;
+}
+
+pid_t start_threads(const std::string& dir, const std::vector<std::string>& options, const char* iterations,
+                    const std::string& threads = "2", const std::vector<std::string>& more = {}) {
+  std::vector<std::string> command{e2e::sample_path("threads"), "--threads", threads, "--iterations", iterations};
+  command.insert(command.end(), more.begin(), more.end());
+  return start_traced(dir, options, command);
 }
 
 int wait_status(pid_t pid) {
@@ -532,6 +538,37 @@ TEST(Endings, KilledWhileMoreThreadsThanInCallSlotsWaitTheCallsAreInTheTrace) {
   uint64_t interrupted = 0;
   kill_while_every_thread_waits(e2e::temp_dir("killed-waiting-many"), threads, interrupted);
   EXPECT_GE(interrupted, memtrace::ring::kInCallSlots / 2) << "most threads died inside a call";
+}
+
+// A thread that must tell the collector of a library it just loaded waits for ring room to do so
+// when the collector is behind (stopped here). It must not hold the loader's lock meanwhile: every
+// other thread that unwinds, looks its modules up or loads a library would wait for the collector
+// too (memtrace's own stack walks among them, inside calls the device has not made yet).
+TEST(Collector, AThreadWaitingToReportAModuleLeavesTheLoaderFree) {
+  const std::string dir = e2e::temp_dir("loader-free");
+  const std::string ready = dir + "/ready", go = dir + "/go", free = dir + "/loader-free";
+  pid_t memtrace =
+      start_traced(dir, {"--max-stall", "600s"},
+                   {e2e::sample_path("loader_while_waiting"), ready, go, free, e2e::sample_path("libplugin_alloc.so")});
+  while (!fs::exists(ready)) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ::kill(memtrace, SIGSTOP);
+  std::ofstream(go) << "1\n";
+  // The program walks its modules once both its threads wait for room; a minute without it is a hang.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!fs::exists(free) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const bool loader_was_free = fs::exists(free);
+  ::kill(memtrace, SIGCONT);
+  ASSERT_TRUE(loader_was_free) << "the program's dl_iterate_phdr waited for memtrace's collector";
+  ASSERT_EQ(wait_status(memtrace), 0);
+  // The module was reported, late: the allocation made in it names its frame.
+  bool found = false;
+  for (const json& e : e2e::exported_events(dir))
+    if (e.value("api", "") == "cudaMalloc" && e["size"] == 8192 && !e["stack"].empty())
+      found = e["stack"][0].value("function", "").find("plugin_internal_alloc") != std::string::npos &&
+              e["stack"][0].value("module", "").ends_with("libplugin_alloc.so");
+  EXPECT_TRUE(found) << "the allocation made in the plugin, with its frame";
+  EXPECT_EQ(e2e::report_json(dir + "/traces")["processes"][0]["dropped_events"].get<uint64_t>(), 0u);
 }
 
 TEST(Collector, HostileProgramCannotCrashItOrWriteElsewhere) {
