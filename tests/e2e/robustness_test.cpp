@@ -2,6 +2,7 @@
 // when they die, when they cannot start, and when there is no collector at all.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -9,7 +10,9 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "harness.h"
@@ -491,17 +494,27 @@ void kill_while_every_thread_waits(const std::string& dir, const std::string& th
   }
   const pid_t program = std::stoi(fs::path(ledger_path).filename().string().substr(7));
   ::kill(memtrace, SIGSTOP);
-  // Waits until the device counts no more calls: every thread is waiting for room in the ring.
-  auto ledger_text = [&] {
-    std::ifstream in(ledger_path);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  };
-  std::string before = ledger_text();
-  for (int unchanged = 0; unchanged < 3;) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    std::string now = ledger_text();
-    unchanged = now == before ? unchanged + 1 : 0;
-    before = now;
+  // Waits until every thread waits for room in the ring: all of them started, and each seen once
+  // sleeping in clock_nanosleep, as memtrace's producer does between looks for room (nothing else
+  // in the sample sleeps, and with memtrace stopped no room comes: a thread seen there stays), or
+  // waiting on a lock look after look, as threads do behind one that reports a module or a code
+  // object (memtrace's locks: the call's record comes after them). The device's ledger standing
+  // still says less: the last threads started may still be on their way into a call.
+  const size_t workers = std::stoul(threads);
+  const fs::path tasks = "/proc/" + std::to_string(program) + "/task";
+  std::map<std::string, int> looks_locked;  // by thread: looks in a row that found it on a lock
+  std::set<std::string> waiting;
+  while (waiting.size() < workers) {
+    for (const auto& task : fs::directory_iterator(tasks)) {
+      const std::string tid = task.path().filename().string();
+      if (tid == std::to_string(program) || waiting.count(tid)) continue;  // the main thread joins them
+      std::ifstream syscall(task.path() / "syscall");
+      long number = -1;
+      syscall >> number;
+      looks_locked[tid] = number == SYS_futex ? looks_locked[tid] + 1 : 0;
+      if (number == SYS_clock_nanosleep || looks_locked[tid] >= 5) waiting.insert(tid);
+    }
+    if (waiting.size() < workers) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   ::kill(program, SIGKILL);
   ::kill(memtrace, SIGCONT);
