@@ -52,9 +52,16 @@ void RecordBatch::replay(RecordSink& sink) {
   }
 }
 
+void RecordBatch::clear() {
+  entries_.clear();
+  words_.clear();
+  text_.clear();
+  dropped.clear();
+}
+
 size_t RecordBatch::bytes() const {
-  return entries_.capacity() * sizeof entries_[0] + words_.capacity() * sizeof(uint64_t) + text_.capacity() +
-         dropped.capacity() * sizeof(uint64_t);
+  return entries_.size() * sizeof entries_[0] + words_.size() * sizeof(uint64_t) + text_.size() +
+         dropped.size() * sizeof(uint64_t);
 }
 
 }  // namespace memtrace

@@ -355,6 +355,7 @@ int Collector::loop() {
   uint64_t last_flush = clock_ns(CLOCK_MONOTONIC);
   uint64_t next_periodic = last_flush + snapshot_every_ns_;
   int idle_ms = 0;
+  uint64_t last_filling = 0;  // when a drain last found a ring filling
   for (;;) {
     if (int sig = g_signal.exchange(0); sig && !child_status_ && !in_process_) ::kill(child_, sig);
     // Recorded from inside: the process is no child of ours; it ends its recording (or dies)
@@ -403,8 +404,12 @@ int Collector::loop() {
     // Only copying here: each process's worker does the rest, so one busy worker never keeps
     // the others' rings from being emptied.
     size_t events = 0;
+    bool filling = false;
     for (auto& p : processes_) {
-      if (!p->backlogged()) events += p->drain();
+      if (!p->backlogged()) {
+        events += p->drain();
+        filling |= p->filling();
+      }
       bool is_child = p->pid() == child_;
       // Recorded from inside: memtrace.stop lets go of the connection, then says "stop"; a process
       // that dies closes both.
@@ -421,9 +426,14 @@ int Collector::loop() {
       }
     }
     if (in_process_) answer();
-    idle_ms = events ? 0 : std::min(idle_ms + 1, 2);  // at most 2 ms: what a program's exit waits to be seen
-
+    // Straight back for 1 ms after a ring was found filling (TracedProcess::filling): its program
+    // may be waiting for room, and sleeps 100 us at a time at first. Else a doze of 1 ms, or 2
+    // when nothing came (what a program's exit waits to be seen): copying a few records at a time
+    // kept a core busy that the program and the workers needed, and woke a worker for each few.
     uint64_t now = clock_ns(CLOCK_MONOTONIC);
+    if (filling) last_filling = now;
+    idle_ms = now - last_filling < 1'000'000 ? 0 : events ? 1 : std::min(idle_ms + 1, 2);
+
     bool periodic = snapshot_every_ns_ && now >= next_periodic;
     if (g_snapshot.exchange(false) || periodic) {
       auto reason = periodic ? pb::Snapshot::PERIODIC : pb::Snapshot::DEMAND;

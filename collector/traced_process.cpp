@@ -61,12 +61,45 @@ void TracedProcess::submit(Work work) {
   wake_.notify_one();
 }
 
+RecordBatch TracedProcess::spare_batch() {
+  {
+    std::lock_guard lock(mutex_);
+    if (!spare_batches_.empty()) {
+      RecordBatch batch = std::move(spare_batches_.back());
+      spare_batches_.pop_back();
+      return batch;
+    }
+  }
+  RecordBatch batch;
+  batch.reserve(kBatchRecords);
+  return batch;
+}
+
+void TracedProcess::keep_spare(RecordBatch batch) {
+  batch.clear();
+  std::lock_guard lock(mutex_);
+  if (spare_batches_.size() < kSpareBatches) spare_batches_.push_back(std::move(batch));
+}
+
 size_t TracedProcess::drain() {
+  filling_ = false;
   if (finish_requested_) return 0;
-  Work work;
-  ring_.take_dropped(work.records.dropped);
-  size_t events = ring_.drain(work.records, ended_);
-  if (!work.records.empty()) submit(std::move(work));
+  // Batch by batch, about one ring's worth at most: the main thread goes back to the other processes.
+  size_t events = 0, taken = 0;
+  while (taken < ring_.slot_count()) {
+    Work work;
+    work.records = spare_batch();
+    ring_.take_dropped(work.records.dropped);
+    RingConsumer::Drained drained = ring_.drain(work.records, ended_, kBatchRecords);
+    events += drained.events;
+    taken += drained.taken;
+    if (work.records.empty())
+      keep_spare(std::move(work.records));
+    else
+      submit(std::move(work));
+    if (drained.taken < kBatchRecords) break;
+  }
+  filling_ = taken >= std::min<uint64_t>(kBatchRecords, ring_.slot_count() / 4);
   return events;
 }
 
@@ -180,6 +213,7 @@ void TracedProcess::work_loop() {
     }
     size_t bytes = work.records.bytes();
     handle(work);
+    if (work.kind == Work::Kind::kRecords) keep_spare(std::move(work.records));
     bool last = work.kind == Work::Kind::kFinish;
     {
       std::lock_guard lock(mutex_);

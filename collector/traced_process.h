@@ -49,6 +49,9 @@ class TracedProcess : private RecordSink {
   // Copies what the process has published out of its ring for the worker. Returns the number of
   // events copied.
   size_t drain();
+  // The last drain found its ring filling: a batch of records, or a quarter of a ring made small
+  // (MEMTRACE_RING_BYTES), whichever is less.
+  bool filling() const { return filling_; }
   // The process closed its end (it exited, exec'd or died): copies what is left, stepping over
   // records it died in the middle of writing.
   void mark_ended();
@@ -78,6 +81,10 @@ class TracedProcess : private RecordSink {
   const std::string& write_error() const { return writer_->error(); }
 
   static constexpr size_t kMaxBacklogBytes = 256u << 20;
+  // Records copied into one batch: the worker starts on a batch while the next is copied, and a
+  // batch's memory is used again (kSpareBatches kept) rather than faulted in afresh.
+  static constexpr size_t kBatchRecords = 4096;
+  static constexpr size_t kSpareBatches = 8;
 
  private:
   // Work for the worker, in the order the main thread gave it.
@@ -94,6 +101,8 @@ class TracedProcess : private RecordSink {
     std::string reply_to;  // memtrace.record's number for the command, when it waits for an answer
   };
   void submit(Work work);
+  RecordBatch spare_batch();
+  void keep_spare(RecordBatch batch);
   void work_loop();
   void handle(Work& work);
   void ended_in_worker(const Work& ended);
@@ -114,6 +123,7 @@ class TracedProcess : private RecordSink {
   int socket_;
   RingConsumer ring_;
   bool ended_ = false;
+  bool filling_ = false;
   bool finish_requested_ = false;
   bool joined_ = false;
 
@@ -122,7 +132,8 @@ class TracedProcess : private RecordSink {
   std::condition_variable wake_;
   std::deque<Work> queue_;
   size_t queued_bytes_ = 0;
-  bool done_ = false;  // the worker wrote the footer and stopped
+  std::vector<RecordBatch> spare_batches_;  // handled and emptied, their memory kept
+  bool done_ = false;                       // the worker wrote the footer and stopped
   std::mutex replies_mutex_;
   std::vector<std::string> replies_;  // the worker's, for replies()
   std::thread worker_;

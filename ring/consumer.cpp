@@ -90,7 +90,7 @@ bool RingConsumer::deliver(const unsigned char* first, uint32_t slots, uint64_t 
   }
 }
 
-size_t RingConsumer::drain(RecordSink& sink, bool producer_gone) {
+RingConsumer::Drained RingConsumer::drain(RecordSink& sink, bool producer_gone, size_t max_taken) {
   ring::RingHeader* h = ring_.header;
   const uint64_t slots = ring_.data_bytes / ring::kSlotBytes;
   uint64_t tail = tail_;  // ours: the header's copy is only for the producers to read
@@ -101,7 +101,7 @@ size_t RingConsumer::drain(RecordSink& sink, bool producer_gone) {
   if (head - tail > slots) head = tail + slots;
   size_t events = 0, taken = 0;
   unsigned char first[ring::kSlotBytes];
-  while (tail < head) {
+  while (tail < head && taken < max_taken) {
     auto* state = reinterpret_cast<std::atomic<uint32_t>*>(ring::slot_at(ring_, tail));
     uint32_t s = state->load(std::memory_order_acquire);
     uint32_t type = ring::state_type(s), n = ring::state_slots(s);
@@ -128,7 +128,7 @@ size_t RingConsumer::drain(RecordSink& sink, bool producer_gone) {
   }
   h->tail.store(tail, std::memory_order_release);
   tail_ = tail;
-  return events;
+  return {events, taken};
 }
 
 std::vector<CallInProgress> RingConsumer::calls_in_progress() const {

@@ -101,6 +101,29 @@ TEST(RingConsumer, StepsOverWhatADeadWriterLeft) {
   EXPECT_EQ(ring.consumer->incomplete_records(), 1u);
 }
 
+// The collector copies a ring batch by batch (TracedProcess::kBatchRecords): a drain stops at its
+// bound, says how far it went, and the next goes on from there, through a dead writer's slot too.
+TEST(RingConsumer, ADrainTakesAtMostWhatItIsToldAndTheNextGoesOn) {
+  TestRing ring(64 << 10);
+  for (uint64_t seq = 0; seq < 5; ++seq) ring.publish(seq);
+  ring.publish(5, /*commit=*/false);
+  ring.publish(6);
+  Collected out;
+  RingConsumer::Drained first = ring.consumer->drain(out, false, 3);
+  EXPECT_EQ(first.events, 3u);
+  EXPECT_EQ(first.taken, 3u);
+  RingConsumer::Drained second = ring.consumer->drain(out, false, 3);
+  EXPECT_EQ(second.events, 2u);
+  EXPECT_EQ(second.taken, 2u) << "stops behind the unpublished slot while the process lives";
+  RingConsumer::Drained last = ring.consumer->drain(out, true, 3);
+  EXPECT_EQ(last.events, 1u);
+  EXPECT_EQ(last.taken, 2u) << "the dead writer's slot, then event 6";
+  ASSERT_EQ(out.events.size(), 6u);
+  for (uint64_t i = 0; i < 5; ++i) EXPECT_EQ(out.events[i].seq, i);
+  EXPECT_EQ(out.events[5].seq, 6u);
+  EXPECT_EQ(ring.consumer->drain(out, true, 3).taken, 0u);
+}
+
 TEST(RingProducer, AFullRingHoldsTheProducerUpToTheBoundThenItsEventsAreDropped) {
   TestRing ring(64 << 10);
   ring.producer.set_max_stall_ns(50'000'000);

@@ -71,10 +71,16 @@ class RingConsumer {
   RingConsumer(const RingConsumer&) = delete;
   RingConsumer& operator=(const RingConsumer&) = delete;
 
-  // Hands every published record to SINK; returns how many events there were. When
-  // PRODUCER_GONE, slots that will never be published (their writer died) are stepped over and
-  // counted.
-  size_t drain(RecordSink& sink, bool producer_gone);
+  // What a drain took: the events among the records, and the ring's slot positions it went past
+  // (records and what a dead producer left).
+  struct Drained {
+    size_t events = 0;
+    size_t taken = 0;
+  };
+  // Hands the published records to SINK, at most MAX_TAKEN of them and never more than one ring's
+  // worth. When PRODUCER_GONE, slots that will never be published (their writer died) are stepped
+  // over and counted.
+  Drained drain(RecordSink& sink, bool producer_gone, size_t max_taken = SIZE_MAX);
 
   uint64_t incomplete_records() const { return incomplete_; }
   uint64_t malformed_records() const { return malformed_; }
