@@ -145,12 +145,52 @@ std::atomic<uint64_t> g_codes_generation{1};  // a new collector (fork) has seen
 // A per-thread cache in front of the table: the same few code objects come in every stack.
 struct CachedCode {
   uint64_t address = 0, identity = 0, id = 0, generation = 0;
+  uint64_t deaths = 0;  // g_code_deaths when the code object was last seen here
 };
 constexpr int kCacheBits = 8;
 constexpr size_t kCacheSlots = size_t(1) << kCacheBits;
 // This thread's cache (thread_block: too large for static TLS when the injector is loaded late).
 CachedCode* code_cache() {
   return static_cast<CachedCode*>(thread_block(ThreadBlock::kPythonCodeCache, sizeof(CachedCode) * kCacheSlots));
+}
+
+// Before 3.12 a code object carries no serial, and telling it from a dead one at its address
+// (code_identity_by_fields) reads ~70 instructions of its fields and texts, for every frame of
+// every stack. Instead, PyCode_Type's tp_dealloc is wrapped to count the code objects freed:
+// while the count stands where it stood when a thread last saw a code object at an address, no
+// code object has left that address to another (a code object a live frame runs cannot die; one
+// that dies is counted before its memory is freed, under the GIL, which orders that before any
+// frame of a later code object at its address runs). Objects/object.c, _Py_Dealloc: every object
+// is freed through its type's tp_dealloc (3.9-3.11).
+std::atomic<uint64_t> g_code_deaths{0};
+std::atomic<bool> g_counting_deaths{false};
+using Dealloc = void (*)(Object*);
+Dealloc g_code_dealloc = nullptr;
+
+void count_code_death(Object* code) {
+  g_code_deaths.fetch_add(1, std::memory_order_relaxed);
+  g_code_dealloc(code);
+}
+
+// Wraps PyCode_Type's tp_dealloc, with the GIL held (no code object is being freed meanwhile).
+// The type's tp_name ("code") checks where its slots lie: PyObject_VAR_HEAD, then tp_name,
+// tp_basicsize, tp_itemsize, tp_dealloc (Include/cpython/object.h).
+void count_code_deaths(const PythonApi& py, const PythonLayout& l) {
+  if (g_counting_deaths.load(std::memory_order_acquire)) return;
+  CheckedMemory m;
+  const uint64_t name_at = py.code_type + l.ob_type + 16, dealloc_at = name_at + 24;
+  uint64_t name = 0, dealloc = 0;
+  char text[5] = {};
+  if (!m.ok() || !load(m, name_at, name) || !plausible(name) || !m.read(name, text, sizeof text) ||
+      std::memcmp(text, "code", sizeof text) != 0 || !load(m, dealloc_at, dealloc) || !plausible(dealloc))
+    return;
+  if (dealloc != reinterpret_cast<uint64_t>(&count_code_death)) {  // (this library's, wrapped already: a fork)
+    g_code_dealloc = reinterpret_cast<Dealloc>(dealloc);
+    __atomic_store_n(reinterpret_cast<uint64_t*>(dealloc_at), reinterpret_cast<uint64_t>(&count_code_death),
+                     __ATOMIC_RELEASE);
+  }
+  g_code_deaths.fetch_add(1, std::memory_order_relaxed);  // no thread's cache holds this count
+  g_counting_deaths.store(true, std::memory_order_release);
 }
 
 __attribute__((constructor)) void hold_codes_across_fork() {
@@ -171,7 +211,7 @@ size_t cache_slot(uint64_t code) {
 // collector the first time it is seen; kept in CACHE (this thread's, or null). 0 when its fields
 // cannot be read.
 __attribute__((noinline)) uint64_t code_id_from_table(uint64_t code, uint64_t identity, uint64_t generation,
-                                                      CachedCode* cache) {
+                                                      uint64_t deaths, CachedCode* cache) {
   const PythonLayout& l = g_layout;
   DirectMemory m;
   CodeFields fields;
@@ -184,22 +224,37 @@ __attribute__((noinline)) uint64_t code_id_from_table(uint64_t code, uint64_t id
     publish_code(it->second.id, read_text(l, m, fields.name), read_text(l, m, fields.filename), fields.first_line,
                  static_cast<uint8_t>(l.line_table), table);
   }
-  if (cache) cache[cache_slot(code)] = CachedCode{code, identity, it->second.id, generation};
+  if (cache) cache[cache_slot(code)] = CachedCode{code, identity, it->second.id, generation, deaths};
   return it->second.id;
 }
 
+// The code objects freed so far, when they are counted (DEATHS is then set to the count); false
+// when they are not.
+inline bool code_deaths(uint64_t& deaths) {
+  if (!g_counting_deaths.load(std::memory_order_acquire)) return false;
+  deaths = g_code_deaths.load(std::memory_order_relaxed);
+  return true;
+}
+
 // The id of the code object at CODE, whose fields lie at OFFSETS: this thread's cache first (CACHE,
-// looked up once per stack; null: none could be mapped), checked against what the object is now
-// (IDENTITY is set to it: code_identity).
-inline uint64_t code_id(uint64_t code, const CodeOffsets& offsets, CachedCode* cache, uint64_t generation,
-                        uint64_t& identity) {
+// looked up once per stack; null: none could be mapped), taken as it is while no code object died
+// since (COUNTED: DEATHS is the count now), else checked against what the object is now. IDENTITY
+// is set to the object's (code_identity).
+inline uint64_t code_id(uint64_t code, const CodeOffsets& offsets, CachedCode* cache, uint64_t generation, bool counted,
+                        uint64_t deaths, uint64_t& identity) {
+  CachedCode* cached = cache ? &cache[cache_slot(code)] : nullptr;
+  const bool known = cached && cached->address == code && cached->generation == generation;
+  if (known && counted && cached->deaths == deaths) {
+    identity = cached->identity;
+    return cached->id;
+  }
   identity = code_identity(offsets, DirectMemory(), code);
   if (!identity) return 0;
-  if (cache) {
-    const CachedCode& cached = cache[cache_slot(code)];
-    if (cached.address == code && cached.identity == identity && cached.generation == generation) return cached.id;
+  if (known && cached->identity == identity) {
+    cached->deaths = deaths;
+    return cached->id;
   }
-  return code_id_from_table(code, identity, generation, cache);
+  return code_id_from_table(code, identity, generation, deaths, cache);
 }
 
 // The frames this thread's stacks showed lately, by frame address: a frame with the same key
@@ -209,7 +264,8 @@ struct KnownFrame {
   uint64_t frame, code, instr, identity;
   uint64_t stamp;  // the code ids' generation and the frame's owner: stamp_of
   uint64_t id;
-  uint64_t unused[2];  // a slot a cache line
+  uint64_t deaths;  // g_code_deaths when the frame was last seen
+  uint64_t unused;  // a slot a cache line
 };
 static_assert(sizeof(KnownFrame) == 64, "a slot a cache line");
 constexpr int kKnownFrameBits = 7;
@@ -333,6 +389,7 @@ void decide_reading(const PythonApi& py) {
   }
   if (ok && layout->code_serial != kAbsent && !serials_count_up(py, *layout)) layout->code_serial = kAbsent;
   if (ok) g_layout = *layout;
+  if (ok && layout->code_serial == kAbsent) count_code_deaths(py, *layout);
   if (!g_reading.compare_exchange_strong(expected, ok ? kDirect : kApiOnly, std::memory_order_acq_rel)) return;
   if (!ok)
     publish_notice(why +
@@ -364,6 +421,8 @@ void capture_python(int max_frames, bool allow_api, StackCapture& stack, EvalLoo
     Object* tstate = py->this_thread_state();
     int calls = -1;
     const uint64_t generation = g_codes_generation.load(std::memory_order_relaxed);
+    uint64_t deaths = 0;
+    const bool counted = code_deaths(deaths);
     // Each frame's code id and offset go straight into the stack's pairs as the walk reads them.
     struct {
       uint64_t* pairs;
@@ -371,6 +430,8 @@ void capture_python(int max_frames, bool allow_api, StackCapture& stack, EvalLoo
       CachedCode* cache;
       KnownFrame* known;
       uint64_t generation, stamp_base;
+      bool counted;
+      uint64_t deaths;
       CodeOffsets offsets;  // a copy: the pairs' stores could alias the layout's
       void take(uint64_t id, int64_t offset, bool ends_loop_call) {
         pairs[2 * count] = id | (ends_loop_call ? ring::kEndsLoopCall : 0);
@@ -379,30 +440,34 @@ void capture_python(int max_frames, bool allow_api, StackCapture& stack, EvalLoo
       }
       bool recall(const FrameKey& key, int64_t offset, bool ends_loop_call) {
         if (!known) return false;
-        const KnownFrame& k = known_slot(known, key.frame);
+        KnownFrame& k = known_slot(known, key.frame);
         if (k.frame != key.frame || k.code != key.code || k.instr != key.instr ||
-            k.stamp != stamp_of(stamp_base, key.owner) ||
-            code_identity(offsets, DirectMemory(), key.code) != k.identity)
+            k.stamp != stamp_of(stamp_base, key.owner))
           return false;
+        if (!counted || k.deaths != deaths) {  // a code object died since: the one here may be another
+          if (code_identity(offsets, DirectMemory(), key.code) != k.identity) return false;
+          k.deaths = deaths;
+        }
         take(k.id, offset, ends_loop_call);
         return true;
       }
       void frame(uint64_t code, int64_t offset, bool ends_loop_call, const FrameKey& key) {
         uint64_t identity = 0;
-        const uint64_t id = code_id(code, offsets, cache, generation, identity);
+        const uint64_t id = code_id(code, offsets, cache, generation, counted, deaths, identity);
         if (!id) {  // left out: the call it ended now ends with the frame inside it
           if (ends_loop_call) loop_call_ends();
           return;
         }
         if (known)
           known_slot(known, key.frame) =
-              KnownFrame{key.frame, code, key.instr, identity, stamp_of(stamp_base, key.owner), id, {0, 0}};
+              KnownFrame{key.frame, code, key.instr, identity, stamp_of(stamp_base, key.owner), id, deaths, 0};
         take(id, offset, ends_loop_call);
       }
       void loop_call_ends() {
         if (count > 0) pairs[2 * (count - 1)] |= ring::kEndsLoopCall;
       }
-    } sink{stack.python, 0, code_cache(), known_frames(), generation, generation << 8, CodeOffsets(g_layout)};
+    } sink{stack.python,    0,       code_cache(), known_frames(),       generation,
+           generation << 8, counted, deaths,       CodeOffsets(g_layout)};
     walk_frames_of(g_layout, DirectMemory(), reinterpret_cast<uint64_t>(tstate), py->code_type, max_frames, sink,
                    loops ? &calls : nullptr);
     if (loops && calls > 0 && py->loop_start && py->interpreter_of && py->frame_evaluator && tstate &&
