@@ -432,6 +432,7 @@ void capture_python(int max_frames, bool allow_api, StackCapture& stack, EvalLoo
       uint64_t generation, stamp_base;
       bool counted;
       uint64_t deaths;
+      uint64_t ob_type, code_type;
       CodeOffsets offsets;  // a copy: the pairs' stores could alias the layout's
       void take(uint64_t id, int64_t offset, bool ends_loop_call) {
         pairs[2 * count] = id | (ends_loop_call ? ring::kEndsLoopCall : 0);
@@ -445,7 +446,10 @@ void capture_python(int max_frames, bool allow_api, StackCapture& stack, EvalLoo
             k.stamp != stamp_of(stamp_base, key.owner))
           return false;
         if (!counted || k.deaths != deaths) {  // a code object died since: the one here may be another
-          if (code_identity(offsets, DirectMemory(), key.code) != k.identity) return false;
+          uint64_t type = 0;
+          if (!load(DirectMemory(), key.code + ob_type, type) || type != code_type ||
+              code_identity(offsets, DirectMemory(), key.code) != k.identity)
+            return false;
           k.deaths = deaths;
         }
         take(k.id, offset, ends_loop_call);
@@ -466,8 +470,8 @@ void capture_python(int max_frames, bool allow_api, StackCapture& stack, EvalLoo
       void loop_call_ends() {
         if (count > 0) pairs[2 * (count - 1)] |= ring::kEndsLoopCall;
       }
-    } sink{stack.python,    0,       code_cache(), known_frames(),       generation,
-           generation << 8, counted, deaths,       CodeOffsets(g_layout)};
+    } sink{stack.python, 0,      code_cache(),     known_frames(), generation,           generation << 8,
+           counted,      deaths, g_layout.ob_type, py->code_type,  CodeOffsets(g_layout)};
     walk_frames_of(g_layout, DirectMemory(), reinterpret_cast<uint64_t>(tstate), py->code_type, max_frames, sink,
                    loops ? &calls : nullptr);
     if (loops && calls > 0 && py->loop_start && py->interpreter_of && py->frame_evaluator && tstate &&
