@@ -154,14 +154,15 @@ CachedCode* code_cache() {
   return static_cast<CachedCode*>(thread_block(ThreadBlock::kPythonCodeCache, sizeof(CachedCode) * kCacheSlots));
 }
 
-// Before 3.12 a code object carries no serial, and telling it from a dead one at its address
-// (code_identity_by_fields) reads ~70 instructions of its fields and texts, for every frame of
-// every stack. Instead, PyCode_Type's tp_dealloc is wrapped to count the code objects freed:
+// Telling a code object from a dead one at its address (code_identity) reads the object for every
+// frame of every stack: its type and serial (3.12+), or ~70 instructions of its fields and texts
+// (before 3.12, which has no serial). Instead, PyCode_Type's tp_dealloc is wrapped to count the
+// code objects freed:
 // while the count stands where it stood when a thread last saw a code object at an address, no
 // code object has left that address to another (a code object a live frame runs cannot die; one
 // that dies is counted before its memory is freed, under the GIL, which orders that before any
 // frame of a later code object at its address runs). Objects/object.c, _Py_Dealloc: every object
-// is freed through its type's tp_dealloc (3.9-3.11).
+// is freed through its type's tp_dealloc (3.9-3.13).
 std::atomic<uint64_t> g_code_deaths{0};
 std::atomic<bool> g_counting_deaths{false};
 using Dealloc = void (*)(Object*);
@@ -389,7 +390,7 @@ void decide_reading(const PythonApi& py) {
   }
   if (ok && layout->code_serial != kAbsent && !serials_count_up(py, *layout)) layout->code_serial = kAbsent;
   if (ok) g_layout = *layout;
-  if (ok && layout->code_serial == kAbsent) count_code_deaths(py, *layout);
+  if (ok) count_code_deaths(py, *layout);
   if (!g_reading.compare_exchange_strong(expected, ok ? kDirect : kApiOnly, std::memory_order_acq_rel)) return;
   if (!ok)
     publish_notice(why +
