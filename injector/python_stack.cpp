@@ -167,6 +167,7 @@ std::atomic<uint64_t> g_code_deaths{0};
 std::atomic<bool> g_counting_deaths{false};
 using Dealloc = void (*)(Object*);
 Dealloc g_code_dealloc = nullptr;
+const uint64_t* g_dealloc_slot = nullptr;  // PyCode_Type's tp_dealloc, set before counting starts
 
 void count_code_death(Object* code) {
   g_code_deaths.fetch_add(1, std::memory_order_relaxed);
@@ -190,6 +191,7 @@ void count_code_deaths(const PythonApi& py, const PythonLayout& l) {
     __atomic_store_n(reinterpret_cast<uint64_t*>(dealloc_at), reinterpret_cast<uint64_t>(&count_code_death),
                      __ATOMIC_RELEASE);
   }
+  g_dealloc_slot = reinterpret_cast<const uint64_t*>(dealloc_at);
   g_code_deaths.fetch_add(1, std::memory_order_relaxed);  // no thread's cache holds this count
   g_counting_deaths.store(true, std::memory_order_release);
 }
@@ -230,9 +232,15 @@ __attribute__((noinline)) uint64_t code_id_from_table(uint64_t code, uint64_t id
 }
 
 // The code objects freed so far, when they are counted (DEATHS is then set to the count); false
-// when they are not.
+// when they are not, or no longer: another tool may have put its own tp_dealloc in the slot since
+// (one that wraps memtrace's still counts through it; one that put back what it found does not,
+// and deaths may have gone uncounted whatever the slot holds later: counting ends for good).
 inline bool code_deaths(uint64_t& deaths) {
   if (!g_counting_deaths.load(std::memory_order_acquire)) return false;
+  if (__atomic_load_n(g_dealloc_slot, __ATOMIC_RELAXED) != reinterpret_cast<uint64_t>(&count_code_death)) {
+    g_counting_deaths.store(false, std::memory_order_relaxed);
+    return false;
+  }
   deaths = g_code_deaths.load(std::memory_order_relaxed);
   return true;
 }
