@@ -8,7 +8,8 @@ FILE (default bench/INSTRUCTIONS.md).
 Recording: alloc_free_pairs (30 frames deep) on the simulated device, the whole process counted
 (the simulated CUDA libraries and libc too: what memtrace makes them do is its cost as well),
 with memtrace (stacks off, stacks on) and alone, and the collector (memtrace run) apart; python_stack_bench.py (15 Python calls deep,
-ctypes.CDLL: the GIL released), ctypes' calls counted (memtrace's work is all inside them), with memtrace and alone. Analysis: `memtrace peak` and `memtrace leaks`
+ctypes.CDLL: the GIL released), ctypes' calls counted (memtrace's work is all inside them), with memtrace and alone;
+torch_tensor_bench.py on the stand-in PyTorch, its trace tracker's calls counted. Analysis: `memtrace peak` and `memtrace leaks`
 on trace_generator's traces, every thread counted. Needs valgrind."""
 
 import argparse
@@ -103,6 +104,22 @@ def main():
         rows.append(("recording, Python 15 deep, GIL released, stacks on: memtrace's added instructions per allocation",
                      f"{per_call['stacks on'] - per_call['alone']:.0f}",
                      f"python_stack_bench.py alone: {per_call['alone']:.0f} per allocation inside ctypes' calls"))
+        # torch_tensor_bench (row 11) makes N tensors (and 64 first, which cancel out): only PyTorch's
+        # trace tracker is counted (memtrace's callback: the stand-in PyTorch calls none without
+        # memtrace, so all of it is memtrace's), for an allocation and a free a tensor.
+        tensors = 20_000
+        torch_env = dict(env, PYTHONPATH=f"{build}/lib/sim/torch/site-packages")
+        counts = []
+        for n in (tensors, 2 * tensors):
+            out = os.path.join(work, f"torch-{len(counts)}")
+            counts.append(instructions([memtrace, "run", "--sim", "-o", out, "--", *callgrind[:2],
+                                        "--toggle-collect=*on_trace_entry*", *callgrind[2:], sys.executable,
+                                        f"{ROOT}/bench/torch_tensor_bench.py", str(n)], torch_env))
+        version = ".".join(str(v) for v in sys.version_info[:2])
+        rows.append(("recording, PyTorch tensors 15 deep (the allocated layer), stacks on: memtrace's instructions per "
+                     f"tensor", f"{(counts[1] - counts[0]) / tensors:.0f}",
+                     f"torch_tensor_bench.py on the stand-in PyTorch, Python {version}: its trace tracker's calls "
+                     "(an allocation and a free)"))
         events = 1_000_000
         traces = []
         for n in (events, 2 * events):
