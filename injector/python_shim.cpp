@@ -4,11 +4,14 @@
 // injector's waits until the interpreter is initialized (Py_IsInitialized reads a flag: no GIL
 // needed), then asks it, through Py_AddPendingCall ("doesn't need a current thread state ... nor the
 // global interpreter lock", the C API's documentation), to run the shim in its main thread with the
-// GIL at its next safe point (again a little later while the shim has not claimed the process). A
-// safe point often falls inside an import (site's own, which imports sitecustomize; torch's), where
-// modules half imported must not be touched: the pending code then waits, with a profile function
-// of the main thread's, for the outermost import to return, and starts the shim there. The code runs
-// in a dictionary of its own: nothing is added to the program's __main__ or sys.path.
+// GIL at its next safe point (again a millisecond later while the shim has not claimed the process).
+// A safe point often falls inside an import (site's own, which imports sitecustomize; torch's),
+// where modules half imported must not be touched: the pending code then does nothing more than
+// ask (one expression), and the next one asks again. The code runs in a dictionary of its own:
+// nothing is added to the program's __main__ or sys.path. (It had compiled the whole start code at
+// each try and waited for the import's end with a profile function, called at every Python call:
+// site's own import, during which Py_IsInitialized is already true and sitecustomize has not yet
+// claimed the process, took ~25 ms longer in every traced Python program.)
 #include <dlfcn.h>
 #include <pthread.h>
 #include <time.h>
@@ -28,13 +31,65 @@ namespace {
 std::atomic<bool> g_claimed{false};
 std::atomic<bool> g_call_pending{false};  // one pending call at a time: Python's queue is short
 
-std::string* g_start_code = nullptr;         // the Python code that starts the shim, from its folder
-int (*g_run_string)(const char*) = nullptr;  // PyRun_SimpleString
+// The C API the pending call uses (all with the GIL).
+using Object = void;
+struct PythonCalls {
+  Object* (*compile)(const char*, const char*, int) = nullptr;  // Py_CompileString
+  Object* (*eval)(Object*, Object*, Object*) = nullptr;         // PyEval_EvalCode
+  Object* (*new_dict)() = nullptr;                              // PyDict_New
+  int (*dict_set)(Object*, const char*, Object*) = nullptr;     // PyDict_SetItemString
+  Object* (*builtins)() = nullptr;                              // PyEval_GetBuiltins: borrowed
+  void (*decref)(Object*) = nullptr;                            // Py_DecRef
+  void (*clear_error)() = nullptr;                              // PyErr_Clear
+  int (*is_true)(Object*) = nullptr;                            // PyObject_IsTrue
+  bool complete() const {
+    return compile && eval && new_dict && dict_set && builtins && decref && clear_error && is_true;
+  }
+};
+PythonCalls g_py;
+// Py_file_input, Py_eval_input (Include/compile.h, every 3.x).
+constexpr int kFileInput = 257, kEvalInput = 258;
+// Whether the shim may start now: not started, and no import under way in this thread (the main
+// one). One expression: each try compiles it (a code object kept across tries could outlive its
+// interpreter in a program that finalizes Python and starts it again).
+constexpr const char* kMayStart =
+    "'_memtrace_shim' not in __import__('sys').modules and not any("
+    "getattr(r(), 'owner', None) == __import__('_thread').get_ident() for r in "
+    "list(getattr(__import__('sys').modules.get('_frozen_importlib'), '_module_locks', {}).values()))";
+std::string* g_start_code = nullptr;  // the Python code that starts the shim, from its folder
+
+// The value of the code SOURCE (compiled as MODE) in a dictionary of its own; null on an error,
+// which is cleared: never an exception into the program.
+Object* evaluate(const char* source, int mode) {
+  Object* code = g_py.compile(source, "<memtrace>", mode);
+  Object* globals = code ? g_py.new_dict() : nullptr;
+  Object* result = nullptr;
+  if (globals && g_py.dict_set(globals, "__builtins__", g_py.builtins()) == 0)
+    result = g_py.eval(code, globals, globals);
+  if (!result) g_py.clear_error();
+  if (globals) g_py.decref(globals);
+  if (code) g_py.decref(code);
+  return result;
+}
 
 int run_shim(void*) {
-  if (!g_claimed.load(std::memory_order_acquire)) g_run_string(g_start_code->c_str());
+  if (!g_claimed.load(std::memory_order_acquire)) {
+    Object* may = evaluate(kMayStart, kEvalInput);
+    const bool start = may && g_py.is_true(may) == 1;
+    if (may) g_py.decref(may);
+    if (start) {
+      if (Object* done = evaluate(g_start_code->c_str(), kFileInput)) g_py.decref(done);
+    } else {
+      g_py.clear_error();  // (is_true's, if any)
+    }
+  }
   g_call_pending.store(false, std::memory_order_release);
-  return 0;  // never an exception into the program
+  return 0;
+}
+
+template <typename Fn>
+void find(Fn& fn, const char* name) {
+  fn = reinterpret_cast<Fn>(::dlsym(RTLD_DEFAULT, name));
 }
 
 void* wait_for_python(void*) {
@@ -64,8 +119,15 @@ __attribute__((constructor)) void start_shim_where_site_does_not() {
   if (!socket || !*socket) return;  // not traced
   if (const char* in_process = setting(env::kInProcess); in_process && std::strcmp(in_process, "1") == 0)
     return;  // memtrace.record starts the shim itself
-  g_run_string = reinterpret_cast<int (*)(const char*)>(::dlsym(RTLD_DEFAULT, "PyRun_SimpleString"));
-  if (!g_run_string || !::dlsym(RTLD_DEFAULT, "Py_IsInitialized")) return;  // no Python in this program
+  find(g_py.compile, "Py_CompileString");
+  find(g_py.eval, "PyEval_EvalCode");
+  find(g_py.new_dict, "PyDict_New");
+  find(g_py.dict_set, "PyDict_SetItemString");
+  find(g_py.builtins, "PyEval_GetBuiltins");
+  find(g_py.decref, "Py_DecRef");
+  find(g_py.clear_error, "PyErr_Clear");
+  find(g_py.is_true, "PyObject_IsTrue");
+  if (!g_py.complete() || !::dlsym(RTLD_DEFAULT, "Py_IsInitialized")) return;  // no Python in this program
   // Before 3.7, Py_IsInitialized is true from the start of Py_Initialize (CPython 3.6
   // Python/pylifecycle.c sets `initialized = 1` before builtins and importlib exist), and a pending
   // call run then breaks the interpreter's start. Those Pythons get the shim from site alone.
@@ -75,16 +137,9 @@ __attribute__((constructor)) void start_shim_where_site_does_not() {
   std::string folder = shim_folder();
   if (folder.empty() || folder.find('\'') != std::string::npos) return;
   g_start_code = new std::string(
-      "exec('''\n"
       "try:\n"
-      "    import _thread, sys\n"
-      "    def importing():\n"
-      "        bootstrap, me = sys.modules.get('_frozen_importlib'), _thread.get_ident()\n"
-      "        return any(getattr(r(), 'owner', None) == me for r in\n"
-      "                   list(getattr(bootstrap, '_module_locks', {}).values()))\n"
-      "    def start():\n"
-      "        if '_memtrace_shim' in sys.modules:\n"
-      "            return\n"
+      "    import sys\n"
+      "    if '_memtrace_shim' not in sys.modules:\n"
       "        import importlib.util\n"
       "        spec = importlib.util.spec_from_file_location('_memtrace_shim', '" +
       folder + "/_memtrace_shim/__init__.py', submodule_search_locations=['" + folder +
@@ -93,23 +148,8 @@ __attribute__((constructor)) void start_shim_where_site_does_not() {
       "        sys.modules['_memtrace_shim'] = module\n"
       "        spec.loader.exec_module(module)\n"
       "        module._started_by_injector()\n"
-      "    def after_imports(frame, event, arg):\n"
-      "        if '_memtrace_shim' in sys.modules:\n"  // started meanwhile (a later try): nothing to wait for
-      "            sys.setprofile(None)\n"
-      "        elif event == 'return' and frame.f_code.co_name == '_find_and_load' and not importing():\n"
-      "            sys.setprofile(None)\n"
-      "            try:\n"
-      "                start()\n"
-      "            except Exception:\n"
-      "                pass\n"
-      "    if '_memtrace_shim' not in sys.modules:\n"
-      "        if not importing():\n"
-      "            start()\n"
-      "        elif sys.getprofile() is None:\n"
-      "            sys.setprofile(after_imports)\n"
       "except Exception:\n"
-      "    pass\n"
-      "''', {})\n");
+      "    pass\n");
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);

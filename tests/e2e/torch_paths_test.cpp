@@ -248,23 +248,37 @@ TEST_P(PythonFlags, TheShimStartsWithoutSiteOrPythonPath) {
   expect_counters_agree(r);
 }
 
-// Started where site does not start it, the shim may have waited for an import to end with a
-// profile function (sys.setprofile): it must not stay behind once the shim runs, or every Python
-// call of the program would run it.
-TEST_P(PythonFlags, TheShimLeavesNoProfileFunctionBehind) {
+// Started where site does not start it, the shim leaves the program's own profile function alone
+// (it once waited for imports to end with one of its own), and does not start inside an import
+// (the injector's tries that fall there do nothing: with -E and -I, site's own import is under way
+// when the interpreter says it is initialized; the program's import here, when the shim did not
+// start before it).
+TEST_P(PythonFlags, TheShimStartsOutsideImportsAndLeavesTheProfileFunctionAlone) {
   const std::string dir = e2e::temp_dir("no-profile");
-  const std::string script = dir + "/script.py";
+  const std::string script = dir + "/script.py", slow = dir + "/slow_import.py";
+  std::ofstream(slow) << "import sys\n"
+                         "before = '_memtrace_shim' in sys.modules\n"
+                         "total = 0\n"
+                         "for i in range(3000000):\n"  // safe points for the injector's tries
+                         "    total += i\n"
+                         "started_inside = not before and '_memtrace_shim' in sys.modules\n";
   std::ofstream(script) << "import sys, time\n"
+                           "def mine(frame, event, arg):\n"
+                           "    pass\n"
+                           "sys.setprofile(mine)\n"
+                           "sys.path.insert(0, '"
+                        << dir
+                        << "')\n"
+                           "import slow_import\n"
                            "while '_memtrace_shim' not in sys.modules:\n"
                            "    time.sleep(0.01)\n"
-                           "def call():\n"
-                           "    return 1\n"
-                           "call()\n"
-                           "print('profile function:', sys.getprofile())\n";
+                           "print('started inside the import:', slow_import.started_inside)\n"
+                           "print('profile function mine:', sys.getprofile() is mine)\n";
   e2e::Result r = e2e::run(
       {e2e::kMemtrace, "run", "--sim", "-o", dir + "/traces", "--", GetParam().python.path, GetParam().flag, script});
   ASSERT_EQ(r.status, 0) << r.err;
-  EXPECT_NE(r.out.find("profile function: None"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("started inside the import: False"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("profile function mine: True"), std::string::npos) << r.out;
 }
 
 std::vector<Flagged> flagged_pythons() {
