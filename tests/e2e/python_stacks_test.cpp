@@ -199,6 +199,27 @@ TEST_P(PythonFrames, DeeperThanTheStackDepthThePythonFramesAreAllThere) {
   EXPECT_NE(frames.back().find("<module> frames.py"), std::string::npos) << frames.back();
 }
 
+// memtrace counts code objects' deaths through PyCode_Type's tp_dealloc, wrapped (python_stack.cpp):
+// when another tool puts back the one it found before (CPython's own), deaths go uncounted, and
+// memtrace must tell each code object from the dead one at its address by reading it again.
+TEST_P(PythonFrames, ACodeDeallocPutBackByAnotherToolLeavesEachAllocationItsOwnFunction) {
+  std::string dir = e2e::temp_dir("replaced-dealloc");
+  const int count = 200;
+  e2e::Result r = e2e::run_traced(
+      dir, {interpreter_.path, e2e::python_sample_path("replaced_code_dealloc.py"), std::to_string(count)});
+  if (r.status == 3) GTEST_SKIP() << "no symbol table to find code_dealloc in: " << interpreter_.path;
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("done"), std::string::npos) << r.out;
+  auto allocs = by_size(dir);
+  for (int i = 0; i < count; ++i) {
+    const std::vector<json>& a = allocs[kMiB + static_cast<uint64_t>(i) * 4096];
+    ASSERT_EQ(a.size(), 1u) << i;
+    std::vector<std::string> frames = python_frames(a[0]);
+    ASSERT_GE(frames.size(), 2u) << i;
+    EXPECT_EQ(frames[1], "f_" + std::to_string(i) + " gen_" + std::to_string(i) + ".py:2");
+  }
+}
+
 // The native walk ends with the outermost Python frame (the evaluation loop's call that began
 // it): the interpreter's start-up below it is not walked, the C library's frames between Python
 // ones are kept. The same line allocates again and again (the walk's depth remembered for it),
