@@ -157,11 +157,10 @@ CachedCode* code_cache() {
 // Telling a code object from a dead one at its address (code_identity) reads the object for every
 // frame of every stack: its type and serial (3.12+), or ~70 instructions of its fields and texts
 // (before 3.12, which has no serial). Instead, PyCode_Type's tp_dealloc is wrapped to count the
-// code objects freed:
-// while the count stands where it stood when a thread last saw a code object at an address, no
-// code object has left that address to another (a code object a live frame runs cannot die; one
-// that dies is counted before its memory is freed, under the GIL, which orders that before any
-// frame of a later code object at its address runs). Objects/object.c, _Py_Dealloc: every object
+// code objects freed: while the count stands where it stood when a thread last saw a code object at
+// an address, no code object has left that address to another (a code object a live frame runs
+// cannot die; one that dies is counted before its memory is freed, under the GIL, which orders that
+// before any frame of a later code object at its address runs). Objects/object.c, _Py_Dealloc: every object
 // is freed through its type's tp_dealloc (3.9-3.13).
 std::atomic<uint64_t> g_code_deaths{0};
 std::atomic<bool> g_counting_deaths{false};
@@ -186,11 +185,10 @@ void count_code_deaths(const PythonApi& py, const PythonLayout& l) {
   if (!m.ok() || !load(m, name_at, name) || !plausible(name) || !m.read(name, text, sizeof text) ||
       std::memcmp(text, "code", sizeof text) != 0 || !load(m, dealloc_at, dealloc) || !plausible(dealloc))
     return;
-  if (dealloc != reinterpret_cast<uint64_t>(&count_code_death)) {  // (this library's, wrapped already: a fork)
-    g_code_dealloc = reinterpret_cast<Dealloc>(dealloc);
-    __atomic_store_n(reinterpret_cast<uint64_t*>(dealloc_at), reinterpret_cast<uint64_t>(&count_code_death),
-                     __ATOMIC_RELEASE);
-  }
+  if (dealloc == reinterpret_cast<uint64_t>(&count_code_death)) return;  // counted once, then ended for good
+  g_code_dealloc = reinterpret_cast<Dealloc>(dealloc);
+  __atomic_store_n(reinterpret_cast<uint64_t*>(dealloc_at), reinterpret_cast<uint64_t>(&count_code_death),
+                   __ATOMIC_RELEASE);
   g_dealloc_slot = reinterpret_cast<const uint64_t*>(dealloc_at);
   g_code_deaths.fetch_add(1, std::memory_order_relaxed);  // no thread's cache holds this count
   g_counting_deaths.store(true, std::memory_order_release);
