@@ -82,13 +82,14 @@ struct FrameKey {
 // frame of code object CODE standing at byte OFFSET (its outermost of a call of the evaluation
 // loop when ENDS_LOOP_CALL), and sink.loop_call_ends() when the frame handed last turns out to be
 // one (3.12+: the shim after it says so). A sink that remembers frames by their key may take one
-// as it knows it, before the walk checks that the frame's code is a code object and that the frame
-// has started (so it recalls only frames it knows hold the very code object it saw):
-// sink.recall(key, offset, ends_loop_call) returns true when it did. Frames a reader would not show (C-stack shims,
-// frames not started yet) are left out. CODE_TYPE is PyCode_Type's address: a frame whose code is anything else is not
-// followed into. LOOPS, when given, is set to how many calls of the evaluation loop the frames began (the loop's frames
-// on the native stack), or -1 when that is not known (more frames than MAX). Returns how many frames SINK was handed.
-// The sink does its work as each frame comes (python_stack.cpp): no array of frames between the walk and it.
+// as it knows it, before the walk checks that the frame's code is a code object and that the
+// frame has started (so it recalls only frames it knows hold the very code object it saw):
+// sink.recall(key, offset, ends_loop_call) returns true when it did. Frames a reader would not
+// show (C-stack shims, frames not started yet) are left out. CODE_TYPE is PyCode_Type's address: a
+// frame whose code is anything else is not followed into. LOOPS, when given, is set to how many
+// calls of the evaluation loop the frames began (the loop's frames on the native stack), or -1
+// when that is not known (more frames than MAX). Returns how many frames SINK was handed. The sink
+// does its work as each frame comes (python_stack.cpp): no array of frames between the walk and it.
 template <typename Memory, typename Sink>
 int walk_frames_of(const PythonLayout& l, const Memory& m, uint64_t tstate, uint64_t code_type, int max, Sink& sink,
                    int* loops = nullptr) {

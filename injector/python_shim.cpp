@@ -23,6 +23,7 @@
 
 #include "interpose.h"
 #include "memtrace/ring/environment.h"
+#include "python_symbol.h"
 #include "settings.h"
 
 namespace memtrace::inject {
@@ -56,7 +57,7 @@ constexpr const char* kMayStart =
     "'_memtrace_shim' not in __import__('sys').modules and not any("
     "getattr(r(), 'owner', None) == __import__('_thread').get_ident() for r in "
     "list(getattr(__import__('sys').modules.get('_frozen_importlib'), '_module_locks', {}).values()))";
-std::string* g_start_code = nullptr;  // the Python code that starts the shim, from its folder
+std::string* g_start_code = nullptr;  // the Python code that starts the shim (once kMayStart says so)
 
 // The value of the code SOURCE (compiled as MODE) in a dictionary of its own; null on an error,
 // which is cleared: never an exception into the program.
@@ -87,11 +88,6 @@ int run_shim(void*) {
   return 0;
 }
 
-template <typename Fn>
-void find(Fn& fn, const char* name) {
-  fn = reinterpret_cast<Fn>(::dlsym(RTLD_DEFAULT, name));
-}
-
 void* wait_for_python(void*) {
   auto is_initialized = reinterpret_cast<int (*)()>(::dlsym(RTLD_DEFAULT, "Py_IsInitialized"));
   auto add_pending_call = reinterpret_cast<int (*)(int (*)(void*), void*)>(::dlsym(RTLD_DEFAULT, "Py_AddPendingCall"));
@@ -119,14 +115,14 @@ __attribute__((constructor)) void start_shim_where_site_does_not() {
   if (!socket || !*socket) return;  // not traced
   if (const char* in_process = setting(env::kInProcess); in_process && std::strcmp(in_process, "1") == 0)
     return;  // memtrace.record starts the shim itself
-  find(g_py.compile, "Py_CompileString");
-  find(g_py.eval, "PyEval_EvalCode");
-  find(g_py.new_dict, "PyDict_New");
-  find(g_py.dict_set, "PyDict_SetItemString");
-  find(g_py.builtins, "PyEval_GetBuiltins");
-  find(g_py.decref, "Py_DecRef");
-  find(g_py.clear_error, "PyErr_Clear");
-  find(g_py.is_true, "PyObject_IsTrue");
+  find_python(g_py.compile, "Py_CompileString");
+  find_python(g_py.eval, "PyEval_EvalCode");
+  find_python(g_py.new_dict, "PyDict_New");
+  find_python(g_py.dict_set, "PyDict_SetItemString");
+  find_python(g_py.builtins, "PyEval_GetBuiltins");
+  find_python(g_py.decref, "Py_DecRef");
+  find_python(g_py.clear_error, "PyErr_Clear");
+  find_python(g_py.is_true, "PyObject_IsTrue");
   if (!g_py.complete() || !::dlsym(RTLD_DEFAULT, "Py_IsInitialized")) return;  // no Python in this program
   // Before 3.7, Py_IsInitialized is true from the start of Py_Initialize (CPython 3.6
   // Python/pylifecycle.c sets `initialized = 1` before builtins and importlib exist), and a pending
@@ -138,16 +134,14 @@ __attribute__((constructor)) void start_shim_where_site_does_not() {
   if (folder.empty() || folder.find('\'') != std::string::npos) return;
   g_start_code = new std::string(
       "try:\n"
-      "    import sys\n"
-      "    if '_memtrace_shim' not in sys.modules:\n"
-      "        import importlib.util\n"
-      "        spec = importlib.util.spec_from_file_location('_memtrace_shim', '" +
+      "    import importlib.util, sys\n"
+      "    spec = importlib.util.spec_from_file_location('_memtrace_shim', '" +
       folder + "/_memtrace_shim/__init__.py', submodule_search_locations=['" + folder +
       "/_memtrace_shim'])\n"
-      "        module = importlib.util.module_from_spec(spec)\n"
-      "        sys.modules['_memtrace_shim'] = module\n"
-      "        spec.loader.exec_module(module)\n"
-      "        module._started_by_injector()\n"
+      "    module = importlib.util.module_from_spec(spec)\n"
+      "    sys.modules['_memtrace_shim'] = module\n"
+      "    spec.loader.exec_module(module)\n"
+      "    module._started_by_injector()\n"
       "except Exception:\n"
       "    pass\n");
   pthread_attr_t attr;

@@ -28,6 +28,7 @@
 #include "memtrace/ring/environment.h"
 #include "memtrace/ring/protocol.h"
 #include "python_reader.h"
+#include "python_symbol.h"
 #include "session.h"
 #include "settings.h"
 #include "stack_capture.h"
@@ -69,11 +70,6 @@ struct PythonApi {
   }
 };
 
-template <typename Fn>
-void find(Fn& fn, const char* name) {
-  fn = reinterpret_cast<Fn>(::dlsym(RTLD_DEFAULT, name));
-}
-
 // A program without Python is asked again only when modules were loaded since (an embedding
 // program may load Python after its first CUDA call); dlsym on every allocation would be slow.
 std::atomic<bool> g_look_again{true};
@@ -86,20 +82,20 @@ const PythonApi* python_api() {
   std::lock_guard lock(g_api_mutex);
   if (const PythonApi* api = g_api.load(std::memory_order_acquire)) return api;
   auto* api = new PythonApi;
-  find(api->is_initialized, "Py_IsInitialized");
-  find(api->gil_check, "PyGILState_Check");
-  find(api->this_thread_state, "PyGILState_GetThisThreadState");
-  find(api->current_frame, "PyEval_GetFrame");
-  find(api->frame_back, "PyFrame_GetBack");
-  find(api->frame_code, "PyFrame_GetCode");
-  find(api->frame_line, "PyFrame_GetLineNumber");
-  find(api->incref, "Py_IncRef");
-  find(api->decref, "Py_DecRef");
-  find(api->get_attr, "PyObject_GetAttrString");
-  find(api->utf8, "PyUnicode_AsUTF8");
-  find(api->err_fetch, "PyErr_Fetch");
-  find(api->err_restore, "PyErr_Restore");
-  find(api->version, "Py_GetVersion");
+  find_python(api->is_initialized, "Py_IsInitialized");
+  find_python(api->gil_check, "PyGILState_Check");
+  find_python(api->this_thread_state, "PyGILState_GetThisThreadState");
+  find_python(api->current_frame, "PyEval_GetFrame");
+  find_python(api->frame_back, "PyFrame_GetBack");
+  find_python(api->frame_code, "PyFrame_GetCode");
+  find_python(api->frame_line, "PyFrame_GetLineNumber");
+  find_python(api->incref, "Py_IncRef");
+  find_python(api->decref, "Py_DecRef");
+  find_python(api->get_attr, "PyObject_GetAttrString");
+  find_python(api->utf8, "PyUnicode_AsUTF8");
+  find_python(api->err_fetch, "PyErr_Fetch");
+  find_python(api->err_restore, "PyErr_Restore");
+  find_python(api->version, "Py_GetVersion");
   api->code_type = reinterpret_cast<uint64_t>(::dlsym(RTLD_DEFAULT, "PyCode_Type"));
   api->runtime = ::dlsym(RTLD_DEFAULT, "_PyRuntime");
   if (!api->complete()) {  // no Python, or older than 3.9 (no PyFrame_GetCode): no Python frames
@@ -108,9 +104,9 @@ const PythonApi* python_api() {
   }
   const char* v = api->version();
   api->minor = v && v[0] == '3' && v[1] == '.' ? std::atoi(v + 2) : 0;
-  find(api->code_new_empty, "PyCode_NewEmpty");
-  find(api->interpreter_of, "PyThreadState_GetInterpreter");
-  find(api->frame_evaluator, "_PyInterpreterState_GetEvalFrameFunc");
+  find_python(api->code_new_empty, "PyCode_NewEmpty");
+  find_python(api->interpreter_of, "PyThreadState_GetInterpreter");
+  find_python(api->frame_evaluator, "_PyInterpreterState_GetEvalFrameFunc");
   Dl_info info{};
   void* symbol = nullptr;  // its ElfW(Sym), whose size says where the function ends
   if (void* loop = ::dlsym(RTLD_DEFAULT, "_PyEval_EvalFrameDefault");
