@@ -14,6 +14,7 @@
 #include <cstring>
 #include <string>
 
+#include "memtrace/ring/protocol.h"
 #include "python_layout.h"
 
 namespace memtrace::inject {
@@ -77,86 +78,129 @@ struct FrameKey {
   char owner;
 };
 
-// Walks the frames of the thread whose PyThreadState is TSTATE, innermost first, and hands SINK
-// each one a reader would show, at most MAX: sink.frame(code, offset, ends_loop_call, key) for a
-// frame of code object CODE standing at byte OFFSET (its outermost of a call of the evaluation
-// loop when ENDS_LOOP_CALL), and sink.loop_call_ends() when the frame handed last turns out to be
-// one (3.12+: the shim after it says so). A sink that remembers frames by their key may take one
-// as it knows it, before the walk checks that the frame's code is a code object and that the
-// frame has started (so it recalls only frames it knows hold the very code object it saw):
-// sink.recall(key, offset, ends_loop_call) returns true when it did. Frames a reader would not
-// show (C-stack shims, frames not started yet) are left out. CODE_TYPE is PyCode_Type's address: a
-// frame whose code is anything else is not followed into. LOOPS, when given, is set to how many
-// calls of the evaluation loop the frames began (the loop's frames on the native stack), or -1
-// when that is not known (more frames than MAX). Returns how many frames SINK was handed. The sink
-// does its work as each frame comes (python_stack.cpp): no array of frames between the walk and it.
+// A frame its sink did not recall: its code object must be one (its type PyCode_Type, at
+// CODE_TYPE) and the frame started (3.11+: past the code's first traceable instruction; a
+// generator's frame always is), then the sink's word for it (0: left out). Apart from the walk's
+// loop, which it would crowd.
+struct Sight {
+  uint64_t word;
+  bool complete;  // a started frame of a code object
+};
 template <typename Memory, typename Sink>
-int walk_frames_of(const PythonLayout& l, const Memory& m, uint64_t tstate, uint64_t code_type, int max, Sink& sink,
-                   int* loops = nullptr) {
-  if (loops) *loops = -1;
-  uint64_t frame = 0;
-  if (!plausible(tstate) || !load(m, tstate + l.tstate_frame, frame)) return 0;
-  if (l.cframe_current_frame != kAbsent && (!plausible(frame) || !load(m, frame + l.cframe_current_frame, frame)))
-    return 0;
-  // The offsets in registers: every store the sink makes could alias the layout, which would
-  // otherwise be read again for each frame (callgrind: the loop took ~80 instructions a frame that way).
-  const uint64_t frame_code = l.frame_code, frame_back = l.frame_back, frame_instr = l.frame_instr, ob_type = l.ob_type;
-  const bool has_owner = l.frame_owner != kAbsent, instr_is_pointer = l.instr_is_pointer,
-             lasti_in_code_units = l.lasti_in_code_units, has_first_traceable = l.code_firsttraceable != kAbsent;
-  const uint64_t frame_owner = static_cast<uint64_t>(l.frame_owner),
-                 code_adaptive = static_cast<uint64_t>(l.code_adaptive),
-                 code_firsttraceable = static_cast<uint64_t>(l.code_firsttraceable),
-                 frame_is_entry = static_cast<uint64_t>(l.frame_is_entry);
-  const bool every_frame = l.loop_entry == PythonLayout::LoopEntry::kEveryFrame,
-             by_shim = l.loop_entry == PythonLayout::LoopEntry::kShim,
-             by_flag = l.loop_entry == PythonLayout::LoopEntry::kIsEntry;
+__attribute__((noinline)) Sight first_sight(const PythonLayout& l, const Memory& m, uint64_t code_type, Sink& sink,
+                                            FrameKey key, int64_t offset) {
+  uint64_t type = 0;
+  if (!load(m, key.code + l.ob_type, type) || type != code_type) return {0, false};
+  int first_traceable = 0;
+  if (l.instr_is_pointer && key.owner != 1 && l.code_firsttraceable != kAbsent &&
+      load(m, key.code + static_cast<uint64_t>(l.code_firsttraceable), first_traceable) &&
+      offset < 2 * static_cast<int64_t>(first_traceable))
+    return {0, false};
+  return {sink.frame(key, offset), true};
+}
+
+// The walk for frames of one shape (the layout's loop_entry, which fixes the rest: 3.9 and 3.10
+// chain PyFrameObjects, with an int f_lasti and no owner; 3.11+ _PyInterpreterFrames, with an
+// instruction pointer and an owner), from the innermost FRAME: the loop tests none of it per frame,
+// and keeps what it writes in registers (callgrind: 81 instructions a frame with the shape tested
+// at each, and the sink's count and the frame's key kept in memory; ~40 now).
+template <PythonLayout::LoopEntry kEntry, typename Memory, typename Sink>
+int walk_shaped(const PythonLayout& l, const Memory& m, uint64_t frame, uint64_t code_type, uint64_t* pairs, int max,
+                Sink& sink, int* loops) {
+  using LoopEntry = PythonLayout::LoopEntry;
+  constexpr bool kObjects = kEntry == LoopEntry::kEveryFrame;
+  const uint64_t frame_code = l.frame_code, frame_back = l.frame_back, frame_instr = l.frame_instr,
+                 frame_owner = kObjects ? 0 : static_cast<uint64_t>(l.frame_owner),
+                 frame_is_entry = kEntry == LoopEntry::kIsEntry ? static_cast<uint64_t>(l.frame_is_entry) : 0,
+                 code_adaptive = kObjects ? 0 : static_cast<uint64_t>(l.code_adaptive);
+  const bool lasti_in_code_units = l.lasti_in_code_units;
   int n = 0, entries = 0;
   for (int guard = 0; plausible(frame) && n < max && guard < 100000; ++guard) {
-    uint64_t code = 0, back = 0, type = 0;
+    uint64_t code = 0, back = 0;
     if (!load(m, frame + frame_code, code) || !load(m, frame + frame_back, back)) break;
     char owner = 0;
-    if (has_owner && !load(m, frame + frame_owner, owner)) break;
+    uint8_t entry = kObjects;  // 3.9, 3.10: ceval.c evaluates each frame in a call of its own
+    if constexpr (!kObjects)
+      if (!load(m, frame + frame_owner, owner)) break;
+    if constexpr (kEntry == LoopEntry::kIsEntry)
+      if (!load(m, frame + frame_is_entry, entry)) break;
     const bool shim = owner == 3;  // FRAME_OWNED_BY_CSTACK (3.12+): the C stack's entry into the interpreter
-    uint8_t entry = every_frame;
-    if (by_flag && !load(m, frame + frame_is_entry, entry)) break;
-    if (by_shim && shim) {  // 3.12+: the shim stands just outside the call's outermost frame
-      entry = 1;
-      if (n > 0) sink.loop_call_ends();
+    if constexpr (kEntry == LoopEntry::kShim) {
+      if (shim) {  // the shim stands just outside the call's outermost frame
+        entry = 1;
+        if (n > 0) pairs[2 * (n - 1)] |= ring::kEndsLoopCall;
+      }
     }
     entries += entry != 0;
     if (!shim && plausible(code)) {
       // Where the frame stands: a pointer into the code's instructions (3.11+), or f_lasti.
       uint64_t instr = 0;
       int64_t offset = 0;
-      if (instr_is_pointer) {
-        if (!load(m, frame + frame_instr, instr)) break;
-        offset = static_cast<int64_t>(instr - (code + code_adaptive));
-      } else {
+      if constexpr (kObjects) {
         int lasti = 0;
         if (!load(m, frame + frame_instr, lasti)) break;
         instr = static_cast<uint64_t>(static_cast<int64_t>(lasti));
         offset = lasti_in_code_units && lasti >= 0 ? 2 * static_cast<int64_t>(lasti) : lasti;
+      } else {
+        if (!load(m, frame + frame_instr, instr)) break;
+        offset = static_cast<int64_t>(instr - (code + code_adaptive));
       }
-      const bool ends_loop_call = entry != 0 && !by_shim;
+      const bool ends_loop_call = kEntry != LoopEntry::kShim && entry != 0;
       const FrameKey key{frame, code, instr, owner};
-      if (sink.recall(key, offset, ends_loop_call)) {
+      uint64_t word = sink.recall(key);
+      if (!word) {
+        const Sight sight = first_sight(l, m, code_type, sink, key, offset);
+        word = sight.word;
+        // Left out: the call it ended now ends with the frame inside it.
+        if (sight.complete && !word && ends_loop_call && n > 0) pairs[2 * (n - 1)] |= ring::kEndsLoopCall;
+      }
+      if (word) {
+        pairs[2 * n] = word | (ends_loop_call ? ring::kEndsLoopCall : 0);
+        pairs[2 * n + 1] = static_cast<uint64_t>(offset);
         ++n;
-      } else if (load(m, code + ob_type, type) && type == code_type) {
-        bool complete = true;
-        int first_traceable = 0;
-        if (instr_is_pointer && owner != 1 && has_first_traceable &&  // 1: owned by a generator, always started
-            load(m, code + code_firsttraceable, first_traceable))
-          complete = offset >= 2 * static_cast<int64_t>(first_traceable);
-        if (complete) {
-          sink.frame(code, offset, ends_loop_call, key);
-          ++n;
-        }
       }
     }
     frame = back;
   }
   if (loops && !plausible(frame)) *loops = entries;  // the whole chain was read
   return n;
+}
+
+// Walks the frames of the thread whose PyThreadState is TSTATE, innermost first, into PAIRS (at
+// most MAX): for each frame a reader would show, a word its SINK gives and the byte offset of the
+// instruction it stands at; the word's top bit (ring::kEndsLoopCall) set for the outermost frame
+// of a call of the evaluation loop. sink.recall(key) gives the word of a frame it knows by its key
+// (0: none), before the walk checks that the frame's code is a code object and that the frame has
+// started (so it recalls only frames it knows hold the very code object it saw); else
+// sink.frame(key, offset) gives it, for a started frame of a code object (0: left out). Frames a
+// reader would not show (C-stack shims, frames not started yet) are left out. CODE_TYPE is
+// PyCode_Type's address: a frame whose code is anything else is not followed into. LOOPS, when
+// given, is set to how many calls of the evaluation loop the frames began (the loop's frames on
+// the native stack), or -1 when that is not known (more frames than MAX). Returns how many frames
+// went into PAIRS. The sink works as each frame comes (python_stack.cpp).
+template <typename Memory, typename Sink>
+int walk_frames_of(const PythonLayout& l, const Memory& m, uint64_t tstate, uint64_t code_type, uint64_t* pairs,
+                   int max, Sink& sink, int* loops = nullptr) {
+  using LoopEntry = PythonLayout::LoopEntry;
+  if (loops) *loops = -1;
+  uint64_t frame = 0;
+  if (!plausible(tstate) || !load(m, tstate + l.tstate_frame, frame)) return 0;
+  if (l.cframe_current_frame != kAbsent && (!plausible(frame) || !load(m, frame + l.cframe_current_frame, frame)))
+    return 0;
+  // Each shape with what python_layout.cpp gives it; anything else is no layout memtrace knows.
+  const bool objects = l.frame_owner == kAbsent && !l.instr_is_pointer;
+  const bool interpreter_frames = l.frame_owner != kAbsent && l.instr_is_pointer && l.code_adaptive != kAbsent;
+  switch (l.loop_entry) {
+    case LoopEntry::kEveryFrame:
+      return objects ? walk_shaped<LoopEntry::kEveryFrame>(l, m, frame, code_type, pairs, max, sink, loops) : 0;
+    case LoopEntry::kIsEntry:
+      return interpreter_frames && l.frame_is_entry != kAbsent
+                 ? walk_shaped<LoopEntry::kIsEntry>(l, m, frame, code_type, pairs, max, sink, loops)
+                 : 0;
+    case LoopEntry::kShim:
+      return interpreter_frames ? walk_shaped<LoopEntry::kShim>(l, m, frame, code_type, pairs, max, sink, loops) : 0;
+  }
+  return 0;
 }
 
 // One Python frame: its code object and the byte offset of the instruction it stands at (negative
@@ -167,20 +211,20 @@ struct PythonFrame {  // no initializers: arrays of them are filled, not cleared
   bool ends_loop_call;  // the outermost frame of a call of the evaluation loop
 };
 
-// The frames walk_frames_of hands a sink, into OUT (at most MAX), innermost first.
+// The frames walk_frames_of gives, into OUT (at most MAX, at most 64), innermost first.
 template <typename Memory>
 int read_frames(const PythonLayout& l, const Memory& m, uint64_t tstate, uint64_t code_type, PythonFrame* out, int max,
                 int* loops = nullptr) {
   struct {
-    PythonFrame* out;
-    int n;
-    bool recall(const FrameKey&, int64_t, bool) { return false; }
-    void frame(uint64_t code, int64_t offset, bool ends_loop_call, const FrameKey&) {
-      out[n++] = PythonFrame{code, offset, ends_loop_call};
-    }
-    void loop_call_ends() { out[n - 1].ends_loop_call = true; }
-  } sink{out, 0};
-  return walk_frames_of(l, m, tstate, code_type, max, sink, loops);
+    uint64_t recall(const FrameKey&) { return 0; }
+    uint64_t frame(const FrameKey& key, int64_t) { return key.code; }  // never 0 (plausible)
+  } sink;
+  uint64_t pairs[2 * 64];
+  const int n = walk_frames_of(l, m, tstate, code_type, pairs, max < 64 ? max : 64, sink, loops);
+  for (int i = 0; i < n; ++i)
+    out[i] = PythonFrame{pairs[2 * i] & ~ring::kEndsLoopCall, static_cast<int64_t>(pairs[2 * i + 1]),
+                         (pairs[2 * i] & ring::kEndsLoopCall) != 0};
+  return n;
 }
 
 // A str as UTF-8, at most MAX_BYTES; empty when it is not one memtrace can read (not compact).

@@ -426,62 +426,49 @@ void capture_python(int max_frames, bool allow_api, StackCapture& stack, EvalLoo
     const uint64_t generation = g_codes_generation.load(std::memory_order_relaxed);
     uint64_t deaths = 0;
     const bool counted = code_deaths(deaths);
-    // Each frame's code id and offset go straight into the stack's pairs as the walk reads them.
+    // Each frame's code id, for the walk to write into the stack's pairs as it reads them.
     struct {
-      uint64_t* pairs;
-      int count;
       CachedCode* cache;
       KnownFrame* known;
       uint64_t generation, stamp_base;
       bool counted;
       uint64_t deaths;
+      uint64_t trusted_deaths;  // a known frame's count that needs no check: DEATHS when counted, else none
       uint64_t ob_type, code_type;
       CodeOffsets offsets;  // a copy: the pairs' stores could alias the layout's
-      void take(uint64_t id, int64_t offset, bool ends_loop_call) {
-        pairs[2 * count] = id | (ends_loop_call ? ring::kEndsLoopCall : 0);
-        pairs[2 * count + 1] = static_cast<uint64_t>(offset);
-        ++count;
-      }
-      bool recall(const FrameKey& key, int64_t offset, bool ends_loop_call) {
-        if (!known) return false;
+      uint64_t recall(const FrameKey& key) {
+        if (!known) return 0;
         KnownFrame& k = known_slot(known, key.frame);
         if (k.frame != key.frame || k.code != key.code || k.instr != key.instr ||
             k.stamp != stamp_of(stamp_base, key.owner))
-          return false;
-        if (!counted || k.deaths != deaths) {  // a code object died since: the one here may be another
+          return 0;
+        if (k.deaths != trusted_deaths) {  // a code object died since: the one here may be another
           uint64_t type = 0;
           if (!load(DirectMemory(), key.code + ob_type, type) || type != code_type ||
               code_identity(offsets, DirectMemory(), key.code) != k.identity)
-            return false;
+            return 0;
           k.deaths = deaths;
         }
-        take(k.id, offset, ends_loop_call);
-        return true;
+        return k.id;
       }
-      void frame(uint64_t code, int64_t offset, bool ends_loop_call, const FrameKey& key) {
+      uint64_t frame(const FrameKey& key, int64_t) {
         uint64_t identity = 0;
-        const uint64_t id = code_id(code, offsets, cache, generation, counted, deaths, identity);
-        if (!id) {  // left out: the call it ended now ends with the frame inside it
-          if (ends_loop_call) loop_call_ends();
-          return;
-        }
-        if (known)
+        const uint64_t id = code_id(key.code, offsets, cache, generation, counted, deaths, identity);
+        if (id && known)
           known_slot(known, key.frame) =
-              KnownFrame{key.frame, code, key.instr, identity, stamp_of(stamp_base, key.owner), id, deaths, 0};
-        take(id, offset, ends_loop_call);
+              KnownFrame{key.frame, key.code, key.instr, identity, stamp_of(stamp_base, key.owner), id, deaths, 0};
+        return id;
       }
-      void loop_call_ends() {
-        if (count > 0) pairs[2 * (count - 1)] |= ring::kEndsLoopCall;
-      }
-    } sink{stack.python, 0,      code_cache(),     known_frames(), generation,           generation << 8,
-           counted,      deaths, g_layout.ob_type, py->code_type,  CodeOffsets(g_layout)};
-    walk_frames_of(g_layout, DirectMemory(), reinterpret_cast<uint64_t>(tstate), py->code_type, max_frames, sink,
-                   loops ? &calls : nullptr);
+    } sink{code_cache(), known_frames(), generation, generation << 8, counted, deaths,
+           counted ? deaths : ~uint64_t(0),  // never a count: no code object dies 2^64 - 1 times
+           g_layout.ob_type, py->code_type, CodeOffsets(g_layout)};
+    const int count = walk_frames_of(g_layout, DirectMemory(), reinterpret_cast<uint64_t>(tstate), py->code_type,
+                                     stack.python, max_frames, sink, loops ? &calls : nullptr);
     if (loops && calls > 0 && py->loop_start && py->interpreter_of && py->frame_evaluator && tstate &&
         reinterpret_cast<uint64_t>(py->frame_evaluator(py->interpreter_of(tstate))) == py->loop_start)
       *loops = EvalLoops{calls, py->loop_start, py->loop_end};
-    stack.python_count = static_cast<uint16_t>(sink.count);
-    stack.python_state = sink.count ? ring::kPythonFrames : ring::kPythonNoFrames;
+    stack.python_count = static_cast<uint16_t>(count);
+    stack.python_state = count ? ring::kPythonFrames : ring::kPythonNoFrames;
     return;
   }
   // No C API inside PyTorch's allocator (its tracker, or a cudaMalloc it makes under its lock), and
