@@ -459,9 +459,16 @@ void capture_python(int max_frames, bool allow_api, StackCapture& stack, EvalLoo
               KnownFrame{key.frame, key.code, key.instr, identity, stamp_of(stamp_base, key.owner), id, deaths, 0};
         return id;
       }
-    } sink{code_cache(), known_frames(), generation, generation << 8, counted, deaths,
+    } sink{code_cache(),
+           known_frames(),
+           generation,
+           generation << 8,
+           counted,
+           deaths,
            counted ? deaths : ~uint64_t(0),  // never a count: no code object dies 2^64 - 1 times
-           g_layout.ob_type, py->code_type, CodeOffsets(g_layout)};
+           g_layout.ob_type,
+           py->code_type,
+           CodeOffsets(g_layout)};
     const int count = walk_frames_of(g_layout, DirectMemory(), reinterpret_cast<uint64_t>(tstate), py->code_type,
                                      stack.python, max_frames, sink, loops ? &calls : nullptr);
     if (loops && calls > 0 && py->loop_start && py->interpreter_of && py->frame_evaluator && tstate &&
