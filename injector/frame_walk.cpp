@@ -384,7 +384,8 @@ Rule rule_for(uint64_t pc, KnownModules& known) {
                       state.cfa_offset > INT32_MIN && state.cfa_offset < INT32_MAX;
   const bool return_ok = state.return_address.how == RegisterRule::kOffset && state.return_address.offset == -8;
   const bool rbp_ok = state.rbp.how == RegisterRule::kSame ||
-                      (state.rbp.how == RegisterRule::kOffset && state.rbp.offset < 0 && state.rbp.offset > INT16_MIN);
+                      (state.rbp.how == RegisterRule::kOffset && state.rbp.offset < 0 && state.rbp.offset > INT16_MIN &&
+                       state.rbp.offset % 8 == 0);  // a word's slot (WalkedFrame::step keeps a flag in its low bit)
   if (!cfa_ok || !return_ok || !rbp_ok || state.rsp.how != RegisterRule::kSame) return rule;
   rule.kind = state.cfa_register == kRsp ? kFromRsp : kFromRbp;
   rule.cfa_offset = static_cast<int32_t>(state.cfa_offset);
@@ -392,12 +393,16 @@ Rule rule_for(uint64_t pc, KnownModules& known) {
   return rule;
 }
 
-// A frame as a walk found it, before stepping it; RBP_SLOT: where stepping it read rbp (0: it
-// left rbp as it was).
+// A frame as a walk found it, before stepping it. STEP: where stepping it read rbp (0: it left rbp
+// as it was), plus kCfaFromRbp when its canonical frame address came from rbp (the slot is a
+// word's address: its low bit is free). Only such a frame's rbp decides where the frames past it
+// lie: another frame's rbp may be anything (a register the function uses for its own values).
 struct WalkedFrame {
-  uint64_t rip, rsp, rbp, rbp_slot;
+  uint64_t rip, rsp, rbp, step;
 };
-// A thread's last walk: COUNT frames; COMPLETE when its last frame's rule said the stack ends there.
+constexpr uint64_t kCfaFromRbp = 1;
+// A thread's last walk: COUNT frames; COMPLETE when its last frame's rule said the stack ends there
+// (not when it ended at its WalkStop's frame).
 constexpr int kMostFrames = 320;
 struct Walk {
   int count;
@@ -436,7 +441,8 @@ void forget_frame_rules() { g_generation.fetch_add(1, std::memory_order_relaxed)
 // through (the same three registers), the last walk's outer frames are this walk's too for as long
 // as the words its steps read hold what they held then: checked word by word, two loads a frame
 // instead of a rule's lookup. A loop allocating from the same place walks its own frames only.
-__attribute__((noinline, no_sanitize("address"))) int walk_frames(void** frames, int max, WalkTail* tail) {
+__attribute__((noinline, no_sanitize("address"))) int walk_frames(void** frames, int max, WalkTail* tail,
+                                                                  const WalkStop* stop) {
   auto* thread = static_cast<ThreadWalks*>(thread_block(ThreadBlock::kFrameRules, sizeof(ThreadWalks)));
   if (!thread) return -1;
   if (const uint64_t now = g_generation.load(std::memory_order_relaxed); thread->generation != now) {
@@ -448,6 +454,10 @@ __attribute__((noinline, no_sanitize("address"))) int walk_frames(void** frames,
   Walk& last = thread->walks[thread->last];
   Walk& walk = thread->walks[1 - thread->last];
   if (max > kMostFrames) max = kMostFrames;
+  // STOP's frames still to pass before the walk ends (never, without one): a subtraction and a
+  // comparison a frame.
+  const uint64_t stop_start = stop ? stop->start : 0, stop_length = stop ? stop->length : 0;
+  int stops_left = stop && stop->count > 0 ? stop->count : -1;
   uint64_t rip, rsp, rbp;
   asm volatile("lea 0(%%rip), %0\n\tmov %%rsp, %1\n\tmov %%rbp, %2" : "=r"(rip), "=r"(rsp), "=r"(rbp));
   int n = 0, j = 0;  // J: the last walk's first frame not below this one
@@ -463,37 +473,53 @@ __attribute__((noinline, no_sanitize("address"))) int walk_frames(void** frames,
       void** out = frames + (n - j);  // the last walk's frame K is this walk's OUT[K]
       out[j] = reinterpret_cast<void*>(rip);
       int k = j;
-      for (; k + 1 < end; ++k) {
-        const WalkedFrame &from = last.frames[k], &to = last.frames[k + 1];
-        if (word_at(to.rsp - 8) != to.rip || (from.rbp_slot && word_at(from.rbp_slot) != to.rbp)) break;
-        out[k + 1] = reinterpret_cast<void*>(to.rip);
+      bool stopped = rip - stop_start < stop_length && --stops_left == 0;
+      // Frame K's rbp as it is now (the last walk's may differ where no step used it).
+      uint64_t rbp_now = rbp;
+      if (!stopped) {
+        for (; k + 1 < end; ++k) {
+          const WalkedFrame &from = last.frames[k], &to = last.frames[k + 1];
+          if (((from.step & kCfaFromRbp) && rbp_now != from.rbp) || word_at(to.rsp - 8) != to.rip) break;
+          if (const uint64_t slot = from.step & ~kCfaFromRbp) rbp_now = word_at(slot);
+          out[k + 1] = reinterpret_cast<void*>(to.rip);
+          if (to.rip - stop_start < stop_length && --stops_left == 0) [[unlikely]] {
+            stopped = true;
+            ++k;
+            break;
+          }
+        }
       }
       const int taken = k - j + 1;
-      if (k + 1 == last.count && last.complete && n == j) {
+      // Both walks end with the last walk's last frame: it was the stack's outermost, or STOP's.
+      const bool ends_together = k + 1 == last.count && (last.complete || stopped);
+      if (ends_together && n == j) {
         // The last walk's frames from J on, below as many new ones as it had there (a loop at
         // the same depth): the new ones go into it, which stays the last walk. Copying ~40
         // frames the other way cost ~150 instructions a walk.
         std::memcpy(last.frames, walk.frames, static_cast<size_t>(n) * sizeof(WalkedFrame));
+        last.frames[k].rbp = rbp_now;
         ++thread->serial;
         if (tail) *tail = WalkTail{thread->serial, taken};
         return n + taken;
       }
       std::memcpy(&walk.frames[n], &last.frames[j], static_cast<size_t>(taken) * sizeof(WalkedFrame));
       n += taken;
-      if (k + 1 == last.count && last.complete) {
-        complete = true;
+      walk.frames[n - 1].rbp = rbp_now;  // the walk steps on from it
+      if (ends_together) {
+        complete = last.complete;
         shared = taken;
         break;
       }
-      if (n == max) break;
+      if (stopped || n == max) break;
       step_from = n - 1;
       rip = last.frames[k].rip;
       rsp = last.frames[k].rsp;
-      rbp = last.frames[k].rbp;
+      rbp = rbp_now;
       j = k;
     } else {
       walk.frames[n] = WalkedFrame{rip, rsp, rbp, 0};
       frames[n++] = reinterpret_cast<void*>(rip);
+      if (rip - stop_start < stop_length && --stops_left == 0) break;
     }
     // A caller's rule is its call instruction's, the return address less one.
     const uint64_t pc = step_from == 0 ? rip : rip - 1;
@@ -508,9 +534,9 @@ __attribute__((noinline, no_sanitize("address"))) int walk_frames(void** frames,
     // A CFA below this frame's, or not word-aligned, is no stack libunwind would walk either.
     if (cfa <= rsp || (cfa & 7) != 0) return -1;
     rip = word_at(cfa - 8);
-    walk.frames[step_from].rbp_slot = 0;
+    walk.frames[step_from].step = rule->kind == kFromRbp ? kCfaFromRbp : 0;
     if (rule->rbp_offset) {
-      walk.frames[step_from].rbp_slot = cfa + rule->rbp_offset;
+      walk.frames[step_from].step |= cfa + rule->rbp_offset;
       rbp = word_at(cfa + rule->rbp_offset);
     }
     rsp = cfa;

@@ -21,10 +21,20 @@ struct WalkTail {
   int shared = 0;
 };
 
+// Where a walk may end before the stack does: with the COUNT-th frame whose address lies in
+// [START, START + LENGTH) (under Python, the outermost call of the interpreter's evaluation loop
+// that its frames began; the ones below it are the interpreter's start, or a thread's).
+struct WalkStop {
+  uint64_t start = 0, length = 0;
+  int count = 0;
+};
+
 // Fills FRAMES with at most MAX addresses, innermost first, as unw_backtrace (libunwind 1.6) gives
-// them: an address in this function first, then each caller's return address. Returns how many,
-// or -1 when a frame is one it cannot step. TAIL, if given, is set for a walk that succeeds.
-int walk_frames(void** frames, int max, WalkTail* tail = nullptr);
+// them: an address in this function first, then each caller's return address; with STOP, only up
+// to its frame where the stack reaches it. Returns how many, or -1 when a frame is one it cannot
+// step. TAIL, if given, is set for a walk that succeeds: two walks that ended at STOP's frame (the
+// same STOP) count as reaching the same end.
+int walk_frames(void** frames, int max, WalkTail* tail = nullptr, const WalkStop* stop = nullptr);
 
 // Modules were unloaded: the rules kept for their addresses may describe other code now.
 void forget_frame_rules();

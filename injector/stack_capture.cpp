@@ -103,15 +103,32 @@ _Unwind_Reason_Code gcc_frame(_Unwind_Context* context, void* data) {
   return _URC_NO_REASON;
 }
 
-int walk_stack(void** frames, int max, WalkTail* tail = nullptr) {
+// How many of the N frames walked reach STOP's frame (the COUNT-th in its range, included); 0
+// when they do not.
+int through_stop(void* const* frames, int n, const WalkStop& stop) {
+  int seen = 0;
+  for (int i = 0; i < n; ++i)
+    if (reinterpret_cast<uint64_t>(frames[i]) - stop.start < stop.length && ++seen == stop.count) return i + 1;
+  return 0;
+}
+
+// Walks at most MAX frames into FRAMES; with STOP, up to its frame where the stack reaches it
+// (memtrace's walk ends there by itself; the others walk on, and their frames are cut there).
+int walk_stack(void** frames, int max, WalkTail* tail = nullptr, const WalkStop* stop = nullptr) {
   if (g_own_walk) {
-    const int n = walk_frames(frames, max, tail);
+    const int n = walk_frames(frames, max, tail, stop);
     if (n >= 0) return n;
   }
-  if (g_unw_backtrace) return g_unw_backtrace(frames, max);
-  GccWalk walk{frames, max, 0};
-  _Unwind_Backtrace(gcc_frame, &walk);
-  return walk.count;
+  int n = 0;
+  if (g_unw_backtrace) {
+    n = g_unw_backtrace(frames, max);
+  } else {
+    GccWalk walk{frames, max, 0};
+    _Unwind_Backtrace(gcc_frame, &walk);
+    n = walk.count;
+  }
+  const int through = stop ? through_stop(frames, n, *stop) : 0;
+  return through ? through : n;
 }
 
 }  // namespace
@@ -119,61 +136,6 @@ int walk_stack(void** frames, int max, WalkTail* tail = nullptr) {
 void prepare_native_stacks() { load_unwinder(); }
 
 bool in_injector(uint64_t address) { return address >= g_self_start && address < g_self_end; }
-
-namespace {
-
-// How deep the outermost evaluation loop lay the last time this thread allocated from a Python
-// line (the innermost frame's code and offset, and how many loops): the same line makes much the
-// same native calls. A thread's block (thread_block.h), a slot a line.
-struct LoopDepth {
-  uint64_t key;
-  int frames;  // walked, memtrace's own frames on top included
-};
-constexpr int kLoopDepthBits = 8;
-
-LoopDepth* loop_depths() {
-  return static_cast<LoopDepth*>(thread_block(ThreadBlock::kLoopDepths, sizeof(LoopDepth) << kLoopDepthBits));
-}
-
-// How many of the N frames walked reach the outermost evaluation loop (its frame included); 0
-// when fewer of the loop's frames than LOOPS.count are among them.
-int through_outermost_loop(void* const* frames, int n, const EvalLoops& loops) {
-  int seen = 0;
-  for (int i = 0; i < n; ++i) {
-    const auto ip = reinterpret_cast<uint64_t>(frames[i]);
-    if (ip >= loops.start && ip < loops.end && ++seen == loops.count) return i + 1;
-  }
-  return 0;
-}
-
-// Walks at most MOST frames into FRAMES. Under Python (LOOPS known), the walk ends with the
-// outermost evaluation loop: below it lie the interpreter's start (Py_RunMain, main) or a thread's,
-// while native frames between Python ones (an extension calling back into Python) are kept. No
-// walk can be told where to stop but by a count, and the count is not known before the walk, so
-// the depth is remembered for the innermost Python line; a walk that ends at that depth without
-// all the loops is done again whole (the line went deeper this time).
-int walk_native(void** frames, int most, const EvalLoops& loops, const StackCapture& stack, WalkTail& tail) {
-  LoopDepth* memo = loops.count > 0 && stack.python_count > 0 ? loop_depths() : nullptr;
-  if (!memo) return walk_stack(frames, most, &tail);
-  // Below: walks ended by a count, whose stack may end before the walk does; TAIL stays empty.
-  const uint64_t key =
-      ((stack.python[0] * 0x9E3779B97F4A7C15ull) ^ (stack.python[1] << 20) ^ static_cast<uint64_t>(loops.count)) | 1;
-  LoopDepth& slot = memo[(key * 0x9E3779B97F4A7C15ull) >> (64 - kLoopDepthBits)];
-  const int limit = slot.key == key && slot.frames < most ? slot.frames : most;
-  int n = walk_stack(frames, limit);
-  int through = through_outermost_loop(frames, n, loops);
-  if (!through && n == limit && limit < most) {
-    n = walk_stack(frames, most);
-    through = through_outermost_loop(frames, n, loops);
-  }
-  if (!through) return n;
-  // The deepest seen from this line: a shallower call walks a few frames more, a deeper one
-  // would walk twice.
-  slot = LoopDepth{key, slot.key == key && slot.frames > through ? slot.frames : through};
-  return through;
-}
-
-}  // namespace
 
 void capture_stack(const StackOptions& options, uint64_t caller, StackCapture& stack) {
   stack.native_count = 0;
@@ -197,8 +159,13 @@ void capture_stack(const StackOptions& options, uint64_t caller, StackCapture& s
     void* spare[kMaxNativeFrames + kRoom];
     static_assert(sizeof(void*) == sizeof(uint64_t));
     void** frames = wanted + kRoom <= kMaxNativeFrames ? reinterpret_cast<void**>(stack.native) : spare;
+    // Under Python (LOOPS known), the walk ends with the outermost evaluation loop: below it lie
+    // the interpreter's start (Py_RunMain, main) or a thread's, while native frames between Python
+    // ones (an extension calling back into Python) are kept.
     WalkTail tail;
-    const int n = walk_native(frames, wanted + kRoom, loops, stack, tail);
+    const WalkStop stop{loops.start, loops.end - loops.start, loops.count};
+    const int n =
+        walk_stack(frames, wanted + kRoom, &tail, loops.count > 0 && stack.python_count > 0 ? &stop : nullptr);
     int first = 0;
     while (first < n && in_injector(reinterpret_cast<uint64_t>(frames[first]))) ++first;
     const int kept = n - first < wanted ? n - first : wanted;

@@ -9,7 +9,7 @@
 
 namespace memtrace::inject {
 
-enum class ThreadBlock { kPythonCodeCache, kPythonFrames, kCuptiPending, kLoopDepths, kFrameRules, kKeptStack, kCount };
+enum class ThreadBlock { kPythonCodeCache, kPythonFrames, kCuptiPending, kFrameRules, kKeptStack, kCount };
 
 // This thread's block WHICH of BYTES bytes (the same size at every call), zero-filled when first
 // mapped; null when it cannot be mapped.

@@ -9,7 +9,9 @@
 
 #include <algorithm>
 #include <csignal>
+#include <cstdint>
 #include <cstdlib>
+#include <map>
 #include <vector>
 
 namespace memtrace::inject {
@@ -203,6 +205,150 @@ TEST(FrameWalk, ReusesNoFrameBelowAFrameWhoseRbpChanged) {
   for (int i = 0; i < 5; ++i) {
     expect_same(large_caller(64, true), "large caller");
     expect_same(small_caller(bytes, true), "small caller");
+  }
+}
+
+// rbp as a register of a function's own (as CPython's evaluation loop uses it): the holder keeps
+// VALUE in rbp across its call of FRAMED, whose frame pointer saves it; the holder's CFA is rsp's,
+// so VALUE decides no frame's place, and a walk through it from one call to the next is the last
+// walk's. Both in assembly: a compiler keeps no value in rbp on request.
+extern "C" void memtrace_test_rbp_holder(void (*framed)(void (*)()), uint64_t value, void (*inner)());
+extern "C" void memtrace_test_framed(void (*inner)());
+asm(R"(
+  .text
+  .globl memtrace_test_rbp_holder
+  .type memtrace_test_rbp_holder, @function
+memtrace_test_rbp_holder:
+  .cfi_startproc
+  push %rbp
+  .cfi_def_cfa_offset 16
+  .cfi_offset %rbp, -16
+  mov %rdi, %rax
+  mov %rsi, %rbp
+  mov %rdx, %rdi
+  call *%rax
+  pop %rbp
+  .cfi_def_cfa_offset 8
+  ret
+  .cfi_endproc
+  .size memtrace_test_rbp_holder, .-memtrace_test_rbp_holder
+
+  .globl memtrace_test_framed
+  .type memtrace_test_framed, @function
+memtrace_test_framed:
+  .cfi_startproc
+  push %rbp
+  .cfi_def_cfa_offset 16
+  .cfi_offset %rbp, -16
+  mov %rsp, %rbp
+  .cfi_def_cfa_register %rbp
+  call *%rdi
+  pop %rbp
+  .cfi_def_cfa %rsp, 8
+  ret
+  .cfi_endproc
+  .size memtrace_test_framed, .-memtrace_test_framed
+)");
+
+TailWalk g_held_tail;
+Walks g_held_walks;
+__attribute__((noinline)) void held_tail() { g_held_tail = walk_tail(200); }
+__attribute__((noinline)) void held_walks() { g_held_walks = walk_both(200); }
+
+// From one call site, so that every walk has the same frames.
+__attribute__((noinline)) void hold(uint64_t value, void (*inner)()) {
+  memtrace_test_rbp_holder(memtrace_test_framed, value, inner);
+  g_sink = g_sink + 1;  // no tail call
+}
+
+TEST(FrameWalk, TakesTheFramesPastAFrameWhoseRbpIsAValueOfItsOwn) {
+  TailWalk first;
+  for (uint64_t value : {0x1111, 0x2222, 0x3333}) {
+    hold(value, held_tail);
+    const TailWalk& w = g_held_tail;
+    if (value == 0x1111) {
+      first = w;
+      continue;
+    }
+    ASSERT_EQ(w.frames, first.frames);
+    // walk_frames, walk_tail, held_tail, framed, the holder: the walk met the last one inside them
+    // and took every frame on from there, the holder's too (stepping it again, and meeting the last
+    // walk outside it, would have shared size - 5).
+    ASSERT_GT(w.frames.size(), 6u);
+    EXPECT_GE(w.tail.shared, static_cast<int>(w.frames.size()) - 4) << value;
+    expect_same_tail(w, first, w.tail.shared);
+  }
+  for (uint64_t value : {0x4444, 0x5555, 0x6666, 0x7777}) {  // and the frames are libunwind's
+    hold(value, held_walks);
+    expect_same(g_held_walks, "through the holder");
+  }
+}
+
+// A walk told where to stop: the COUNT-th frame whose address is the stop's.
+__attribute__((noinline)) TailWalk walk_stopped(const WalkStop* stop) {
+  TailWalk w;
+  w.frames.resize(200);
+  const int n = walk_frames(w.frames.data(), 200, &w.tail, stop);
+  w.frames.resize(static_cast<size_t>(n < 0 ? 0 : n));
+  asm volatile("" ::: "memory");
+  return w;
+}
+__attribute__((noinline)) TailWalk descend_to(int depth, const WalkStop* stop) {
+  if (depth == 0) return walk_stopped(stop);
+  TailWalk w = descend_to(depth - 1, stop);
+  g_sink = g_sink + 1;  // no tail call
+  return w;
+}
+
+__attribute__((noinline)) TailWalk walk_deep(const WalkStop* stop) {
+  TailWalk w = descend_to(16, stop);
+  g_sink = g_sink + 1;  // no tail call
+  return w;
+}
+
+const WalkStop* volatile g_stop = nullptr;
+
+TEST(FrameWalk, EndsWithTheStopsFrame) {
+  // Every walk the same way: the first one whole, to find the stop's address, which is the
+  // return address into descend_to after its call of itself: most of the frames (the compiler may
+  // inline a few of the calls).
+  TailWalk whole;
+  void* at = nullptr;
+  int m = 0;
+  size_t last_size = 0;
+  for (int count : {0, 3, 3, 6, 2, 8, 8, 0, 5, 5}) {
+    const int stop_count = count == 8 ? m : count == 0 && at ? m + 1 : count;  // 8: the last one; 0: past it
+    const WalkStop stop{reinterpret_cast<uint64_t>(at), 1, stop_count};
+    g_stop = at ? &stop : nullptr;
+    const TailWalk w = walk_deep(g_stop);  // one call site, so that every walk has the same frames
+    if (!at) {
+      whole = w;
+      std::map<void*, int> seen;
+      for (void* f : whole.frames) ++seen[f];
+      auto most = std::max_element(seen.begin(), seen.end(), [](auto& a, auto& b) { return a.second < b.second; });
+      at = most->first;
+      m = most->second;
+      ASSERT_GE(m, 8);
+      last_size = w.frames.size();
+      continue;
+    }
+    size_t expected = whole.frames.size();  // a count past the stack's: the whole stack
+    for (size_t i = 0, found = 0; i < whole.frames.size(); ++i)
+      if (whole.frames[i] == at && ++found == static_cast<size_t>(stop_count)) {
+        expected = i + 1;
+        break;
+      }
+    ASSERT_EQ(w.frames.size(), expected) << stop_count;
+    for (size_t i = 0; i < w.frames.size(); ++i)
+      EXPECT_EQ(w.frames[i], whole.frames[i]) << stop_count << ", frame " << i;
+    // The same stop as the walk before: both end with the same frame, so the frames they share
+    // reach the end. A walk that went on past the last one's end shares none of its frames.
+    if (w.frames.size() == last_size) {
+      EXPECT_GT(w.tail.shared, static_cast<int>(w.frames.size()) / 2) << stop_count;
+    } else if (w.frames.size() > last_size) {
+      EXPECT_EQ(w.tail.shared, 0) << stop_count;
+    }
+    last_size = w.frames.size();
   }
 }
 
