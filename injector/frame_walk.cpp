@@ -432,6 +432,38 @@ __attribute__((no_sanitize("address"))) uint64_t word_at(uint64_t address) {
   return word;
 }
 
+// Frame K's rbp as it is now, where the walk reached the last walk's frame J with rbp RBP and took
+// its frames from there to K: the word the last of them that restored rbp restores it from (only
+// where a step uses it, or the walk steps on from K: the last walk's may differ, a register the
+// function uses for values of its own).
+__attribute__((no_sanitize("address"))) uint64_t rbp_now(const Walk& last, int j, int k, uint64_t rbp) {
+  for (int i = k - 1; i >= j; --i)
+    if (const uint64_t slot = last.frames[i].step & ~kCfaFromRbp) return word_at(slot);
+  return rbp;
+}
+
+// Where the walk reached the last walk's frame J (its rbp RBP), the frames after it that it takes,
+// from K on: those whose step reads what it read then (the return address, and rbp where the CFA
+// came from it), into OUT (the last walk's frame I is OUT[I]), up to END or, with STOPS, the stop's
+// frame (STOPPED then). Returns the last frame taken.
+template <bool kStops>
+__attribute__((noinline, no_sanitize("address"))) int take_frames(const Walk& last, int j, int k, int end, uint64_t rbp,
+                                                                  void** out, uint64_t stop_start, uint64_t stop_length,
+                                                                  int& stops_left, bool& stopped) {
+  for (; k + 1 < end; ++k) {
+    const WalkedFrame &from = last.frames[k], &to = last.frames[k + 1];
+    if (((from.step & kCfaFromRbp) && rbp_now(last, j, k, rbp) != from.rbp) || word_at(to.rsp - 8) != to.rip) break;
+    out[k + 1] = reinterpret_cast<void*>(to.rip);
+    if constexpr (kStops) {
+      if (to.rip - stop_start < stop_length && --stops_left == 0) [[unlikely]] {
+        stopped = true;
+        return k + 1;
+      }
+    }
+  }
+  return k;
+}
+
 }  // namespace
 
 void forget_frame_rules() { g_generation.fetch_add(1, std::memory_order_relaxed); }
@@ -474,21 +506,9 @@ __attribute__((noinline, no_sanitize("address"))) int walk_frames(void** frames,
       out[j] = reinterpret_cast<void*>(rip);
       int k = j;
       bool stopped = rip - stop_start < stop_length && --stops_left == 0;
-      // Frame K's rbp as it is now (the last walk's may differ where no step used it).
-      uint64_t rbp_now = rbp;
-      if (!stopped) {
-        for (; k + 1 < end; ++k) {
-          const WalkedFrame &from = last.frames[k], &to = last.frames[k + 1];
-          if (((from.step & kCfaFromRbp) && rbp_now != from.rbp) || word_at(to.rsp - 8) != to.rip) break;
-          if (const uint64_t slot = from.step & ~kCfaFromRbp) rbp_now = word_at(slot);
-          out[k + 1] = reinterpret_cast<void*>(to.rip);
-          if (to.rip - stop_start < stop_length && --stops_left == 0) [[unlikely]] {
-            stopped = true;
-            ++k;
-            break;
-          }
-        }
-      }
+      if (!stopped)
+        k = stop_length ? take_frames<true>(last, j, k, end, rbp, out, stop_start, stop_length, stops_left, stopped)
+                        : take_frames<false>(last, j, k, end, rbp, out, 0, 0, stops_left, stopped);
       const int taken = k - j + 1;
       // Both walks end with the last walk's last frame: it was the stack's outermost, or STOP's.
       const bool ends_together = k + 1 == last.count && (last.complete || stopped);
@@ -497,14 +517,12 @@ __attribute__((noinline, no_sanitize("address"))) int walk_frames(void** frames,
         // the same depth): the new ones go into it, which stays the last walk. Copying ~40
         // frames the other way cost ~150 instructions a walk.
         std::memcpy(last.frames, walk.frames, static_cast<size_t>(n) * sizeof(WalkedFrame));
-        last.frames[k].rbp = rbp_now;
         ++thread->serial;
         if (tail) *tail = WalkTail{thread->serial, taken};
         return n + taken;
       }
       std::memcpy(&walk.frames[n], &last.frames[j], static_cast<size_t>(taken) * sizeof(WalkedFrame));
       n += taken;
-      walk.frames[n - 1].rbp = rbp_now;  // the walk steps on from it
       if (ends_together) {
         complete = last.complete;
         shared = taken;
@@ -514,7 +532,7 @@ __attribute__((noinline, no_sanitize("address"))) int walk_frames(void** frames,
       step_from = n - 1;
       rip = last.frames[k].rip;
       rsp = last.frames[k].rsp;
-      rbp = rbp_now;
+      rbp = walk.frames[n - 1].rbp = rbp_now(last, j, k, rbp);  // the walk steps on from it
       j = k;
     } else {
       walk.frames[n] = WalkedFrame{rip, rsp, rbp, 0};

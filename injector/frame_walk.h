@@ -15,7 +15,7 @@ namespace memtrace::inject {
 
 // What a walk shares with the thread's walk before it: its number among the thread's walks
 // (from 1), and how many of its outermost frames are the outermost frames of walk SERIAL - 1,
-// both having reached the stack's outermost frame (0: none known to be).
+// both having ended with the same frame: the stack's outermost, or a WalkStop's (0: none known to be).
 struct WalkTail {
   uint64_t serial = 0;
   int shared = 0;
@@ -32,8 +32,7 @@ struct WalkStop {
 // Fills FRAMES with at most MAX addresses, innermost first, as unw_backtrace (libunwind 1.6) gives
 // them: an address in this function first, then each caller's return address; with STOP, only up
 // to its frame where the stack reaches it. Returns how many, or -1 when a frame is one it cannot
-// step. TAIL, if given, is set for a walk that succeeds: two walks that ended at STOP's frame (the
-// same STOP) count as reaching the same end.
+// step. TAIL, if given, is set for a walk that succeeds.
 int walk_frames(void** frames, int max, WalkTail* tail = nullptr, const WalkStop* stop = nullptr);
 
 // Modules were unloaded: the rules kept for their addresses may describe other code now.
