@@ -255,6 +255,12 @@ Walks g_held_walks;
 __attribute__((noinline)) void held_tail() { g_held_tail = walk_tail(200); }
 __attribute__((noinline)) void held_walks() { g_held_walks = walk_both(200); }
 
+uint64_t g_held_value = 0;
+__attribute__((noinline)) void hold_inside() {
+  memtrace_test_rbp_holder(memtrace_test_framed, g_held_value, held_walks);
+  g_sink = g_sink + 1;  // no tail call
+}
+
 // From one call site, so that every walk has the same frames.
 __attribute__((noinline)) void hold(uint64_t value, void (*inner)()) {
   memtrace_test_rbp_holder(memtrace_test_framed, value, inner);
@@ -281,6 +287,13 @@ TEST(FrameWalk, TakesTheFramesPastAFrameWhoseRbpIsAValueOfItsOwn) {
   for (uint64_t value : {0x4444, 0x5555, 0x6666, 0x7777}) {  // and the frames are libunwind's
     hold(value, held_walks);
     expect_same(g_held_walks, "through the holder");
+  }
+  // Inside a frame whose CFA is rbp's: the walk reads its rbp from the holder's slot, past frames
+  // whose rbp was the holder's value.
+  for (uint64_t value : {0x8888, 0x9999, 0xAAAA}) {
+    g_held_value = value;
+    memtrace_test_framed(hold_inside);
+    expect_same(g_held_walks, "through the holder, inside a framed function");
   }
 }
 
