@@ -25,34 +25,6 @@ PythonLayout frame_objects(int minor) {  // 3.9, 3.10
   return l;
 }
 
-PythonLayout interpreter_frames(int minor) {  // 3.11, 3.12
-  PythonLayout l;
-  l.minor = minor;
-  l.tstate_frame = 56;  // tstate->cframe
-  l.cframe_current_frame = minor == 11 ? 8 : 0;
-  l.frame_code = minor == 11 ? 32 : 0;
-  l.frame_back = minor == 11 ? 48 : 8;
-  l.frame_instr = 56;
-  l.instr_is_pointer = true;
-  l.frame_owner = minor == 11 ? 69 : 70;
-  l.loop_entry = minor == 11 ? PythonLayout::LoopEntry::kIsEntry : PythonLayout::LoopEntry::kShim;
-  l.frame_is_entry = minor == 11 ? 68 : kAbsent;  // Include/internal/pycore_frame.h: bool is_entry; char owner;
-  l.code_firstlineno = minor == 11 ? 72 : 68;
-  l.code_filename = 112;
-  l.code_name = 120;
-  l.code_qualname = 128;
-  l.code_linetable = 136;
-  l.code_firsttraceable = minor == 11 ? 168 : 176;
-  l.code_adaptive = minor == 11 ? 184 : 192;
-  l.code_serial = minor == 11 ? kAbsent : 92;
-  l.line_table = python::LineTable::kLocations;
-  l.ascii_size = minor == 11 ? 48 : 40;
-  l.compact_size = minor == 11 ? 72 : 56;
-  l.compact_utf8_length = minor == 11 ? 48 : 40;
-  l.compact_utf8 = minor == 11 ? 56 : 48;
-  return l;
-}
-
 // 3.13's _Py_DebugOffsets (Include/internal/pycore_runtime.h), as far as memtrace reads it.
 struct DebugOffsets313 {
   char cookie[8];
@@ -146,7 +118,7 @@ std::optional<PythonLayout> python_layout(int minor, const void* runtime) {
     case 9:
     case 10: return frame_objects(minor);
     case 11:
-    case 12: return interpreter_frames(minor);
+    case 12: return interpreter_frames_layout(minor);
     case 13: return debug_offsets_313(runtime);
     default: return std::nullopt;
   }

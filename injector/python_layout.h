@@ -52,6 +52,36 @@ struct PythonLayout {
   size_t bytes_size = 16, bytes_data = 32;
 };
 
+// The layout of 3.11 and 3.12 (their headers' offsets): constant, for the walk of frames to be
+// compiled with its numbers (python_reader.h).
+constexpr PythonLayout interpreter_frames_layout(int minor) {
+  PythonLayout l;
+  l.minor = minor;
+  l.tstate_frame = 56;  // tstate->cframe
+  l.cframe_current_frame = minor == 11 ? 8 : 0;
+  l.frame_code = minor == 11 ? 32 : 0;
+  l.frame_back = minor == 11 ? 48 : 8;
+  l.frame_instr = 56;
+  l.instr_is_pointer = true;
+  l.frame_owner = minor == 11 ? 69 : 70;
+  l.loop_entry = minor == 11 ? PythonLayout::LoopEntry::kIsEntry : PythonLayout::LoopEntry::kShim;
+  l.frame_is_entry = minor == 11 ? 68 : kAbsent;  // Include/internal/pycore_frame.h: bool is_entry; char owner;
+  l.code_firstlineno = minor == 11 ? 72 : 68;
+  l.code_filename = 112;
+  l.code_name = 120;
+  l.code_qualname = 128;
+  l.code_linetable = 136;
+  l.code_firsttraceable = minor == 11 ? 168 : 176;
+  l.code_adaptive = minor == 11 ? 184 : 192;
+  l.code_serial = minor == 11 ? kAbsent : 92;
+  l.line_table = python::LineTable::kLocations;
+  l.ascii_size = minor == 11 ? 48 : 40;
+  l.compact_size = minor == 11 ? 72 : 56;
+  l.compact_utf8_length = minor == 11 ? 48 : 40;
+  l.compact_utf8 = minor == 11 ? 56 : 48;
+  return l;
+}
+
 // The layout of CPython 3.MINOR (release builds, x86-64); for 3.13, from the interpreter's own
 // _Py_DebugOffsets at RUNTIME (the address of _PyRuntime). None for a version memtrace does not
 // know.

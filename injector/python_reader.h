@@ -88,7 +88,8 @@ struct Sight {
 };
 template <typename Memory, typename Sink>
 __attribute__((noinline)) Sight first_sight(const PythonLayout& l, const Memory& m, uint64_t code_type, Sink& sink,
-                                            FrameKey key, int64_t offset) {
+                                            uint64_t frame, uint64_t code, uint64_t instr, char owner, int64_t offset) {
+  const FrameKey key{frame, code, instr, owner};  // built here: in the walk's loop it was stored at every frame
   uint64_t type = 0;
   if (!load(m, key.code + l.ob_type, type) || type != code_type) return {0, false};
   int first_traceable = 0;
@@ -99,20 +100,36 @@ __attribute__((noinline)) Sight first_sight(const PythonLayout& l, const Memory&
   return {sink.frame(key, offset), true};
 }
 
+// Where a frame's fields lie (0 for one the layout has not), and its code's instructions.
+struct FrameFields {
+  uint64_t code, back, instr, owner, is_entry, adaptive;
+  constexpr bool operator==(const FrameFields&) const = default;
+};
+constexpr FrameFields frame_fields(const PythonLayout& l) {
+  auto or_zero = [](ptrdiff_t offset) { return offset == kAbsent ? uint64_t(0) : static_cast<uint64_t>(offset); };
+  return {l.frame_code,
+          l.frame_back,
+          l.frame_instr,
+          or_zero(l.frame_owner),
+          or_zero(l.frame_is_entry),
+          or_zero(l.code_adaptive)};
+}
+
 // The walk for frames of one shape (the layout's loop_entry, which fixes the rest: 3.9 and 3.10
 // chain PyFrameObjects, with an int f_lasti and no owner; 3.11+ _PyInterpreterFrames, with an
 // instruction pointer and an owner), from the innermost FRAME: the loop tests none of it per frame,
-// and keeps what it writes in registers (callgrind: 81 instructions a frame with the shape tested
-// at each, and the sink's count and the frame's key kept in memory; ~40 now).
-template <PythonLayout::LoopEntry kEntry, typename Memory, typename Sink>
+// and keeps what it writes in registers (callgrind, 3.11: 81 instructions a frame with the shape
+// tested at each, and the sink's count and the frame's key kept in memory; 57 now).
+template <PythonLayout::LoopEntry kEntry, int kFixedMinor, typename Memory, typename Sink>
 int walk_shaped(const PythonLayout& l, const Memory& m, uint64_t frame, uint64_t code_type, uint64_t* pairs, int max,
                 Sink& sink, int* loops) {
   using LoopEntry = PythonLayout::LoopEntry;
   constexpr bool kObjects = kEntry == LoopEntry::kEveryFrame;
-  const uint64_t frame_code = l.frame_code, frame_back = l.frame_back, frame_instr = l.frame_instr,
-                 frame_owner = kObjects ? 0 : static_cast<uint64_t>(l.frame_owner),
-                 frame_is_entry = kEntry == LoopEntry::kIsEntry ? static_cast<uint64_t>(l.frame_is_entry) : 0,
-                 code_adaptive = kObjects ? 0 : static_cast<uint64_t>(l.code_adaptive);
+  // KFIXED_MINOR: a version whose frames' fields the walk is compiled with (0: the layout's).
+  constexpr FrameFields kFixed = kFixedMinor ? frame_fields(interpreter_frames_layout(kFixedMinor)) : FrameFields{};
+  const FrameFields fields = kFixedMinor ? kFixed : frame_fields(l);
+  const uint64_t frame_code = fields.code, frame_back = fields.back, frame_instr = fields.instr,
+                 frame_owner = fields.owner, frame_is_entry = fields.is_entry, code_adaptive = fields.adaptive;
   const bool lasti_in_code_units = l.lasti_in_code_units;
   int n = 0, entries = 0;
   for (int guard = 0; plausible(frame) && n < max && guard < 100000; ++guard) {
@@ -149,7 +166,7 @@ int walk_shaped(const PythonLayout& l, const Memory& m, uint64_t frame, uint64_t
       const FrameKey key{frame, code, instr, owner};
       uint64_t word = sink.recall(key);
       if (!word) {
-        const Sight sight = first_sight(l, m, code_type, sink, key, offset);
+        const Sight sight = first_sight(l, m, code_type, sink, frame, code, instr, owner, offset);
         word = sight.word;
         // Left out: the call it ended now ends with the frame inside it.
         if (sight.complete && !word && ends_loop_call && n > 0) pairs[2 * (n - 1)] |= ring::kEndsLoopCall;
@@ -190,15 +207,24 @@ int walk_frames_of(const PythonLayout& l, const Memory& m, uint64_t tstate, uint
   // Each shape with what python_layout.cpp gives it; anything else is no layout memtrace knows.
   const bool objects = l.frame_owner == kAbsent && !l.instr_is_pointer;
   const bool interpreter_frames = l.frame_owner != kAbsent && l.instr_is_pointer && l.code_adaptive != kAbsent;
+  // 3.11 (the only version whose frames say is_entry) and 3.12 with their own numbers, which the
+  // walk is compiled with: in registers, the offsets crowded out what the loop works on
+  // (callgrind: 63 instructions a frame, 57 this way). 3.13's come from the interpreter
+  // (_Py_DebugOffsets).
+  const FrameFields fields = frame_fields(l);
+  constexpr FrameFields k311 = frame_fields(interpreter_frames_layout(11)),
+                        k312 = frame_fields(interpreter_frames_layout(12));
   switch (l.loop_entry) {
     case LoopEntry::kEveryFrame:
-      return objects ? walk_shaped<LoopEntry::kEveryFrame>(l, m, frame, code_type, pairs, max, sink, loops) : 0;
+      return objects ? walk_shaped<LoopEntry::kEveryFrame, 0>(l, m, frame, code_type, pairs, max, sink, loops) : 0;
     case LoopEntry::kIsEntry:
-      return interpreter_frames && l.frame_is_entry != kAbsent
-                 ? walk_shaped<LoopEntry::kIsEntry>(l, m, frame, code_type, pairs, max, sink, loops)
+      return interpreter_frames && fields == k311
+                 ? walk_shaped<LoopEntry::kIsEntry, 11>(l, m, frame, code_type, pairs, max, sink, loops)
                  : 0;
     case LoopEntry::kShim:
-      return interpreter_frames ? walk_shaped<LoopEntry::kShim>(l, m, frame, code_type, pairs, max, sink, loops) : 0;
+      if (!interpreter_frames) return 0;
+      if (fields == k312) return walk_shaped<LoopEntry::kShim, 12>(l, m, frame, code_type, pairs, max, sink, loops);
+      return walk_shaped<LoopEntry::kShim, 0>(l, m, frame, code_type, pairs, max, sink, loops);
   }
   return 0;
 }
