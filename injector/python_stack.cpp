@@ -261,31 +261,43 @@ inline uint64_t code_id(uint64_t code, const CodeOffsets& offsets, CachedCode* c
 }
 
 // The frames this thread's stacks showed lately, by frame address: a frame with the same key
-// (FrameKey) as one of them, whose code object's identity is the one it had then, shows the same
-// code id, without the checks of where it stands or a lookup in the code cache.
+// (FrameKey) as one of them shows the same code id, without the checks of where it stands or a
+// lookup in the code cache. The table holds only while no code object died (nor the code ids'
+// generation changed) since it was filled: it is emptied when either did, so that a slot needs no
+// count of its own to compare (callgrind: a slot a cache line, 64 bytes, took a line a frame).
 struct KnownFrame {
-  uint64_t frame, code, instr, identity;
-  uint64_t stamp;  // the code ids' generation and the frame's owner: stamp_of
+  uint64_t frame, code;
+  uint64_t instr_owner;  // the instruction (pointer, or f_lasti), its top byte xored with the owner
   uint64_t id;
-  uint64_t deaths;  // g_code_deaths when the frame was last seen
-  uint64_t unused;  // a slot a cache line
 };
-static_assert(sizeof(KnownFrame) == 64, "a slot a cache line");
+static_assert(sizeof(KnownFrame) == 32, "two slots a cache line");
 constexpr int kKnownFrameBits = 7;
+constexpr size_t kKnownFrames = size_t(1) << kKnownFrameBits;
 
-KnownFrame* known_frames() {
-  return static_cast<KnownFrame*>(thread_block(ThreadBlock::kPythonFrames, sizeof(KnownFrame) << kKnownFrameBits));
+// A frame's key as a slot holds it (3.11+: a user-space pointer, below 2^56; 3.9, 3.10: f_lasti,
+// and no owner).
+inline uint64_t instr_owner(const FrameKey& key) {
+  return key.instr ^ static_cast<uint64_t>(static_cast<uint8_t>(key.owner)) << 56;
+}
+
+// This thread's table, for code ids of GENERATION while DEATHS code objects died (emptied first
+// when it was filled for others); null when it cannot be mapped. Its last slot says for what.
+KnownFrame* known_frames(uint64_t generation, uint64_t deaths) {
+  auto* known =
+      static_cast<KnownFrame*>(thread_block(ThreadBlock::kPythonFrames, sizeof(KnownFrame) * (kKnownFrames + 1)));
+  if (!known) return nullptr;
+  KnownFrame& header = known[kKnownFrames];
+  if (header.frame != generation || header.code != deaths) {
+    std::memset(known, 0, sizeof(KnownFrame) * kKnownFrames);
+    header = KnownFrame{generation, deaths, 0, 0};
+  }
+  return known;
 }
 
 // By the address's 64-byte line: 3.11+'s frames lie one after the other on the thread's own
 // stack of frames, each larger than 64 bytes, so a stack's frames within 8 KB take a slot each (a
 // hash of the address put two of 22 frames in one slot on most stacks, each evicting the other).
-KnownFrame& known_slot(KnownFrame* known, uint64_t frame) {
-  return known[(frame >> 6) & ((1u << kKnownFrameBits) - 1)];
-}
-
-// STAMP_BASE: the generation shifted by 8.
-inline uint64_t stamp_of(uint64_t stamp_base, char owner) { return stamp_base | static_cast<uint8_t>(owner); }
+KnownFrame& known_slot(KnownFrame* known, uint64_t frame) { return known[(frame >> 6) & (kKnownFrames - 1)]; }
 
 // Through the C API, with the GIL: code objects are kept referenced (their address then names
 // them for good), described by their attributes, and frames give their lines.
@@ -426,48 +438,28 @@ void capture_python(int max_frames, bool allow_api, StackCapture& stack, EvalLoo
     const uint64_t generation = g_codes_generation.load(std::memory_order_relaxed);
     uint64_t deaths = 0;
     const bool counted = code_deaths(deaths);
-    // Each frame's code id, for the walk to write into the stack's pairs as it reads them.
+    // Each frame's code id, for the walk to write into the stack's pairs as it reads them. Frames
+    // are known only while code objects' deaths are counted (else each is looked up, and its code
+    // object checked, in the code cache).
     struct {
       CachedCode* cache;
       KnownFrame* known;
-      uint64_t generation, stamp_base;
+      uint64_t generation;
       bool counted;
       uint64_t deaths;
-      uint64_t trusted_deaths;  // a known frame's count that needs no check: DEATHS when counted, else none
-      uint64_t ob_type, code_type;
       CodeOffsets offsets;  // a copy: the pairs' stores could alias the layout's
       uint64_t recall(const FrameKey& key) {
         if (!known) return 0;
-        KnownFrame& k = known_slot(known, key.frame);
-        if (k.frame != key.frame || k.code != key.code || k.instr != key.instr ||
-            k.stamp != stamp_of(stamp_base, key.owner))
-          return 0;
-        if (k.deaths != trusted_deaths) {  // a code object died since: the one here may be another
-          uint64_t type = 0;
-          if (!load(DirectMemory(), key.code + ob_type, type) || type != code_type ||
-              code_identity(offsets, DirectMemory(), key.code) != k.identity)
-            return 0;
-          k.deaths = deaths;
-        }
-        return k.id;
+        const KnownFrame& k = known_slot(known, key.frame);
+        return k.frame == key.frame && k.code == key.code && k.instr_owner == instr_owner(key) ? k.id : 0;
       }
       uint64_t frame(const FrameKey& key, int64_t) {
         uint64_t identity = 0;
         const uint64_t id = code_id(key.code, offsets, cache, generation, counted, deaths, identity);
-        if (id && known)
-          known_slot(known, key.frame) =
-              KnownFrame{key.frame, key.code, key.instr, identity, stamp_of(stamp_base, key.owner), id, deaths, 0};
+        if (id && known) known_slot(known, key.frame) = KnownFrame{key.frame, key.code, instr_owner(key), id};
         return id;
       }
-    } sink{code_cache(),
-           known_frames(),
-           generation,
-           generation << 8,
-           counted,
-           deaths,
-           counted ? deaths : ~uint64_t(0),  // never a count: no code object dies 2^64 - 1 times
-           g_layout.ob_type,
-           py->code_type,
+    } sink{code_cache(),         counted ? known_frames(generation, deaths) : nullptr, generation, counted, deaths,
            CodeOffsets(g_layout)};
     const int count = walk_frames_of(g_layout, DirectMemory(), reinterpret_cast<uint64_t>(tstate), py->code_type,
                                      stack.python, max_frames, sink, loops ? &calls : nullptr);
