@@ -97,7 +97,7 @@ __attribute__((noinline)) Sight first_sight(const PythonLayout& l, const Memory&
       load(m, key.code + static_cast<uint64_t>(l.code_firsttraceable), first_traceable) &&
       offset < 2 * static_cast<int64_t>(first_traceable))
     return {0, false};
-  return {sink.frame(key, offset), true};
+  return {sink.frame(key), true};
 }
 
 // Where a frame's fields lie (0 for one the layout has not), and its code's instructions.
@@ -119,7 +119,8 @@ constexpr FrameFields frame_fields(const PythonLayout& l) {
 // chain PyFrameObjects, with an int f_lasti and no owner; 3.11+ _PyInterpreterFrames, with an
 // instruction pointer and an owner), from the innermost FRAME: the loop tests none of it per frame,
 // and keeps what it writes in registers (callgrind, 3.11: 81 instructions a frame with the shape
-// tested at each, and the sink's count and the frame's key kept in memory; 57 now).
+// tested at each, and the sink's count and the frame's key kept in memory; 50 now, with the
+// compiled offsets and python_stack.cpp's sink).
 template <PythonLayout::LoopEntry kEntry, int kFixedMinor, typename Memory, typename Sink>
 int walk_shaped(const PythonLayout& l, const Memory& m, uint64_t frame, uint64_t code_type, uint64_t* pairs, int max,
                 Sink& sink, int* loops) {
@@ -189,7 +190,7 @@ int walk_shaped(const PythonLayout& l, const Memory& m, uint64_t frame, uint64_t
 // of a call of the evaluation loop. sink.recall(key) gives the word of a frame it knows by its key
 // (0: none), before the walk checks that the frame's code is a code object and that the frame has
 // started (so it recalls only frames it knows hold the very code object it saw); else
-// sink.frame(key, offset) gives it, for a started frame of a code object (0: left out). Frames a
+// sink.frame(key) gives it, for a started frame of a code object (0: left out). Frames a
 // reader would not show (C-stack shims, frames not started yet) are left out. CODE_TYPE is
 // PyCode_Type's address: a frame whose code is anything else is not followed into. LOOPS, when
 // given, is set to how many calls of the evaluation loop the frames began (the loop's frames on
@@ -243,7 +244,7 @@ int read_frames(const PythonLayout& l, const Memory& m, uint64_t tstate, uint64_
                 int* loops = nullptr) {
   struct {
     uint64_t recall(const FrameKey&) { return 0; }
-    uint64_t frame(const FrameKey& key, int64_t) { return key.code; }  // never 0 (plausible)
+    uint64_t frame(const FrameKey& key) { return key.code; }  // never 0 (plausible)
   } sink;
   uint64_t pairs[2 * 64];
   const int n = walk_frames_of(l, m, tstate, code_type, pairs, max < 64 ? max : 64, sink, loops);

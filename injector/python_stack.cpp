@@ -453,7 +453,7 @@ void capture_python(int max_frames, bool allow_api, StackCapture& stack, EvalLoo
         const KnownFrame& k = known_slot(known, key.frame);
         return k.frame == key.frame && k.code == key.code && k.instr_owner == instr_owner(key) ? k.id : 0;
       }
-      uint64_t frame(const FrameKey& key, int64_t) {
+      uint64_t frame(const FrameKey& key) {
         uint64_t identity = 0;
         const uint64_t id = code_id(key.code, offsets, cache, generation, counted, deaths, identity);
         if (id && known) known_slot(known, key.frame) = KnownFrame{key.frame, key.code, instr_owner(key), id};
