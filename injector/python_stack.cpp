@@ -241,17 +241,13 @@ inline bool code_deaths(uint64_t& deaths) {
 
 // The id of the code object at CODE, whose fields lie at OFFSETS: this thread's cache first (CACHE,
 // looked up once per stack; null: none could be mapped), taken as it is while no code object died
-// since (COUNTED: DEATHS is the count now), else checked against what the object is now. IDENTITY
-// is set to the object's (code_identity).
+// since (COUNTED: DEATHS is the count now), else checked against what the object is now.
 inline uint64_t code_id(uint64_t code, const CodeOffsets& offsets, CachedCode* cache, uint64_t generation, bool counted,
-                        uint64_t deaths, uint64_t& identity) {
+                        uint64_t deaths) {
   CachedCode* cached = cache ? &cache[cache_slot(code)] : nullptr;
   const bool known = cached && cached->address == code && cached->generation == generation;
-  if (known && counted && cached->deaths == deaths) {
-    identity = cached->identity;
-    return cached->id;
-  }
-  identity = code_identity(offsets, DirectMemory(), code);
+  if (known && counted && cached->deaths == deaths) return cached->id;
+  const uint64_t identity = code_identity(offsets, DirectMemory(), code);
   if (!identity) return 0;
   if (known && cached->identity == identity) {
     cached->deaths = deaths;
@@ -454,8 +450,7 @@ void capture_python(int max_frames, bool allow_api, StackCapture& stack, EvalLoo
         return k.frame == key.frame && k.code == key.code && k.instr_owner == instr_owner(key) ? k.id : 0;
       }
       uint64_t frame(const FrameKey& key) {
-        uint64_t identity = 0;
-        const uint64_t id = code_id(key.code, offsets, cache, generation, counted, deaths, identity);
+        const uint64_t id = code_id(key.code, offsets, cache, generation, counted, deaths);
         if (id && known) known_slot(known, key.frame) = KnownFrame{key.frame, key.code, instr_owner(key), id};
         return id;
       }
