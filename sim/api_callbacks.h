@@ -13,6 +13,8 @@
 
 #include <cstdint>
 
+#include "export_tables.h"
+
 extern "C" {
 // SITE: 0 at entry, 1 at exit (CUPTI_API_ENTER, CUPTI_API_EXIT). RESULT: at exit, the call's
 // CUresult or cudaError_t.
@@ -32,12 +34,14 @@ namespace sim {
 // Reports every memory change of the device model to the activity subscriber (device_model.cpp).
 void memory_activity(bool released, int memory_kind, uint64_t address, uint64_t bytes, int device);
 
-// Runs BODY (the call's implementation) between its entry and exit callbacks.
+// Runs BODY (the call's implementation) between its entry and exit callbacks. In the runtime they
+// reach the driver through its table (export_tables.h): the runtime initializes before its first
+// callback, as NVIDIA's gets its hooks into the driver at its initialization.
 template <typename Params, typename Body>
 auto traced(int domain, int cbid, const char* name, Params params, Body&& body) {
-  memtrace_sim_api_event(domain, cbid, 0, name, &params, nullptr);
+  hooks().api_event(domain, cbid, 0, name, &params, nullptr);
   auto result = body();
-  memtrace_sim_api_event(domain, cbid, 1, name, &params, &result);
+  hooks().api_event(domain, cbid, 1, name, &params, &result);
   return result;
 }
 

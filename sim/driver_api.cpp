@@ -16,12 +16,15 @@
 #include "api_callbacks.h"
 #include "device_model.h"
 #include "driver_objects.h"
+#include "driver_requests.h"
 #include "ledger.h"
 
-#undef cuGetProcAddress
+#undef cuDevicePrimaryCtxRelease
+#undef cuDevicePrimaryCtxReset
 
 extern "C" {
-CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags);
+CUresult cuDevicePrimaryCtxRelease(CUdevice dev);
+CUresult cuDevicePrimaryCtxReset(CUdevice dev);
 CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream hStream);
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream);
 CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream);
@@ -239,7 +242,8 @@ CUresult alloc_stream_ordered(const char* api, CUdeviceptr* dptr, size_t size, i
   if (!dptr) return call.done(CUDA_ERROR_INVALID_VALUE);
   if (status == CUDA_SUCCESS)
     if (CUgraph graph = sim_driver::capture_graph(stream, per_thread))
-      return call.done(sim_driver::add_alloc_node(graph, device, size, dptr, nullptr), size);
+      return call.done(sim_driver::add_alloc_node(graph, sim_driver::device_pool_params(device, size), dptr, nullptr),
+                       size);
   uint64_t addr = 0;
   if (status == CUDA_SUCCESS) {
     Pools& p = pools();
@@ -311,6 +315,7 @@ CUresult alloc_from_pool(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, 
 extern "C" {
 
 CUresult cuInit(unsigned int flags) {
+  sim::log_call("cuInit");
   if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
   static std::once_flag once;
   std::call_once(once, [] {
@@ -418,6 +423,10 @@ CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
   sim::reset_device(dev);
   return CUDA_SUCCESS;
 }
+
+// The CUDA 7 ABIs of both, which NVIDIA's runtime 13.0 still asks for (at 7000): the same here.
+CUresult cuDevicePrimaryCtxRelease(CUdevice dev) { return cuDevicePrimaryCtxRelease_v2(dev); }
+CUresult cuDevicePrimaryCtxReset(CUdevice dev) { return cuDevicePrimaryCtxReset_v2(dev); }
 
 CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams*, unsigned int, CUdevice dev) {
   if (!pctx) return CUDA_ERROR_INVALID_VALUE;
@@ -831,81 +840,5 @@ CUresult cuGetErrorName(CUresult error, const char** str) {
 }
 
 CUresult cuGetErrorString(CUresult error, const char** str) { return cuGetErrorName(error, str); }
-
-namespace {
-void sim_library_marker() {}
-}  // namespace
-
-// Looks NAME up among this library's own functions, newest ABI the caller's version allows
-// first, as the driver does. Our own handle keeps an interposer's definition out of the answer.
-CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags,
-                             CUdriverProcAddressQueryResult* status) {
-  if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
-  static void* self = [] {
-    Dl_info info{};  // found by a function of ours no one interposes (&cuInit may be memtrace's)
-    ::dladdr(reinterpret_cast<void*>(&sim_library_marker), &info);
-    return ::dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
-  }();
-  struct Versioned {
-    const char* name;
-    const char* suffix;
-    int since;
-  };
-  static const Versioned kVersioned[] = {
-      {"cuMemAlloc", "_v2", 3020},
-      {"cuMemFree", "_v2", 3020},
-      {"cuMemAllocHost", "_v2", 3020},
-      {"cuMemAllocPitch", "_v2", 3020},
-      {"cuMemGetInfo", "_v2", 3020},
-      {"cuMemGetAddressRange", "_v2", 3020},
-      {"cuIpcOpenMemHandle", "_v2", 11000},
-      {"cuDeviceTotalMem", "_v2", 3020},
-      {"cuCtxDestroy", "_v2", 4000},
-      {"cuCtxPushCurrent", "_v2", 4000},
-      {"cuCtxPopCurrent", "_v2", 4000},
-      {"cuStreamDestroy", "_v2", 4000},
-      {"cuStreamBeginCapture", "_v2", 10010},
-      {"cuDevicePrimaryCtxRelease", "_v2", 11000},
-      {"cuDevicePrimaryCtxReset", "_v2", 11000},
-      {"cuMemsetD8", "_v2", 3020},
-      {"cuGetProcAddress", "_v2", 12000},
-      {"cuCtxCreate", "_v4", 12050},
-  };
-  // NVIDIA's driver hands out its own functions' addresses, which no interposer of dlsym sees: so
-  // does this one, through libc's dlsym by its version (an unversioned dlsym may be memtrace's).
-  using Dlsym = void* (*)(void*, const char*);
-  static const Dlsym own_symbol = [] {
-    auto fn = reinterpret_cast<Dlsym>(::dlvsym(RTLD_DEFAULT, "dlsym", "GLIBC_2.34"));
-    return fn ? fn : reinterpret_cast<Dlsym>(::dlvsym(RTLD_DEFAULT, "dlsym", "GLIBC_2.2.5"));
-  }();
-  std::vector<std::string> candidates;
-  // The newest ABI the caller's version knows, then the original; each in its per-thread-stream
-  // form first when FLAGS ask for it (cuStreamBeginCapture becomes cuStreamBeginCapture_v2_ptsz).
-  const bool per_thread = flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
-  std::vector<std::string> names;
-  for (const auto& v : kVersioned)
-    if (std::strcmp(v.name, symbol) == 0 && cudaVersion >= v.since) names.push_back(std::string(symbol) + v.suffix);
-  names.push_back(symbol);
-  for (const auto& name : names) {
-    if (per_thread) candidates.push_back(name + "_ptsz");
-    candidates.push_back(name);
-  }
-  *pfn = nullptr;
-  for (const auto& name : candidates) {
-    if ((*pfn = self && own_symbol ? own_symbol(self, name.c_str()) : nullptr)) break;
-  }
-  if (status) *status = *pfn ? CU_GET_PROC_ADDRESS_SUCCESS : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-  return *pfn ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
-}
-
-CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags) {
-  return cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, nullptr);
-}
-
-// The driver's private tables for NVIDIA's own libraries: this device has none to give.
-CUresult cuGetExportTable(const void** table, const CUuuid*) {
-  if (table) *table = nullptr;
-  return CUDA_ERROR_NOT_SUPPORTED;
-}
 
 }  // extern "C"

@@ -15,7 +15,10 @@ struct CUctx_st {
   int device;
   bool primary;
 };
-struct CUgraphNode_st {};
+struct CUgraphNode_st {
+  CUgraphNodeType type;
+  CUDA_MEM_ALLOC_NODE_PARAMS alloc{};  // an allocation node's, as cuGraphMemAllocNodeGetParams gives them
+};
 // A graph's allocations: their addresses (address space only until a launch) and whether the
 // graph frees them itself.
 struct CUgraph_st {
@@ -53,7 +56,10 @@ CUgraph capture_graph(CUstream stream, bool per_thread);
 
 // Graph memory nodes (graph_memory.cpp): the allocation node's address in *ADDR, and its free
 // (the size it frees in *SIZE). NODE may be null.
-CUresult add_alloc_node(CUgraph graph, int device, size_t size, CUdeviceptr* addr, CUgraphNode* node);
+CUresult add_alloc_node(CUgraph graph, const CUDA_MEM_ALLOC_NODE_PARAMS& params, CUdeviceptr* addr, CUgraphNode* node);
+// The parameters of an allocation node on DEVICE's memory (what a captured stream-ordered
+// allocation adds).
+CUDA_MEM_ALLOC_NODE_PARAMS device_pool_params(int device, size_t size);
 CUresult add_free_node(CUgraph graph, CUdeviceptr addr, CUgraphNode* node, uint64_t* size);
 
 }  // namespace sim_driver

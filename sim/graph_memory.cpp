@@ -8,12 +8,17 @@
 #include <cupti.h>
 #include <pthread.h>
 
+#include <cstring>
 #include <map>
 #include <mutex>
+#include <string>
 
 #include "api_callbacks.h"
 #include "driver_objects.h"
 #include "ledger.h"
+
+#undef cuGraphAddNode
+extern "C" CUresult cuGraphAddNode(CUgraphNode*, CUgraph, const CUgraphNode*, size_t, CUgraphNodeParams*);
 
 namespace {
 
@@ -37,17 +42,39 @@ uint64_t span_of(uint64_t size) {
   return (size + sim::kVmmGranularity - 1) / sim::kVmmGranularity * sim::kVmmGranularity;
 }
 
-CUgraphNode new_node(CUgraph graph) {
+CUgraphNode new_node(CUgraph graph, CUgraphNodeType type) {
   graph->nodes.push_back(std::make_unique<CUgraphNode_st>());
+  graph->nodes.back()->type = type;
   return graph->nodes.back().get();
+}
+
+// What an allocation node's parameters must say: pinned device memory (as CUDA's graph memory is).
+bool valid_alloc_params(const CUDA_MEM_ALLOC_NODE_PARAMS& params) {
+  return params.poolProps.allocType == CU_MEM_ALLOCATION_TYPE_PINNED &&
+         params.poolProps.location.type == CU_MEM_LOCATION_TYPE_DEVICE;
+}
+
+bool is_memory_node(CUgraphNodeType type) {
+  return type == CU_GRAPH_NODE_TYPE_MEM_ALLOC || type == CU_GRAPH_NODE_TYPE_MEM_FREE;
 }
 
 }  // namespace
 
 namespace sim_driver {
 
-CUresult add_alloc_node(CUgraph graph, int device, size_t size, CUdeviceptr* addr, CUgraphNode* node) {
-  if (!graph || !addr || size == 0) return CUDA_ERROR_INVALID_VALUE;
+CUDA_MEM_ALLOC_NODE_PARAMS device_pool_params(int device, size_t size) {
+  CUDA_MEM_ALLOC_NODE_PARAMS params{};
+  params.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  params.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  params.poolProps.location.id = device;
+  params.bytesize = size;
+  return params;
+}
+
+CUresult add_alloc_node(CUgraph graph, const CUDA_MEM_ALLOC_NODE_PARAMS& params, CUdeviceptr* addr, CUgraphNode* node) {
+  const int device = params.poolProps.location.id;
+  const size_t size = params.bytesize;
+  if (!graph || !addr || size == 0 || !valid_alloc_params(params)) return CUDA_ERROR_INVALID_VALUE;
   if (!sim::valid_device(device)) return CUDA_ERROR_INVALID_DEVICE;
   uint64_t at = 0;
   const uint64_t span = span_of(size);
@@ -57,7 +84,11 @@ CUresult add_alloc_node(CUgraph graph, int device, size_t size, CUdeviceptr* add
   graph->allocations.push_back(CUgraph_st::Allocation{at, size, span, device});
   g_unfreed_allocations[at] = size;
   *addr = at;
-  if (node) *node = new_node(graph);
+  if (node) {
+    *node = new_node(graph, CU_GRAPH_NODE_TYPE_MEM_ALLOC);
+    (*node)->alloc = params;
+    (*node)->alloc.dptr = at;
+  }
   return CUDA_SUCCESS;
 }
 
@@ -70,7 +101,7 @@ CUresult add_free_node(CUgraph graph, CUdeviceptr addr, CUgraphNode* node, uint6
     a.freed = true;
     *size = a.size;
     g_unfreed_allocations.erase(a.addr);
-    if (node) *node = new_node(graph);
+    if (node) *node = new_node(graph, CU_GRAPH_NODE_TYPE_MEM_FREE);
     return CUDA_SUCCESS;
   }
   return CUDA_ERROR_INVALID_VALUE;  // not an allocation of this graph's, or freed already
@@ -83,6 +114,41 @@ uint64_t sim::graph_allocation_size(uint64_t addr) {
   auto it = g_unfreed_allocations.find(addr);
   return it == g_unfreed_allocations.end() ? 0 : it->second;
 }
+
+namespace {
+
+// A node of PARAMS's type, for the generic node API called API.
+CUresult add_node(const char* api, CUgraphNode* node, CUgraph graph, CUgraphNodeParams* params) {
+  if (!node || !params) return CUDA_ERROR_INVALID_VALUE;
+  std::string ledgered = api;
+  switch (params->type) {
+    case CU_GRAPH_NODE_TYPE_MEM_ALLOC: {
+      ledgered += ".mem_alloc";
+      sim::ApiCall call(ledgered.c_str());
+      if (!sim_driver::initialized()) return call.done(CUDA_ERROR_NOT_INITIALIZED);
+      static_assert(sizeof(CUDA_MEM_ALLOC_NODE_PARAMS_v2) == sizeof(CUDA_MEM_ALLOC_NODE_PARAMS));
+      CUDA_MEM_ALLOC_NODE_PARAMS alloc;
+      std::memcpy(&alloc, &params->alloc, sizeof alloc);
+      const CUresult r = sim_driver::add_alloc_node(graph, alloc, &params->alloc.dptr, node);
+      return call.done(r, params->alloc.bytesize);
+    }
+    case CU_GRAPH_NODE_TYPE_MEM_FREE: {
+      ledgered += ".mem_free";
+      sim::ApiCall call(ledgered.c_str());
+      if (!sim_driver::initialized()) return call.done(CUDA_ERROR_NOT_INITIALIZED);
+      uint64_t size = 0;
+      const CUresult r = sim_driver::add_free_node(graph, params->free.dptr, node, &size);
+      return call.done(r, size);
+    }
+    default:
+      if (!graph) return CUDA_ERROR_INVALID_VALUE;
+      std::lock_guard lock(g_graphs_mutex);
+      *node = new_node(graph, params->type);
+      return CUDA_SUCCESS;
+  }
+}
+
+}  // namespace
 
 extern "C" {
 
@@ -109,11 +175,8 @@ CUresult cuGraphAddMemAllocNode(CUgraphNode* node, CUgraph graph, const CUgraphN
                      cuGraphAddMemAllocNode_params{node, graph, dependencies, numDependencies, params}, [&] {
                        sim::ApiCall call("cuGraphAddMemAllocNode");
                        if (!sim_driver::initialized()) return call.done(CUDA_ERROR_NOT_INITIALIZED);
-                       if (!node || !params || params->poolProps.allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
-                           params->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE)
-                         return call.done(CUDA_ERROR_INVALID_VALUE);
-                       CUresult r = sim_driver::add_alloc_node(graph, params->poolProps.location.id, params->bytesize,
-                                                               &params->dptr, node);
+                       if (!node || !params) return call.done(CUDA_ERROR_INVALID_VALUE);
+                       CUresult r = sim_driver::add_alloc_node(graph, *params, &params->dptr, node);
                        return call.done(r, params->bytesize);
                      });
 }
@@ -129,6 +192,42 @@ CUresult cuGraphAddMemFreeNode(CUgraphNode* node, CUgraph graph, const CUgraphNo
                        CUresult r = sim_driver::add_free_node(graph, dptr, node, &size);
                        return call.done(r, size);
                      });
+}
+
+// The generic node API (CUDA 12.2): a node of any type, memory nodes among them, each ledgered
+// under the call and the node's type (cuGraphAddNode.mem_alloc). Other types hold no memory here.
+CUresult cuGraphAddNode_v2(CUgraphNode* node, CUgraph graph, const CUgraphNode* dependencies,
+                           const CUgraphEdgeData* dependencyData, size_t numDependencies, CUgraphNodeParams* params) {
+  return sim::traced(kDriverApi, CUPTI_DRIVER_TRACE_CBID_cuGraphAddNode_v2, "cuGraphAddNode_v2",
+                     cuGraphAddNode_v2_params{node, graph, dependencies, dependencyData, numDependencies, params},
+                     [&] { return add_node("cuGraphAddNode", node, graph, params); });
+}
+
+// Its CUDA 12.2 ABI, without edge data (cuGetProcAddress hands it to callers of 12020 to 12029).
+CUresult cuGraphAddNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* dependencies, size_t numDependencies,
+                        CUgraphNodeParams* params) {
+  return sim::traced(kDriverApi, CUPTI_DRIVER_TRACE_CBID_cuGraphAddNode, "cuGraphAddNode",
+                     cuGraphAddNode_params{node, graph, dependencies, numDependencies, params},
+                     [&] { return add_node("cuGraphAddNode", node, graph, params); });
+}
+
+// "Modifying parameters is not supported for node types CU_GRAPH_NODE_TYPE_MEM_ALLOC and
+// CU_GRAPH_NODE_TYPE_MEM_FREE" (cuda.h 13.0, cuGraphNodeSetParams); the others change nothing here.
+CUresult cuGraphNodeSetParams(CUgraphNode node, CUgraphNodeParams* params) {
+  if (!node || !params || params->type != node->type) return CUDA_ERROR_INVALID_VALUE;
+  return is_memory_node(node->type) ? CUDA_ERROR_NOT_SUPPORTED : CUDA_SUCCESS;
+}
+
+// Memory allocation and free nodes: "API unsupported" (cuda.h 13.0, cuGraphExecNodeSetParams).
+CUresult cuGraphExecNodeSetParams(CUgraphExec exec, CUgraphNode node, CUgraphNodeParams* params) {
+  if (!exec || !node || !params || params->type != node->type) return CUDA_ERROR_INVALID_VALUE;
+  return is_memory_node(node->type) ? CUDA_ERROR_NOT_SUPPORTED : CUDA_SUCCESS;
+}
+
+CUresult cuGraphMemAllocNodeGetParams(CUgraphNode node, CUDA_MEM_ALLOC_NODE_PARAMS* params) {
+  if (!node || !params || node->type != CU_GRAPH_NODE_TYPE_MEM_ALLOC) return CUDA_ERROR_INVALID_VALUE;
+  *params = node->alloc;
+  return CUDA_SUCCESS;
 }
 
 CUresult cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph, unsigned long long) {

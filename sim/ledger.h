@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include "export_tables.h"
+
 extern "C" {
 // Marks the start of a public API call on this thread. Returns 1 for the outermost call, which
 // is the one the ledger counts (the runtime serving cudaMalloc through cuMemAlloc is one call).
@@ -21,19 +23,20 @@ uint64_t memtrace_sim_allocation_size(uint64_t addr);
 
 namespace sim {
 
-// One public API call, counted in the ledger under NAME when it is the outermost.
+// One public API call, counted in the ledger under NAME when it is the outermost. In the runtime it
+// reaches the driver's ledger through the driver's table (export_tables.h).
 class ApiCall {
  public:
-  explicit ApiCall(const char* name) : name_(name), outermost_(memtrace_sim_enter()) {}
+  explicit ApiCall(const char* name) : name_(name), outermost_(hooks().enter()) {}
   ~ApiCall() {
-    if (!left_) memtrace_sim_leave(outermost_, name_, 0, 0, 0);
+    if (!left_) hooks().leave(outermost_, name_, 0, 0, 0);
   }
   ApiCall(const ApiCall&) = delete;
   ApiCall& operator=(const ApiCall&) = delete;
 
   template <typename Result>
   Result done(Result result, uint64_t bytes = 0) {
-    memtrace_sim_leave(outermost_, name_, static_cast<int>(result), result == Result(0) ? bytes : 0, 1);
+    hooks().leave(outermost_, name_, static_cast<int>(result), result == Result(0) ? bytes : 0, 1);
     left_ = true;
     return result;
   }

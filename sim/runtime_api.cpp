@@ -1,23 +1,22 @@
 // The runtime API of the simulated device (libcudart.so.13). Like NVIDIA's runtime it serves
-// allocations through the driver: each call here makes the matching public driver call, so an
-// interposer sees both, and must count one event. Built as a static archive too
-// (MEMTRACE_SIM_STATIC_RUNTIME), it reaches the driver as NVIDIA's static runtime does.
+// allocations through the driver, reached only through the functions the driver handed it at its
+// initialization (runtime_driver.h), never by symbol: the shared library and the static archive
+// alike. An interposer may see both a runtime call and the driver
+// call inside it, and must count one event.
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <cupti.h>
 
+#include <cstddef>
 #include <cstring>
-#include <mutex>
+#include <optional>
+#include <type_traits>
 
 #include "api_callbacks.h"
 #include "ledger.h"
-
-#undef cuGetProcAddress
+#include "runtime_driver.h"
 
 extern "C" {
-CUresult cuMemAllocAsync_ptsz(CUdeviceptr*, size_t, CUstream);
-CUresult cuMemFreeAsync_ptsz(CUdeviceptr, CUstream);
-CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr*, size_t, CUmemoryPool, CUstream);
 cudaError_t cudaMallocAsync_ptsz(void**, size_t, cudaStream_t);
 cudaError_t cudaFreeAsync_ptsz(void*, cudaStream_t);
 cudaError_t cudaMallocFromPoolAsync_ptsz(void**, size_t, cudaMemPool_t, cudaStream_t);
@@ -27,16 +26,11 @@ cudaError_t cudaGetDriverEntryPointByVersion_ptsz(const char*, void**, unsigned 
 cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t, cudaStreamCaptureMode);
 cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t, cudaGraph_t*);
 cudaError_t cudaStreamIsCapturing_ptsz(cudaStream_t, cudaStreamCaptureStatus*);
-CUresult cuStreamBeginCapture_v2_ptsz(CUstream, CUstreamCaptureMode);
-CUresult cuStreamEndCapture_ptsz(CUstream, CUgraph*);
-CUresult cuStreamIsCapturing_ptsz(CUstream, CUstreamCaptureStatus*);
 }
 
-#ifdef MEMTRACE_SIM_STATIC_RUNTIME
-#include "static_driver.h"
-#endif
-
 namespace {
+
+using sim_runtime::Driver;
 
 // The vendored copy of this library (built as a CUDA 12 runtime) says so.
 #ifdef MEMTRACE_SIM_RUNTIME_VERSION
@@ -58,25 +52,41 @@ cudaError_t remember(cudaError_t e) {
   return e;
 }
 
-// The runtime's implicit initialization: the driver, and the current device's primary context
-// made current on this thread.
-cudaError_t bind_context() {
-  static std::once_flag once;
-  static CUresult init_result;
-  std::call_once(once, [] { init_result = cuInit(0); });
-  if (init_result == CUDA_ERROR_NO_DEVICE) return cudaErrorNoDevice;
-  if (init_result != CUDA_SUCCESS) return cudaErrorInitializationError;
-  CUcontext ctx;
-  CUresult r = cuDevicePrimaryCtxRetain(&ctx, t_device);
-  if (r == CUDA_SUCCESS) r = cuCtxSetCurrent(ctx);
-  return r == CUDA_SUCCESS ? cudaSuccess : to_error(r);
+// The runtime's implicit initialization (runtime_driver.h): the driver reached and initialized.
+const Driver* initialized_driver(cudaError_t& e) {
+  const Driver* d = sim_runtime::driver(&e);
+  if (!d) return nullptr;
+  const CUresult init = sim_runtime::driver_init_result();
+  e = init == CUDA_SUCCESS           ? cudaSuccess
+      : init == CUDA_ERROR_NO_DEVICE ? cudaErrorNoDevice
+                                     : cudaErrorInitializationError;
+  return e == cudaSuccess ? d : nullptr;
 }
 
+// CALL with the driver, and (with_context) the current device's primary context made current on
+// this thread; CALL takes the driver when it calls it.
+template <typename Call>
+cudaError_t call_with(const Driver& d, Call& call) {
+  if constexpr (std::is_invocable_v<Call&, const Driver&>)
+    return call(d);
+  else
+    return call();
+}
+template <typename Call>
+cudaError_t with_driver(Call&& call) {
+  cudaError_t e;
+  const Driver* d = initialized_driver(e);
+  return remember(d ? call_with(*d, call) : e);
+}
 template <typename Call>
 cudaError_t with_context(Call&& call) {
-  cudaError_t e = bind_context();
-  if (e == cudaSuccess) e = call();
-  return remember(e);
+  cudaError_t e;
+  const Driver* d = initialized_driver(e);
+  if (!d) return remember(e);
+  CUcontext ctx;
+  CUresult r = d->cuDevicePrimaryCtxRetain(&ctx, t_device);
+  if (r == CUDA_SUCCESS) r = d->cuCtxSetCurrent(ctx);
+  return remember(r == CUDA_SUCCESS ? call_with(*d, call) : to_error(r));
 }
 
 cudaError_t malloc_device(const char* api, void** ptr, size_t size) {
@@ -86,9 +96,9 @@ cudaError_t malloc_device(const char* api, void** ptr, size_t size) {
     *ptr = nullptr;
     return call.done(cudaSuccess);
   }
-  return call.done(with_context([&] {
+  return call.done(with_context([&](const Driver& d) {
                      CUdeviceptr p = 0;
-                     cudaError_t e = to_error(cuMemAlloc(&p, size));
+                     cudaError_t e = to_error(d.cuMemAlloc(&p, size));
                      if (e == cudaSuccess) *ptr = reinterpret_cast<void*>(p);
                      return e;
                    }),
@@ -99,17 +109,17 @@ cudaError_t malloc_device(const char* api, void** ptr, size_t size) {
 template <typename Free>
 cudaError_t free_call(const char* api, void* ptr, Free&& free) {
   sim::ApiCall call(api);
-  uint64_t size = memtrace_sim_allocation_size(reinterpret_cast<uint64_t>(ptr));
+  uint64_t size = sim::hooks().allocation_size(reinterpret_cast<uint64_t>(ptr));
   return call.done(with_context(free), size);
 }
 
 cudaError_t malloc_async(const char* api, void** ptr, size_t size, cudaStream_t stream, bool per_thread) {
   sim::ApiCall call(api);
   if (!ptr) return call.done(remember(cudaErrorInvalidValue));
-  return call.done(with_context([&] {
+  return call.done(with_context([&](const Driver& d) {
                      CUdeviceptr p = 0;
                      auto s = reinterpret_cast<CUstream>(stream);
-                     CUresult r = per_thread ? cuMemAllocAsync_ptsz(&p, size, s) : cuMemAllocAsync(&p, size, s);
+                     CUresult r = per_thread ? d.cuMemAllocAsync_ptsz(&p, size, s) : d.cuMemAllocAsync(&p, size, s);
                      if (r == CUDA_SUCCESS) *ptr = reinterpret_cast<void*>(p);
                      return to_error(r);
                    }),
@@ -119,10 +129,10 @@ cudaError_t malloc_async(const char* api, void** ptr, size_t size, cudaStream_t 
 cudaError_t malloc_from_pool(void** ptr, size_t size, cudaMemPool_t pool, cudaStream_t stream) {
   sim::ApiCall call("cudaMallocFromPoolAsync");
   if (!ptr) return call.done(remember(cudaErrorInvalidValue));
-  return call.done(with_context([&] {
+  return call.done(with_context([&](const Driver& d) {
                      CUdeviceptr p = 0;
-                     CUresult r = cuMemAllocFromPoolAsync(&p, size, reinterpret_cast<CUmemoryPool>(pool),
-                                                          reinterpret_cast<CUstream>(stream));
+                     CUresult r = d.cuMemAllocFromPoolAsync(&p, size, reinterpret_cast<CUmemoryPool>(pool),
+                                                            reinterpret_cast<CUstream>(stream));
                      if (r == CUDA_SUCCESS) *ptr = reinterpret_cast<void*>(p);
                      return to_error(r);
                    }),
@@ -136,15 +146,15 @@ cudaError_t host_alloc(const char* api, void** ptr, size_t size, unsigned int fl
     *ptr = nullptr;
     return call.done(cudaSuccess);
   }
-  return call.done(with_context([&] { return to_error(cuMemHostAlloc(ptr, size, flags)); }), size);
+  return call.done(with_context([&](const Driver& d) { return to_error(d.cuMemHostAlloc(ptr, size, flags)); }), size);
 }
 
 cudaError_t entry_point(const char* symbol, void** fn, unsigned int version, unsigned long long flags,
                         cudaDriverEntryPointQueryResult* status) {
   if (!symbol || !fn) return remember(cudaErrorInvalidValue);
-  return with_context([&] {
+  return with_context([&](const Driver& d) {
     CUdriverProcAddressQueryResult found;
-    CUresult r = cuGetProcAddress_v2(symbol, fn, static_cast<int>(version), flags, &found);
+    CUresult r = d.cuGetProcAddress(symbol, fn, static_cast<int>(version), flags, &found);
     if (status)
       *status = found == CU_GET_PROC_ADDRESS_SUCCESS ? cudaDriverEntryPointSuccess : cudaDriverEntryPointSymbolNotFound;
     // A symbol that is not there is not an error of the call, only of the lookup.
@@ -158,17 +168,15 @@ extern "C" {
 
 cudaError_t cudaGetDeviceCount(int* count) {
   if (!count) return remember(cudaErrorInvalidValue);
-  cudaError_t e = bind_context();
-  if (e == cudaErrorNoDevice) {
-    *count = 0;
-    return remember(e);
-  }
-  return remember(e == cudaSuccess ? to_error(cuDeviceGetCount(count)) : e);
+  cudaError_t e = with_driver([&](const Driver& d) { return to_error(d.cuDeviceGetCount(count)); });
+  if (e == cudaErrorNoDevice) *count = 0;
+  return e;
 }
 
 cudaError_t cudaSetDevice(int device) {
   int count = 0;
-  if (cuInit(0) != CUDA_SUCCESS || cuDeviceGetCount(&count) != CUDA_SUCCESS) return remember(cudaErrorNoDevice);
+  if (with_driver([&](const Driver& d) { return to_error(d.cuDeviceGetCount(&count)); }) != cudaSuccess)
+    return remember(cudaErrorNoDevice);
   if (device < 0 || device >= count) return remember(cudaErrorInvalidDevice);
   t_device = device;
   return with_context([] { return cudaSuccess; });
@@ -182,12 +190,12 @@ cudaError_t cudaGetDevice(int* device) {
 
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   if (!prop) return remember(cudaErrorInvalidValue);
-  return with_context([&] {
+  return with_context([&](const Driver& d) {
     size_t total = 0;
-    CUresult r = cuDeviceTotalMem_v2(&total, device);
+    CUresult r = d.cuDeviceTotalMem(&total, device);
     if (r != CUDA_SUCCESS) return to_error(r);
     std::memset(prop, 0, sizeof *prop);
-    cuDeviceGetName(prop->name, sizeof prop->name, device);
+    d.cuDeviceGetName(prop->name, sizeof prop->name, device);
     prop->totalGlobalMem = total;
     prop->major = 9;
     prop->minor = 0;
@@ -201,8 +209,9 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
 }
 
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
-  return with_context(
-      [&] { return to_error(cuDeviceGetAttribute(value, static_cast<CUdevice_attribute>(attr), device)); });
+  return with_context([&](const Driver& d) {
+    return to_error(d.cuDeviceGetAttribute(value, static_cast<CUdevice_attribute>(attr), device));
+  });
 }
 
 cudaError_t cudaDeviceSynchronize(void) {
@@ -210,7 +219,7 @@ cudaError_t cudaDeviceSynchronize(void) {
 }
 
 cudaError_t cudaDeviceReset(void) {
-  return with_context([] { return to_error(cuDevicePrimaryCtxReset_v2(t_device)); });
+  return with_context([](const Driver& d) { return to_error(d.cuDevicePrimaryCtxReset(t_device)); });
 }
 
 cudaError_t cudaRuntimeGetVersion(int* version) {
@@ -219,7 +228,11 @@ cudaError_t cudaRuntimeGetVersion(int* version) {
   return cudaSuccess;
 }
 
-cudaError_t cudaDriverGetVersion(int* version) { return remember(to_error(cuDriverGetVersion(version))); }
+cudaError_t cudaDriverGetVersion(int* version) {
+  cudaError_t e;
+  const Driver* d = sim_runtime::driver(&e);  // the driver's version needs no initialized driver
+  return remember(d ? to_error(d->cuDriverGetVersion(version)) : e);
+}
 
 cudaError_t cudaGetLastError(void) {
   cudaError_t e = t_last_error;
@@ -256,7 +269,7 @@ const char* cudaGetErrorString(cudaError_t error) {
 }
 
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
-  return with_context([&] { return to_error(cuMemGetInfo_v2(free_bytes, total_bytes)); });
+  return with_context([&](const Driver& d) { return to_error(d.cuMemGetInfo(free_bytes, total_bytes)); });
 }
 
 cudaError_t cudaMalloc(void** devPtr, size_t size) {
@@ -267,8 +280,8 @@ cudaError_t cudaMalloc(void** devPtr, size_t size) {
 cudaError_t cudaFree(void* devPtr) {
   return sim::traced(kRuntimeApi, CUPTI_RUNTIME_TRACE_CBID_cudaFree_v3020, "cudaFree", cudaFree_v3020_params{devPtr},
                      [&] {
-                       return free_call("cudaFree", devPtr, [&] {
-                         return devPtr ? to_error(cuMemFree_v2(reinterpret_cast<CUdeviceptr>(devPtr))) : cudaSuccess;
+                       return free_call("cudaFree", devPtr, [&](const Driver& d) {
+                         return devPtr ? to_error(d.cuMemFree(reinterpret_cast<CUdeviceptr>(devPtr))) : cudaSuccess;
                        });
                      });
 }
@@ -289,8 +302,8 @@ cudaError_t cudaFreeAsync(void* devPtr, cudaStream_t stream) {
   return sim::traced(
       kRuntimeApi, CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_v11020, "cudaFreeAsync",
       cudaFreeAsync_v11020_params{devPtr, stream}, [&] {
-        return free_call("cudaFreeAsync", devPtr, [&] {
-          return to_error(cuMemFreeAsync(reinterpret_cast<CUdeviceptr>(devPtr), reinterpret_cast<CUstream>(stream)));
+        return free_call("cudaFreeAsync", devPtr, [&](const Driver& d) {
+          return to_error(d.cuMemFreeAsync(reinterpret_cast<CUdeviceptr>(devPtr), reinterpret_cast<CUstream>(stream)));
         });
       });
 }
@@ -298,9 +311,9 @@ cudaError_t cudaFreeAsync(void* devPtr, cudaStream_t stream) {
 cudaError_t cudaFreeAsync_ptsz(void* devPtr, cudaStream_t stream) {
   return sim::traced(kRuntimeApi, CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_ptsz_v11020, "cudaFreeAsync_ptsz",
                      cudaFreeAsync_ptsz_v11020_params{devPtr, stream}, [&] {
-                       return free_call("cudaFreeAsync", devPtr, [&] {
-                         return to_error(cuMemFreeAsync_ptsz(reinterpret_cast<CUdeviceptr>(devPtr),
-                                                             reinterpret_cast<CUstream>(stream)));
+                       return free_call("cudaFreeAsync", devPtr, [&](const Driver& d) {
+                         return to_error(d.cuMemFreeAsync_ptsz(reinterpret_cast<CUdeviceptr>(devPtr),
+                                                               reinterpret_cast<CUstream>(stream)));
                        });
                      });
 }
@@ -319,40 +332,47 @@ cudaError_t cudaMallocFromPoolAsync_ptsz(void** ptr, size_t size, cudaMemPool_t 
 }
 
 cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device) {
-  return with_context(
-      [&] { return to_error(cuDeviceGetDefaultMemPool(reinterpret_cast<CUmemoryPool*>(pool), device)); });
+  return with_context([&](const Driver& d) {
+    return to_error(d.cuDeviceGetDefaultMemPool(reinterpret_cast<CUmemoryPool*>(pool), device));
+  });
 }
 
 cudaError_t cudaMemPoolCreate(cudaMemPool_t* pool, const cudaMemPoolProps* props) {
   if (!pool || !props) return remember(cudaErrorInvalidValue);
-  return with_context([&] {
+  return with_context([&](const Driver& d) {
     CUmemPoolProps p{};
     p.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
     p.location.type =
         props->location.type == cudaMemLocationTypeDevice ? CU_MEM_LOCATION_TYPE_DEVICE : CU_MEM_LOCATION_TYPE_INVALID;
     p.location.id = props->location.id;
-    return to_error(cuMemPoolCreate(reinterpret_cast<CUmemoryPool*>(pool), &p));
+    return to_error(d.cuMemPoolCreate(reinterpret_cast<CUmemoryPool*>(pool), &p));
   });
 }
 
 cudaError_t cudaMemPoolDestroy(cudaMemPool_t pool) {
-  return with_context([&] { return to_error(cuMemPoolDestroy(reinterpret_cast<CUmemoryPool>(pool))); });
+  return with_context(
+      [&](const Driver& d) { return to_error(d.cuMemPoolDestroy(reinterpret_cast<CUmemoryPool>(pool))); });
 }
 
 cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t keep) {
-  return with_context([&] { return to_error(cuMemPoolTrimTo(reinterpret_cast<CUmemoryPool>(pool), keep)); });
+  return with_context(
+      [&](const Driver& d) { return to_error(d.cuMemPoolTrimTo(reinterpret_cast<CUmemoryPool>(pool), keep)); });
 }
 
 // The runtime's pool attributes are the driver's, value for value (cudaMemPoolAttr matches
 // CUmemPool_attribute).
 cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value) {
-  return remember(to_error(
-      cuMemPoolSetAttribute(reinterpret_cast<CUmemoryPool>(pool), static_cast<CUmemPool_attribute>(attr), value)));
+  return with_driver([&](const Driver& d) {
+    return to_error(
+        d.cuMemPoolSetAttribute(reinterpret_cast<CUmemoryPool>(pool), static_cast<CUmemPool_attribute>(attr), value));
+  });
 }
 
 cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value) {
-  return remember(to_error(
-      cuMemPoolGetAttribute(reinterpret_cast<CUmemoryPool>(pool), static_cast<CUmemPool_attribute>(attr), value)));
+  return with_driver([&](const Driver& d) {
+    return to_error(
+        d.cuMemPoolGetAttribute(reinterpret_cast<CUmemoryPool>(pool), static_cast<CUmemPool_attribute>(attr), value));
+  });
 }
 
 cudaError_t cudaMallocManaged(void** devPtr, size_t size, unsigned int flags) {
@@ -360,9 +380,9 @@ cudaError_t cudaMallocManaged(void** devPtr, size_t size, unsigned int flags) {
                      cudaMallocManaged_v6000_params{devPtr, size, flags}, [&] {
                        sim::ApiCall call("cudaMallocManaged");
                        if (!devPtr || size == 0) return call.done(remember(cudaErrorInvalidValue));
-                       return call.done(with_context([&] {
+                       return call.done(with_context([&](const Driver& d) {
                                           CUdeviceptr p = 0;
-                                          cudaError_t e = to_error(cuMemAllocManaged(&p, size, flags));
+                                          cudaError_t e = to_error(d.cuMemAllocManaged(&p, size, flags));
                                           if (e == cudaSuccess) *devPtr = reinterpret_cast<void*>(p);
                                           return e;
                                         }),
@@ -384,8 +404,10 @@ cudaError_t cudaHostAlloc(void** pHost, size_t size, unsigned int flags) {
 
 cudaError_t cudaFreeHost(void* ptr) {
   return sim::traced(
-      kRuntimeApi, CUPTI_RUNTIME_TRACE_CBID_cudaFreeHost_v3020, "cudaFreeHost", cudaFreeHost_v3020_params{ptr},
-      [&] { return free_call("cudaFreeHost", ptr, [&] { return ptr ? to_error(cuMemFreeHost(ptr)) : cudaSuccess; }); });
+      kRuntimeApi, CUPTI_RUNTIME_TRACE_CBID_cudaFreeHost_v3020, "cudaFreeHost", cudaFreeHost_v3020_params{ptr}, [&] {
+        return free_call("cudaFreeHost", ptr,
+                         [&](const Driver& d) { return ptr ? to_error(d.cuMemFreeHost(ptr)) : cudaSuccess; });
+      });
 }
 
 cudaError_t cudaMallocPitch(void** devPtr, size_t* pitch, size_t width, size_t height) {
@@ -394,9 +416,9 @@ cudaError_t cudaMallocPitch(void** devPtr, size_t* pitch, size_t width, size_t h
                        sim::ApiCall call("cudaMallocPitch");
                        if (!devPtr || !pitch) return call.done(remember(cudaErrorInvalidValue));
                        size_t bytes = 0;
-                       cudaError_t e = with_context([&] {
+                       cudaError_t e = with_context([&](const Driver& d) {
                          CUdeviceptr p = 0;
-                         cudaError_t err = to_error(cuMemAllocPitch_v2(&p, pitch, width, height, 4));
+                         cudaError_t err = to_error(d.cuMemAllocPitch(&p, pitch, width, height, 4));
                          if (err == cudaSuccess) *devPtr = reinterpret_cast<void*>(p), bytes = *pitch * height;
                          return err;
                        });
@@ -411,10 +433,10 @@ cudaError_t cudaMalloc3D(cudaPitchedPtr* pitchedDevPtr, cudaExtent extent) {
         sim::ApiCall call("cudaMalloc3D");
         if (!pitchedDevPtr) return call.done(remember(cudaErrorInvalidValue));
         size_t bytes = 0;
-        cudaError_t e = with_context([&] {
+        cudaError_t e = with_context([&](const Driver& d) {
           CUdeviceptr p = 0;
           size_t pitch = 0;
-          cudaError_t err = to_error(cuMemAllocPitch_v2(&p, &pitch, extent.width, extent.height * extent.depth, 4));
+          cudaError_t err = to_error(d.cuMemAllocPitch(&p, &pitch, extent.width, extent.height * extent.depth, 4));
           if (err == cudaSuccess) {
             *pitchedDevPtr = cudaPitchedPtr{reinterpret_cast<void*>(p), pitch, extent.width, extent.height};
             bytes = pitch * extent.height * extent.depth;
@@ -446,15 +468,17 @@ cudaError_t cudaMemset(void* dst, int value, size_t count) {
 cudaError_t cudaMemsetAsync(void* dst, int value, size_t count, cudaStream_t) { return cudaMemset(dst, value, count); }
 
 cudaError_t cudaStreamCreate(cudaStream_t* stream) {
-  return with_context([&] { return to_error(cuStreamCreate(reinterpret_cast<CUstream*>(stream), 0)); });
+  return with_context(
+      [&](const Driver& d) { return to_error(d.cuStreamCreate(reinterpret_cast<CUstream*>(stream), 0)); });
 }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) {
-  return with_context([&] { return to_error(cuStreamCreate(reinterpret_cast<CUstream*>(stream), flags)); });
+  return with_context(
+      [&](const Driver& d) { return to_error(d.cuStreamCreate(reinterpret_cast<CUstream*>(stream), flags)); });
 }
 
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
-  return with_context([&] { return to_error(cuStreamDestroy_v2(reinterpret_cast<CUstream>(stream))); });
+  return with_context([&](const Driver& d) { return to_error(d.cuStreamDestroy(reinterpret_cast<CUstream>(stream))); });
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t) {
@@ -464,47 +488,47 @@ cudaError_t cudaStreamSynchronize(cudaStream_t) {
 // Stream capture goes to the driver; the runtime's and the driver's capture statuses, modes and
 // handles have the same values.
 cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode) {
-  return with_context([&] {
-    return to_error(
-        cuStreamBeginCapture_v2(reinterpret_cast<CUstream>(stream), static_cast<CUstreamCaptureMode>(mode)));
+  return with_context([&](const Driver& d) {
+    return to_error(d.cuStreamBeginCapture(reinterpret_cast<CUstream>(stream), static_cast<CUstreamCaptureMode>(mode)));
   });
 }
 cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t stream, cudaStreamCaptureMode mode) {
-  return with_context([&] {
+  return with_context([&](const Driver& d) {
     return to_error(
-        cuStreamBeginCapture_v2_ptsz(reinterpret_cast<CUstream>(stream), static_cast<CUstreamCaptureMode>(mode)));
+        d.cuStreamBeginCapture_ptsz(reinterpret_cast<CUstream>(stream), static_cast<CUstreamCaptureMode>(mode)));
   });
 }
 cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
-  return with_context([&] {
-    return to_error(cuStreamEndCapture(reinterpret_cast<CUstream>(stream), reinterpret_cast<CUgraph*>(graph)));
+  return with_context([&](const Driver& d) {
+    return to_error(d.cuStreamEndCapture(reinterpret_cast<CUstream>(stream), reinterpret_cast<CUgraph*>(graph)));
   });
 }
 cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t* graph) {
-  return with_context([&] {
-    return to_error(cuStreamEndCapture_ptsz(reinterpret_cast<CUstream>(stream), reinterpret_cast<CUgraph*>(graph)));
+  return with_context([&](const Driver& d) {
+    return to_error(d.cuStreamEndCapture_ptsz(reinterpret_cast<CUstream>(stream), reinterpret_cast<CUgraph*>(graph)));
   });
 }
 cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status) {
-  return with_context([&] {
+  return with_context([&](const Driver& d) {
     return to_error(
-        cuStreamIsCapturing(reinterpret_cast<CUstream>(stream), reinterpret_cast<CUstreamCaptureStatus*>(status)));
+        d.cuStreamIsCapturing(reinterpret_cast<CUstream>(stream), reinterpret_cast<CUstreamCaptureStatus*>(status)));
   });
 }
 cudaError_t cudaStreamIsCapturing_ptsz(cudaStream_t stream, cudaStreamCaptureStatus* status) {
-  return with_context([&] {
-    return to_error(
-        cuStreamIsCapturing_ptsz(reinterpret_cast<CUstream>(stream), reinterpret_cast<CUstreamCaptureStatus*>(status)));
+  return with_context([&](const Driver& d) {
+    return to_error(d.cuStreamIsCapturing_ptsz(reinterpret_cast<CUstream>(stream),
+                                               reinterpret_cast<CUstreamCaptureStatus*>(status)));
   });
 }
 cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
-  return remember(to_error(cuGraphDestroy(reinterpret_cast<CUgraph>(graph))));
+  return with_driver([&](const Driver& d) { return to_error(d.cuGraphDestroy(reinterpret_cast<CUgraph>(graph))); });
 }
 
 // CUDA graphs and their memory nodes go to the driver, whose structures the runtime's mirror.
 static_assert(sizeof(cudaMemAllocNodeParams) == sizeof(CUDA_MEM_ALLOC_NODE_PARAMS));
 cudaError_t cudaGraphCreate(cudaGraph_t* graph, unsigned int flags) {
-  return with_context([&] { return to_error(cuGraphCreate(reinterpret_cast<CUgraph*>(graph), flags)); });
+  return with_context(
+      [&](const Driver& d) { return to_error(d.cuGraphCreate(reinterpret_cast<CUgraph*>(graph), flags)); });
 }
 
 cudaError_t cudaGraphAddMemAllocNode(cudaGraphNode_t* node, cudaGraph_t graph, const cudaGraphNode_t* dependencies,
@@ -512,8 +536,8 @@ cudaError_t cudaGraphAddMemAllocNode(cudaGraphNode_t* node, cudaGraph_t graph, c
   return sim::traced(kRuntimeApi, CUPTI_RUNTIME_TRACE_CBID_cudaGraphAddMemAllocNode_v11040, "cudaGraphAddMemAllocNode",
                      cudaGraphAddMemAllocNode_v11040_params{node, graph, dependencies, count, params}, [&] {
                        sim::ApiCall call("cudaGraphAddMemAllocNode");
-                       return call.done(with_context([&] {
-                                          return to_error(cuGraphAddMemAllocNode(
+                       return call.done(with_context([&](const Driver& d) {
+                                          return to_error(d.cuGraphAddMemAllocNode(
                                               reinterpret_cast<CUgraphNode*>(node), reinterpret_cast<CUgraph>(graph),
                                               reinterpret_cast<const CUgraphNode*>(dependencies), count,
                                               reinterpret_cast<CUDA_MEM_ALLOC_NODE_PARAMS*>(params)));
@@ -527,9 +551,9 @@ cudaError_t cudaGraphAddMemFreeNode(cudaGraphNode_t* node, cudaGraph_t graph, co
   return sim::traced(kRuntimeApi, CUPTI_RUNTIME_TRACE_CBID_cudaGraphAddMemFreeNode_v11040, "cudaGraphAddMemFreeNode",
                      cudaGraphAddMemFreeNode_v11040_params{node, graph, dependencies, count, dptr}, [&] {
                        sim::ApiCall call("cudaGraphAddMemFreeNode");
-                       const uint64_t size = memtrace_sim_allocation_size(reinterpret_cast<uint64_t>(dptr));
-                       return call.done(with_context([&] {
-                                          return to_error(cuGraphAddMemFreeNode(
+                       const uint64_t size = sim::hooks().allocation_size(reinterpret_cast<uint64_t>(dptr));
+                       return call.done(with_context([&](const Driver& d) {
+                                          return to_error(d.cuGraphAddMemFreeNode(
                                               reinterpret_cast<CUgraphNode*>(node), reinterpret_cast<CUgraph>(graph),
                                               reinterpret_cast<const CUgraphNode*>(dependencies), count,
                                               reinterpret_cast<CUdeviceptr>(dptr)));
@@ -538,36 +562,80 @@ cudaError_t cudaGraphAddMemFreeNode(cudaGraphNode_t* node, cudaGraph_t graph, co
                      });
 }
 
-cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long flags) {
-  return with_context([&] {
+// The generic node API goes to the driver's (NVIDIA's sends cudaGraphAddNode to cuGraphAddNode_v2:
+// ../shared/observed/cudart-13.0-driver-lookups.md); a memory node is ledgered under the call and
+// its type, as the driver ledgers its own. Node parameters have the driver's layout and values.
+static_assert(sizeof(cudaGraphNodeParams) == sizeof(CUgraphNodeParams) &&
+              offsetof(cudaGraphNodeParams, alloc) == offsetof(CUgraphNodeParams, alloc) &&
+              static_cast<int>(cudaGraphNodeTypeMemAlloc) == CU_GRAPH_NODE_TYPE_MEM_ALLOC &&
+              static_cast<int>(cudaGraphNodeTypeMemFree) == CU_GRAPH_NODE_TYPE_MEM_FREE);
+cudaError_t cudaGraphAddNode(cudaGraphNode_t* node, cudaGraph_t graph, const cudaGraphNode_t* dependencies,
+                             const cudaGraphEdgeData* dependencyData, size_t count, cudaGraphNodeParams* params) {
+  return sim::traced(
+      kRuntimeApi, CUPTI_RUNTIME_TRACE_CBID_cudaGraphAddNode_v12030, "cudaGraphAddNode",
+      cudaGraphAddNode_v12030_params{node, graph, dependencies, dependencyData, count, params}, [&] {
+        const bool alloc = params && params->type == cudaGraphNodeTypeMemAlloc;
+        const bool free = params && params->type == cudaGraphNodeTypeMemFree;
+        std::optional<sim::ApiCall> call;
+        if (alloc || free) call.emplace(alloc ? "cudaGraphAddNode.mem_alloc" : "cudaGraphAddNode.mem_free");
+        const uint64_t freed = free ? sim::hooks().allocation_size(reinterpret_cast<uint64_t>(params->free.dptr)) : 0;
+        cudaError_t e = with_context([&](const Driver& d) {
+          return to_error(d.cuGraphAddNode(reinterpret_cast<CUgraphNode*>(node), reinterpret_cast<CUgraph>(graph),
+                                           reinterpret_cast<const CUgraphNode*>(dependencies),
+                                           reinterpret_cast<const CUgraphEdgeData*>(dependencyData), count,
+                                           reinterpret_cast<CUgraphNodeParams*>(params)));
+        });
+        return call ? call->done(e, alloc ? params->alloc.bytesize : freed) : e;
+      });
+}
+
+cudaError_t cudaGraphNodeSetParams(cudaGraphNode_t node, cudaGraphNodeParams* params) {
+  return with_context([&](const Driver& d) {
     return to_error(
-        cuGraphInstantiateWithFlags(reinterpret_cast<CUgraphExec*>(exec), reinterpret_cast<CUgraph>(graph), flags));
+        d.cuGraphNodeSetParams(reinterpret_cast<CUgraphNode>(node), reinterpret_cast<CUgraphNodeParams*>(params)));
+  });
+}
+
+cudaError_t cudaGraphExecNodeSetParams(cudaGraphExec_t exec, cudaGraphNode_t node, cudaGraphNodeParams* params) {
+  return with_context([&](const Driver& d) {
+    return to_error(d.cuGraphExecNodeSetParams(reinterpret_cast<CUgraphExec>(exec), reinterpret_cast<CUgraphNode>(node),
+                                               reinterpret_cast<CUgraphNodeParams*>(params)));
+  });
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long flags) {
+  return with_context([&](const Driver& d) {
+    return to_error(
+        d.cuGraphInstantiateWithFlags(reinterpret_cast<CUgraphExec*>(exec), reinterpret_cast<CUgraph>(graph), flags));
   });
 }
 
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
-  return with_context(
-      [&] { return to_error(cuGraphLaunch(reinterpret_cast<CUgraphExec>(exec), reinterpret_cast<CUstream>(stream))); });
+  return with_context([&](const Driver& d) {
+    return to_error(d.cuGraphLaunch(reinterpret_cast<CUgraphExec>(exec), reinterpret_cast<CUstream>(stream)));
+  });
 }
 
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
-  return remember(to_error(cuGraphExecDestroy(reinterpret_cast<CUgraphExec>(exec))));
+  return with_driver(
+      [&](const Driver& d) { return to_error(d.cuGraphExecDestroy(reinterpret_cast<CUgraphExec>(exec))); });
 }
 
 cudaError_t cudaDeviceGetGraphMemAttribute(int device, cudaGraphMemAttributeType attr, void* value) {
-  return with_context(
-      [&] { return to_error(cuDeviceGetGraphMemAttribute(device, static_cast<CUgraphMem_attribute>(attr), value)); });
+  return with_context([&](const Driver& d) {
+    return to_error(d.cuDeviceGetGraphMemAttribute(device, static_cast<CUgraphMem_attribute>(attr), value));
+  });
 }
 
 cudaError_t cudaDeviceGraphMemTrim(int device) {
-  return with_context([&] { return to_error(cuDeviceGraphMemTrim(device)); });
+  return with_context([&](const Driver& d) { return to_error(d.cuDeviceGraphMemTrim(device)); });
 }
 
 // IPC: handles to allocations, opened in other processes; the driver's handle is the runtime's.
 static_assert(sizeof(cudaIpcMemHandle_t) == sizeof(CUipcMemHandle));
 cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t* handle, void* ptr) {
-  return with_context([&] {
-    return to_error(cuIpcGetMemHandle(reinterpret_cast<CUipcMemHandle*>(handle), reinterpret_cast<CUdeviceptr>(ptr)));
+  return with_context([&](const Driver& d) {
+    return to_error(d.cuIpcGetMemHandle(reinterpret_cast<CUipcMemHandle*>(handle), reinterpret_cast<CUdeviceptr>(ptr)));
   });
 }
 
@@ -577,31 +645,56 @@ cudaError_t cudaIpcOpenMemHandle(void** ptr, cudaIpcMemHandle_t handle, unsigned
                        sim::ApiCall call("cudaIpcOpenMemHandle");
                        if (!ptr) return call.done(remember(cudaErrorInvalidValue));
                        CUdeviceptr p = 0;
-                       cudaError_t e = with_context([&] {
+                       cudaError_t e = with_context([&](const Driver& d) {
                          CUipcMemHandle h;
                          std::memcpy(&h, &handle, sizeof h);
-                         return to_error(cuIpcOpenMemHandle_v2(&p, h, flags));
+                         return to_error(d.cuIpcOpenMemHandle(&p, h, flags));
                        });
                        if (e == cudaSuccess) *ptr = reinterpret_cast<void*>(p);
-                       return call.done(e, e == cudaSuccess ? memtrace_sim_allocation_size(p) : 0);
+                       return call.done(e, e == cudaSuccess ? sim::hooks().allocation_size(p) : 0);
+                     });
+}
+
+// Pool allocations shared by pointer (NVIDIA's runtime sends cudaMemPoolImportPointer to
+// cuMemPoolImportPointer); the export data is the driver's.
+static_assert(sizeof(cudaMemPoolPtrExportData) == sizeof(CUmemPoolPtrExportData));
+cudaError_t cudaMemPoolExportPointer(cudaMemPoolPtrExportData* data, void* ptr) {
+  return with_context([&](const Driver& d) {
+    return to_error(
+        d.cuMemPoolExportPointer(reinterpret_cast<CUmemPoolPtrExportData*>(data), reinterpret_cast<CUdeviceptr>(ptr)));
+  });
+}
+
+cudaError_t cudaMemPoolImportPointer(void** ptr, cudaMemPool_t pool, cudaMemPoolPtrExportData* data) {
+  return sim::traced(kRuntimeApi, CUPTI_RUNTIME_TRACE_CBID_cudaMemPoolImportPointer_v11020, "cudaMemPoolImportPointer",
+                     cudaMemPoolImportPointer_v11020_params{ptr, pool, data}, [&] {
+                       sim::ApiCall call("cudaMemPoolImportPointer");
+                       if (!ptr) return call.done(remember(cudaErrorInvalidValue));
+                       CUdeviceptr p = 0;
+                       cudaError_t e = with_context([&](const Driver& d) {
+                         return to_error(d.cuMemPoolImportPointer(&p, reinterpret_cast<CUmemoryPool>(pool),
+                                                                  reinterpret_cast<CUmemPoolPtrExportData*>(data)));
+                       });
+                       if (e == cudaSuccess) *ptr = reinterpret_cast<void*>(p);
+                       return call.done(e, e == cudaSuccess ? sim::hooks().allocation_size(p) : 0);
                      });
 }
 
 cudaError_t cudaIpcCloseMemHandle(void* ptr) {
   return sim::traced(kRuntimeApi, CUPTI_RUNTIME_TRACE_CBID_cudaIpcCloseMemHandle_v4010, "cudaIpcCloseMemHandle",
                      cudaIpcCloseMemHandle_v4010_params{ptr}, [&] {
-                       return free_call("cudaIpcCloseMemHandle", ptr, [&] {
-                         return to_error(cuIpcCloseMemHandle(reinterpret_cast<CUdeviceptr>(ptr)));
+                       return free_call("cudaIpcCloseMemHandle", ptr, [&](const Driver& d) {
+                         return to_error(d.cuIpcCloseMemHandle(reinterpret_cast<CUdeviceptr>(ptr)));
                        });
                      });
 }
 
 cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* ptr) {
   if (!attributes) return remember(cudaErrorInvalidValue);
-  return with_context([&] {
+  return with_context([&](const Driver& d) {
     int device = -1;
     CUresult r =
-        cuPointerGetAttribute(&device, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, reinterpret_cast<CUdeviceptr>(ptr));
+        d.cuPointerGetAttribute(&device, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, reinterpret_cast<CUdeviceptr>(ptr));
     *attributes = cudaPointerAttributes{};
     attributes->type = r == CUDA_SUCCESS ? cudaMemoryTypeDevice : cudaMemoryTypeUnregistered;
     attributes->device = r == CUDA_SUCCESS ? device : -1;

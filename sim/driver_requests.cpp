@@ -1,0 +1,71 @@
+#include "driver_requests.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+namespace sim {
+namespace {
+
+// The log's descriptor: -1 when there is none, -2 until the environment was read.
+std::atomic<int> g_fd{-2};
+
+int log_fd() {
+  int fd = g_fd.load(std::memory_order_acquire);
+  if (fd != -2) return fd;
+  const char* pattern = std::getenv("MEMTRACE_SIM_DRIVER_REQUESTS");
+  fd = -1;
+  if (pattern && *pattern) {
+    std::string path;
+    for (const char* p = pattern; *p; ++p) {
+      if (p[0] == '%' && p[1] == 'p') {
+        path += std::to_string(::getpid());
+        ++p;
+      } else {
+        path += *p;
+      }
+    }
+    fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  }
+  int expected = -2;
+  if (!g_fd.compare_exchange_strong(expected, fd) && fd >= 0) {
+    ::close(fd);  // another thread opened it first
+    fd = expected;
+  }
+  return fd;
+}
+
+void write_line(const char* line, int length) {
+  const int fd = log_fd();
+  if (fd >= 0 && length > 0) (void)!::write(fd, line, static_cast<size_t>(length));
+}
+
+}  // namespace
+
+void log_lookup(const char* name, int version, unsigned long long flags, bool found) {
+  if (log_fd() < 0) return;
+  char line[256];
+  write_line(line, std::snprintf(line, sizeof line, "lookup %s %d 0x%llx %s\n", name ? name : "(null)", version, flags,
+                                 found ? "found" : "missing"));
+}
+
+void log_export_table(const CUuuid* id, bool found) {
+  if (log_fd() < 0) return;
+  char hex[33] = "(null)";
+  if (id)
+    for (int i = 0; i < 16; ++i) std::snprintf(hex + 2 * i, 3, "%02x", static_cast<unsigned char>(id->bytes[i]));
+  char line[96];
+  write_line(line, std::snprintf(line, sizeof line, "export-table %s %s\n", hex, found ? "found" : "missing"));
+}
+
+void log_call(const char* name) {
+  if (log_fd() < 0) return;
+  char line[128];
+  write_line(line, std::snprintf(line, sizeof line, "call %s\n", name));
+}
+
+}  // namespace sim
