@@ -1,11 +1,16 @@
 // How the simulated driver hands its functions out: cuGetProcAddress(_v2), the way NVIDIA's runtime
 // (and PyTorch, NCCL, and the runtime's cudaGetDriverEntryPoint) reach every driver function, and
 // cuGetExportTable, the way runtimes reach the driver's private tables.
+// Every ABI by its own symbol name, as cuda.h declares them for the driver's own build (no #define
+// of a name to its newest ABI), and the PFN types of the older ones.
+#define __CUDA_API_VERSION_INTERNAL 1
 #include <cuda.h>
+#include <cudaTypedefs.h>
 #include <dlfcn.h>
 
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "api_callbacks.h"
 #include "device_model.h"
@@ -13,118 +18,128 @@
 #include "export_tables.h"
 #include "ledger.h"
 
-#undef cuGetProcAddress
-
 namespace {
 
-// One ABI of a driver function: the CUDA version it appeared in and the symbol it has.
+// Every function this driver hands out, by the name cuGetProcAddress takes: each ABI it has, the
+// CUDA version that ABI appeared in and its symbol, newest first. The versions are those of
+// cudaTypedefs.h 13.0 (PFN_<name>_v<version>), the symbols those of cuda.h 13.0 (its #define of
+// each name to its newest ABI, and the older ones it keeps for the driver's own build); each
+// symbol's type is checked against its version's PFN type below. ABIs this device does not
+// implement are left out.
+#define SIM_DRIVER_ABIS(X)                                                                 \
+  X(cuInit, 2000, cuInit)                                                                  \
+  X(cuDriverGetVersion, 2020, cuDriverGetVersion)                                          \
+  X(cuGetProcAddress, 12000, cuGetProcAddress_v2)                                          \
+  X(cuGetProcAddress, 11030, cuGetProcAddress)                                             \
+  X(cuGetExportTable, 3000, cuGetExportTable)                                              \
+  X(cuGetErrorName, 6000, cuGetErrorName)                                                  \
+  X(cuGetErrorString, 6000, cuGetErrorString)                                              \
+  X(cuDeviceGet, 2000, cuDeviceGet)                                                        \
+  X(cuDeviceGetCount, 2000, cuDeviceGetCount)                                              \
+  X(cuDeviceGetName, 2000, cuDeviceGetName)                                                \
+  X(cuDeviceGetUuid, 11040, cuDeviceGetUuid_v2)                                            \
+  X(cuDeviceTotalMem, 3020, cuDeviceTotalMem_v2)                                           \
+  X(cuDeviceGetAttribute, 2000, cuDeviceGetAttribute)                                      \
+  X(cuDeviceGetDefaultMemPool, 11020, cuDeviceGetDefaultMemPool)                           \
+  X(cuDeviceGetMemPool, 11020, cuDeviceGetMemPool)                                         \
+  X(cuDevicePrimaryCtxRetain, 7000, cuDevicePrimaryCtxRetain)                              \
+  X(cuDevicePrimaryCtxRelease, 11000, cuDevicePrimaryCtxRelease_v2)                        \
+  X(cuDevicePrimaryCtxRelease, 7000, cuDevicePrimaryCtxRelease)                            \
+  X(cuDevicePrimaryCtxGetState, 7000, cuDevicePrimaryCtxGetState)                          \
+  X(cuDevicePrimaryCtxReset, 11000, cuDevicePrimaryCtxReset_v2)                            \
+  X(cuDevicePrimaryCtxReset, 7000, cuDevicePrimaryCtxReset)                                \
+  X(cuCtxCreate, 12050, cuCtxCreate_v4)                                                    \
+  X(cuCtxDestroy, 4000, cuCtxDestroy_v2)                                                   \
+  X(cuCtxSetCurrent, 4000, cuCtxSetCurrent)                                                \
+  X(cuCtxGetCurrent, 4000, cuCtxGetCurrent)                                                \
+  X(cuCtxPushCurrent, 4000, cuCtxPushCurrent_v2)                                           \
+  X(cuCtxPopCurrent, 4000, cuCtxPopCurrent_v2)                                             \
+  X(cuCtxGetDevice, 2000, cuCtxGetDevice)                                                  \
+  X(cuCtxSynchronize, 2000, cuCtxSynchronize)                                              \
+  X(cuMemGetInfo, 3020, cuMemGetInfo_v2)                                                   \
+  X(cuMemAlloc, 3020, cuMemAlloc_v2)                                                       \
+  X(cuMemAllocPitch, 3020, cuMemAllocPitch_v2)                                             \
+  X(cuMemAllocManaged, 6000, cuMemAllocManaged)                                            \
+  X(cuMemFree, 3020, cuMemFree_v2)                                                         \
+  X(cuMemAllocHost, 3020, cuMemAllocHost_v2)                                               \
+  X(cuMemHostAlloc, 2020, cuMemHostAlloc)                                                  \
+  X(cuMemFreeHost, 2000, cuMemFreeHost)                                                    \
+  X(cuMemGetAddressRange, 3020, cuMemGetAddressRange_v2)                                   \
+  X(cuMemAllocAsync, 11020, cuMemAllocAsync)                                               \
+  X(cuMemAllocFromPoolAsync, 11020, cuMemAllocFromPoolAsync)                               \
+  X(cuMemFreeAsync, 11020, cuMemFreeAsync)                                                 \
+  X(cuMemPoolCreate, 11020, cuMemPoolCreate)                                               \
+  X(cuMemPoolDestroy, 11020, cuMemPoolDestroy)                                             \
+  X(cuMemPoolTrimTo, 11020, cuMemPoolTrimTo)                                               \
+  X(cuMemPoolGetAttribute, 11020, cuMemPoolGetAttribute)                                   \
+  X(cuMemPoolSetAttribute, 11020, cuMemPoolSetAttribute)                                   \
+  X(cuMemPoolExportPointer, 11020, cuMemPoolExportPointer)                                 \
+  X(cuMemPoolImportPointer, 11020, cuMemPoolImportPointer)                                 \
+  X(cuMemCreate, 10020, cuMemCreate)                                                       \
+  X(cuMemRelease, 10020, cuMemRelease)                                                     \
+  X(cuMemAddressReserve, 10020, cuMemAddressReserve)                                       \
+  X(cuMemAddressFree, 10020, cuMemAddressFree)                                             \
+  X(cuMemMap, 10020, cuMemMap)                                                             \
+  X(cuMemUnmap, 10020, cuMemUnmap)                                                         \
+  X(cuMemSetAccess, 10020, cuMemSetAccess)                                                 \
+  X(cuMemGetAllocationGranularity, 10020, cuMemGetAllocationGranularity)                   \
+  X(cuMemGetAllocationPropertiesFromHandle, 10020, cuMemGetAllocationPropertiesFromHandle) \
+  X(cuMemExportToShareableHandle, 10020, cuMemExportToShareableHandle)                     \
+  X(cuMemImportFromShareableHandle, 10020, cuMemImportFromShareableHandle)                 \
+  X(cuMulticastCreate, 12010, cuMulticastCreate)                                           \
+  X(cuMulticastGetGranularity, 12010, cuMulticastGetGranularity)                           \
+  X(cuIpcGetMemHandle, 4010, cuIpcGetMemHandle)                                            \
+  X(cuIpcOpenMemHandle, 11000, cuIpcOpenMemHandle_v2)                                      \
+  X(cuIpcOpenMemHandle, 4010, cuIpcOpenMemHandle)                                          \
+  X(cuIpcCloseMemHandle, 4010, cuIpcCloseMemHandle)                                        \
+  X(cuPointerGetAttribute, 4000, cuPointerGetAttribute)                                    \
+  X(cuMemcpy, 4000, cuMemcpy)                                                              \
+  X(cuMemsetD8, 3020, cuMemsetD8_v2)                                                       \
+  X(cuLaunchKernel, 4000, cuLaunchKernel)                                                  \
+  X(cuStreamCreate, 2000, cuStreamCreate)                                                  \
+  X(cuStreamDestroy, 4000, cuStreamDestroy_v2)                                             \
+  X(cuStreamSynchronize, 2000, cuStreamSynchronize)                                        \
+  X(cuStreamBeginCapture, 10010, cuStreamBeginCapture_v2)                                  \
+  X(cuStreamEndCapture, 10000, cuStreamEndCapture)                                         \
+  X(cuStreamIsCapturing, 10000, cuStreamIsCapturing)                                       \
+  X(cuGraphCreate, 10000, cuGraphCreate)                                                   \
+  X(cuGraphDestroy, 10000, cuGraphDestroy)                                                 \
+  X(cuGraphAddNode, 12030, cuGraphAddNode_v2)                                              \
+  X(cuGraphAddNode, 12020, cuGraphAddNode)                                                 \
+  X(cuGraphNodeSetParams, 12020, cuGraphNodeSetParams)                                     \
+  X(cuGraphExecNodeSetParams, 12020, cuGraphExecNodeSetParams)                             \
+  X(cuGraphAddMemAllocNode, 11040, cuGraphAddMemAllocNode)                                 \
+  X(cuGraphAddMemFreeNode, 11040, cuGraphAddMemFreeNode)                                   \
+  X(cuGraphMemAllocNodeGetParams, 11040, cuGraphMemAllocNodeGetParams)                     \
+  X(cuGraphInstantiateWithFlags, 11040, cuGraphInstantiateWithFlags)                       \
+  X(cuGraphLaunch, 10000, cuGraphLaunch)                                                   \
+  X(cuGraphExecDestroy, 10000, cuGraphExecDestroy)                                         \
+  X(cuDeviceGetGraphMemAttribute, 11040, cuDeviceGetGraphMemAttribute)                     \
+  X(cuDeviceGraphMemTrim, 11040, cuDeviceGraphMemTrim)
+
 struct Abi {
+  const char* name;
   int since;
   const char* symbol;
 };
-// Every function this driver hands out, by the name cuGetProcAddress takes, with its ABIs newest
-// first. The versions are those of cudaTypedefs.h 13.0 (PFN_<name>_v<version>), the symbols those
-// of cuda.h 13.0 (its #define of each name to its newest ABI, and the declarations of the older
-// ones it keeps for the driver's own build); ABIs this device does not implement are left out.
-struct Offered {
-  const char* name;
-  Abi abis[2];
+constexpr Abi kAbis[] = {
+#define SIM_DRIVER_ABI_ROW(name, since, symbol) {#name, since, #symbol},
+    SIM_DRIVER_ABIS(SIM_DRIVER_ABI_ROW)
+#undef SIM_DRIVER_ABI_ROW
 };
-constexpr Offered kOffered[] = {
-    {"cuInit", {{2000, "cuInit"}}},
-    {"cuDriverGetVersion", {{2020, "cuDriverGetVersion"}}},
-    {"cuGetProcAddress", {{12000, "cuGetProcAddress_v2"}, {11030, "cuGetProcAddress"}}},
-    {"cuGetExportTable", {{3000, "cuGetExportTable"}}},
-    {"cuGetErrorName", {{6000, "cuGetErrorName"}}},
-    {"cuGetErrorString", {{6000, "cuGetErrorString"}}},
-    {"cuDeviceGet", {{2000, "cuDeviceGet"}}},
-    {"cuDeviceGetCount", {{2000, "cuDeviceGetCount"}}},
-    {"cuDeviceGetName", {{2000, "cuDeviceGetName"}}},
-    {"cuDeviceGetUuid", {{11040, "cuDeviceGetUuid_v2"}}},
-    {"cuDeviceTotalMem", {{3020, "cuDeviceTotalMem_v2"}}},
-    {"cuDeviceGetAttribute", {{2000, "cuDeviceGetAttribute"}}},
-    {"cuDeviceGetDefaultMemPool", {{11020, "cuDeviceGetDefaultMemPool"}}},
-    {"cuDeviceGetMemPool", {{11020, "cuDeviceGetMemPool"}}},
-    {"cuDevicePrimaryCtxRetain", {{7000, "cuDevicePrimaryCtxRetain"}}},
-    {"cuDevicePrimaryCtxRelease", {{11000, "cuDevicePrimaryCtxRelease_v2"}, {7000, "cuDevicePrimaryCtxRelease"}}},
-    {"cuDevicePrimaryCtxGetState", {{7000, "cuDevicePrimaryCtxGetState"}}},
-    {"cuDevicePrimaryCtxReset", {{11000, "cuDevicePrimaryCtxReset_v2"}, {7000, "cuDevicePrimaryCtxReset"}}},
-    {"cuCtxCreate", {{12050, "cuCtxCreate_v4"}}},
-    {"cuCtxDestroy", {{4000, "cuCtxDestroy_v2"}}},
-    {"cuCtxSetCurrent", {{4000, "cuCtxSetCurrent"}}},
-    {"cuCtxGetCurrent", {{4000, "cuCtxGetCurrent"}}},
-    {"cuCtxPushCurrent", {{4000, "cuCtxPushCurrent_v2"}}},
-    {"cuCtxPopCurrent", {{4000, "cuCtxPopCurrent_v2"}}},
-    {"cuCtxGetDevice", {{2000, "cuCtxGetDevice"}}},
-    {"cuCtxSynchronize", {{2000, "cuCtxSynchronize"}}},
-    {"cuMemGetInfo", {{3020, "cuMemGetInfo_v2"}}},
-    {"cuMemAlloc", {{3020, "cuMemAlloc_v2"}}},
-    {"cuMemAllocPitch", {{3020, "cuMemAllocPitch_v2"}}},
-    {"cuMemAllocManaged", {{6000, "cuMemAllocManaged"}}},
-    {"cuMemFree", {{3020, "cuMemFree_v2"}}},
-    {"cuMemAllocHost", {{3020, "cuMemAllocHost_v2"}}},
-    {"cuMemHostAlloc", {{2020, "cuMemHostAlloc"}}},
-    {"cuMemFreeHost", {{2000, "cuMemFreeHost"}}},
-    {"cuMemGetAddressRange", {{3020, "cuMemGetAddressRange_v2"}}},
-    {"cuMemAllocAsync", {{11020, "cuMemAllocAsync"}}},
-    {"cuMemAllocFromPoolAsync", {{11020, "cuMemAllocFromPoolAsync"}}},
-    {"cuMemFreeAsync", {{11020, "cuMemFreeAsync"}}},
-    {"cuMemPoolCreate", {{11020, "cuMemPoolCreate"}}},
-    {"cuMemPoolDestroy", {{11020, "cuMemPoolDestroy"}}},
-    {"cuMemPoolTrimTo", {{11020, "cuMemPoolTrimTo"}}},
-    {"cuMemPoolGetAttribute", {{11020, "cuMemPoolGetAttribute"}}},
-    {"cuMemPoolSetAttribute", {{11020, "cuMemPoolSetAttribute"}}},
-    {"cuMemPoolExportPointer", {{11020, "cuMemPoolExportPointer"}}},
-    {"cuMemPoolImportPointer", {{11020, "cuMemPoolImportPointer"}}},
-    {"cuMemCreate", {{10020, "cuMemCreate"}}},
-    {"cuMemRelease", {{10020, "cuMemRelease"}}},
-    {"cuMemAddressReserve", {{10020, "cuMemAddressReserve"}}},
-    {"cuMemAddressFree", {{10020, "cuMemAddressFree"}}},
-    {"cuMemMap", {{10020, "cuMemMap"}}},
-    {"cuMemUnmap", {{10020, "cuMemUnmap"}}},
-    {"cuMemSetAccess", {{10020, "cuMemSetAccess"}}},
-    {"cuMemGetAllocationGranularity", {{10020, "cuMemGetAllocationGranularity"}}},
-    {"cuMemGetAllocationPropertiesFromHandle", {{10020, "cuMemGetAllocationPropertiesFromHandle"}}},
-    {"cuMemExportToShareableHandle", {{10020, "cuMemExportToShareableHandle"}}},
-    {"cuMemImportFromShareableHandle", {{10020, "cuMemImportFromShareableHandle"}}},
-    {"cuMulticastCreate", {{12010, "cuMulticastCreate"}}},
-    {"cuMulticastGetGranularity", {{12010, "cuMulticastGetGranularity"}}},
-    {"cuIpcGetMemHandle", {{4010, "cuIpcGetMemHandle"}}},
-    {"cuIpcOpenMemHandle", {{11000, "cuIpcOpenMemHandle_v2"}, {4010, "cuIpcOpenMemHandle"}}},
-    {"cuIpcCloseMemHandle", {{4010, "cuIpcCloseMemHandle"}}},
-    {"cuPointerGetAttribute", {{4000, "cuPointerGetAttribute"}}},
-    {"cuMemcpy", {{4000, "cuMemcpy"}}},
-    {"cuMemsetD8", {{3020, "cuMemsetD8_v2"}}},
-    {"cuLaunchKernel", {{4000, "cuLaunchKernel"}}},
-    {"cuStreamCreate", {{2000, "cuStreamCreate"}}},
-    {"cuStreamDestroy", {{4000, "cuStreamDestroy_v2"}}},
-    {"cuStreamSynchronize", {{2000, "cuStreamSynchronize"}}},
-    {"cuStreamBeginCapture", {{10010, "cuStreamBeginCapture_v2"}}},
-    {"cuStreamEndCapture", {{10000, "cuStreamEndCapture"}}},
-    {"cuStreamIsCapturing", {{10000, "cuStreamIsCapturing"}}},
-    {"cuGraphCreate", {{10000, "cuGraphCreate"}}},
-    {"cuGraphDestroy", {{10000, "cuGraphDestroy"}}},
-    {"cuGraphAddNode", {{12030, "cuGraphAddNode_v2"}, {12020, "cuGraphAddNode"}}},
-    {"cuGraphNodeSetParams", {{12020, "cuGraphNodeSetParams"}}},
-    {"cuGraphExecNodeSetParams", {{12020, "cuGraphExecNodeSetParams"}}},
-    {"cuGraphAddMemAllocNode", {{11040, "cuGraphAddMemAllocNode"}}},
-    {"cuGraphAddMemFreeNode", {{11040, "cuGraphAddMemFreeNode"}}},
-    {"cuGraphMemAllocNodeGetParams", {{11040, "cuGraphMemAllocNodeGetParams"}}},
-    {"cuGraphInstantiateWithFlags", {{11040, "cuGraphInstantiateWithFlags"}}},
-    {"cuGraphLaunch", {{10000, "cuGraphLaunch"}}},
-    {"cuGraphExecDestroy", {{10000, "cuGraphExecDestroy"}}},
-    {"cuDeviceGetGraphMemAttribute", {{11040, "cuDeviceGetGraphMemAttribute"}}},
-    {"cuDeviceGraphMemTrim", {{11040, "cuDeviceGraphMemTrim"}}},
-};
+#define SIM_DRIVER_ABI_TYPE(name, since, symbol)                            \
+  static_assert(std::is_same_v<PFN_##name##_v##since, decltype(&::symbol)>, \
+                #symbol " is not the ABI cudaTypedefs.h gives " #name " at " #since);
+SIM_DRIVER_ABIS(SIM_DRIVER_ABI_TYPE)
+#undef SIM_DRIVER_ABI_TYPE
 
 // The ABI of NAME a caller of CUDA version VERSION gets: the newest one it knows.
 const Abi* abi_for(const char* name, int version, bool& known) {
   known = false;
-  for (const Offered& f : kOffered) {
-    if (std::strcmp(f.name, name) != 0) continue;
+  for (const Abi& abi : kAbis) {
+    if (std::strcmp(abi.name, name) != 0) continue;
     known = true;
-    for (const Abi& abi : f.abis)
-      if (abi.symbol && abi.since <= version) return &abi;
+    if (abi.since <= version) return &abi;
   }
   return nullptr;
 }
