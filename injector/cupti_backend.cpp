@@ -54,6 +54,9 @@ struct Handler {
   Api api;
   void (*at_entry)(Call& call, const void* params);             // frees
   void (*at_exit)(Call& call, const void* params, int result);  // everything
+  // Where the call's parameters decide what it is (the generic node API): its API, or kUnknown
+  // for a call that holds no memory.
+  Api (*api_for)(const void* params) = nullptr;
 };
 
 template <typename P>
@@ -77,6 +80,36 @@ void free_exit(Call& call, int result, const void* stream, Ordering ordering) {
   tag_if_captured(call, ordering, result == 0, stream);
   call.finish(result);
 }
+
+// The generic node API (P: its parameters; kGraph: their graph member): an allocation node is
+// ALLOC, a free node FREE; other nodes hold no memory.
+template <typename P, auto kGraph, Api kAlloc, Api kFree>
+struct GenericNode {
+  static Api api_for(const void* raw) {
+    const P& p = params_of<P>(raw);
+    const int type = p.nodeParams ? static_cast<int>(p.nodeParams->type) : -1;
+    return type == CU_GRAPH_NODE_TYPE_MEM_ALLOC ? kAlloc : type == CU_GRAPH_NODE_TYPE_MEM_FREE ? kFree : Api::kUnknown;
+  }
+  static void at_entry(Call& call, const void* raw) {
+    if (call.event.api == kFree) free_entry(call, as_address(params_of<P>(raw).nodeParams->free.dptr), 0, nullptr);
+  }
+  static void at_exit(Call& call, const void* raw, int result) {
+    const P& p = params_of<P>(raw);
+    if (call.event.api == kFree) return free_exit(call, result, nullptr, Ordering::kImmediate);
+    record_graph_node(call, result, as_address(p.nodeParams->alloc.dptr), p.nodeParams->alloc.bytesize, p.*kGraph,
+                      location_device(p.nodeParams->alloc.poolProps.location));
+  }
+};
+template <typename Node>
+constexpr Handler generic_node(CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
+  return Handler{domain, cbid, Api::kUnknown, &Node::at_entry, &Node::at_exit, &Node::api_for};
+}
+using RuntimeAddNode = GenericNode<cudaGraphAddNode_v12030_params, &cudaGraphAddNode_v12030_params::graph,
+                                   Api::kCudaGraphAddNodeMemAlloc, Api::kCudaGraphAddNodeMemFree>;
+using DriverAddNode = GenericNode<cuGraphAddNode_params, &cuGraphAddNode_params::hGraph, Api::kCuGraphAddNodeMemAlloc,
+                                  Api::kCuGraphAddNodeMemFree>;
+using DriverAddNodeV2 = GenericNode<cuGraphAddNode_v2_params, &cuGraphAddNode_v2_params::hGraph,
+                                    Api::kCuGraphAddNodeMemAlloc, Api::kCuGraphAddNodeMemFree>;
 
 #define MEMTRACE_ALLOC(domain, cbid, api, P, body)                            \
   Handler {                                                                   \
@@ -160,6 +193,7 @@ const Handler kHandlers[] = {
     MEMTRACE_FREE(kRt, CUPTI_RUNTIME_TRACE_CBID_cudaGraphAddMemFreeNode_v11040, Api::kCudaGraphAddMemFreeNode,
                   cudaGraphAddMemFreeNode_v11040_params,
                   free_entry(call, reinterpret_cast<uint64_t>(p.dptr), 0, nullptr), Ordering::kImmediate, nullptr),
+    generic_node<RuntimeAddNode>(kRt, CUPTI_RUNTIME_TRACE_CBID_cudaGraphAddNode_v12030),
     MEMTRACE_ALLOC(kRt, CUPTI_RUNTIME_TRACE_CBID_cudaIpcOpenMemHandle_v4010, Api::kCudaIpcOpenMemHandle,
                    cudaIpcOpenMemHandle_v4010_params, record_opened(call, result, address_of(result, p.devPtr))),
     MEMTRACE_FREE(kRt, CUPTI_RUNTIME_TRACE_CBID_cudaIpcCloseMemHandle_v4010, Api::kCudaIpcCloseMemHandle,
@@ -232,6 +266,8 @@ const Handler kHandlers[] = {
                                      p.nodeParams ? location_device(p.nodeParams->poolProps.location) : -1)),
     MEMTRACE_FREE(kDrv, CUPTI_DRIVER_TRACE_CBID_cuGraphAddMemFreeNode, Api::kCuGraphAddMemFreeNode,
                   cuGraphAddMemFreeNode_params, free_entry(call, p.dptr, 0, nullptr), Ordering::kImmediate, nullptr),
+    generic_node<DriverAddNode>(kDrv, CUPTI_DRIVER_TRACE_CBID_cuGraphAddNode),
+    generic_node<DriverAddNodeV2>(kDrv, CUPTI_DRIVER_TRACE_CBID_cuGraphAddNode_v2),
     MEMTRACE_ALLOC(kDrv, CUPTI_DRIVER_TRACE_CBID_cuIpcOpenMemHandle_v2, Api::kCuIpcOpenMemHandle,
                    cuIpcOpenMemHandle_v2_params, record_opened(call, result, address_of(result, p.pdptr))),
     MEMTRACE_ALLOC(kDrv, CUPTI_DRIVER_TRACE_CBID_cuIpcOpenMemHandle, Api::kCuIpcOpenMemHandle,
@@ -309,9 +345,10 @@ __attribute__((noinline)) void handle_callback(CUpti_CallbackDomain domain, CUpt
     if (depth >= kMaxPending || !pending) return;
     Pending& slot = pending[depth];
     // An interposer (or a call further out) has it: nothing more to record.
-    slot.recording = depth == 0 && !t_interposer_recording;
+    const Api api = h->api_for ? h->api_for(data->functionParams) : h->api;
+    slot.recording = depth == 0 && !t_interposer_recording && api != Api::kUnknown;
     if (slot.recording) {
-      Call* call = new (slot.storage) Call(h->api, Call::FromCupti{});
+      Call* call = new (slot.storage) Call(api, Call::FromCupti{});
       if (h->at_entry && call->active()) h->at_entry(*call, data->functionParams);
     }
   } else if (t_cupti_depth > 0) {

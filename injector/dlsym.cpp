@@ -78,10 +78,7 @@ Dlsym memtrace_resolve_real_dlsym() {
 }
 
 namespace memtrace::inject {
-namespace {
 
-// The libraries whose entry points memtrace interposes: libcuda.so.1, libcudart.so.13, a wheel's
-// libcudart-<hash>.so.12, and libcupti (whose cuptiSubscribe memtrace must see first).
 bool from_cuda_library(const void* fn) {
   Dl_info info{};
   if (!::dladdr(fn, &info) || !info.dli_fname) return false;
@@ -91,19 +88,21 @@ bool from_cuda_library(const void* fn) {
   return file.starts_with("libcuda.so") || file.starts_with("libcudart") || file.starts_with("libcupti");
 }
 
-// memtrace's own interposer named NAME, read from its dynamic symbols (a dlsym on its own handle
-// that failed would leave an error for the program's next dlerror).
 void* own_interposer(const char* name) {
   static const LoadedModule self = loaded_module_containing(reinterpret_cast<uint64_t>(&own_interposer));
   uint64_t address = find_dynamic_symbol(self, name);
   return address && in_injector(address) ? reinterpret_cast<void*>(address) : nullptr;
 }
 
+namespace {
+
 // What a lookup of NAME in a handle answers, given that the real lookup found FN for CALLER.
 void* answer(const char* name, void* fn, uint64_t caller) {
-  // Not a CUDA entry point, or memtrace's own lookups (resolving a real function), or a lookup
-  // made inside a recorded call (the runtime serving it): the real answer.
-  if (name[0] != 'c' || name[1] != 'u' || t_depth > 0 || in_injector(caller)) return fn;
+  // Not a CUDA entry point, or memtrace's own lookups (resolving a real function): the real answer.
+  // A lookup made inside a recorded call (a runtime initializing inside the program's first
+  // cudaMalloc) is answered as any other: what a runtime's table holds must not depend on which
+  // call came first.
+  if (name[0] != 'c' || name[1] != 'u' || in_injector(caller)) return fn;
   // Its private tables of driver functions are nobody's to replace.
   if (std::strcmp(name, "cuGetExportTable") == 0) return fn;
   void* ours = own_interposer(name);

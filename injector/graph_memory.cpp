@@ -6,7 +6,14 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
+
 #include "interpose.h"
+
+// cuda.h names the CUDA 12.3 entry point cuGraphAddNode; the CUDA 12.2 one, without edge data, is
+// still the driver's, handed to callers of 12020 to 12029 (cudaTypedefs.h: PFN_cuGraphAddNode_v12020).
+#undef cuGraphAddNode
+extern "C" CUresult cuGraphAddNode(CUgraphNode*, CUgraph, const CUgraphNode*, size_t, CUgraphNodeParams*);
 
 using namespace memtrace;
 using namespace memtrace::inject;
@@ -19,6 +26,32 @@ RealFunction<decltype(&cudaGraphAddMemFreeNode)> real_cudaGraphAddMemFreeNode("c
                                                                               Library::kRuntime);
 RealFunction<decltype(&cuGraphAddMemAllocNode)> real_cuGraphAddMemAllocNode("cuGraphAddMemAllocNode", Library::kDriver);
 RealFunction<decltype(&cuGraphAddMemFreeNode)> real_cuGraphAddMemFreeNode("cuGraphAddMemFreeNode", Library::kDriver);
+RealFunction<decltype(&cudaGraphAddNode)> real_cudaGraphAddNode("cudaGraphAddNode", Library::kRuntime);
+RealFunction<decltype(&cuGraphAddNode_v2)> real_cuGraphAddNode_v2("cuGraphAddNode_v2", Library::kDriver);
+RealFunction<decltype(&cuGraphAddNode)> real_cuGraphAddNode("cuGraphAddNode", Library::kDriver);
+
+// The runtime's node parameters have the driver's layout and type values.
+static_assert(offsetof(cudaGraphNodeParams, alloc) == offsetof(CUgraphNodeParams, alloc) &&
+              offsetof(cudaGraphNodeParams, free) == offsetof(CUgraphNodeParams, free) &&
+              static_cast<int>(cudaGraphNodeTypeMemAlloc) == CU_GRAPH_NODE_TYPE_MEM_ALLOC &&
+              static_cast<int>(cudaGraphNodeTypeMemFree) == CU_GRAPH_NODE_TYPE_MEM_FREE);
+
+// A node through the generic node API (cudaGraphAddNode, cuGraphAddNode and its _v2): an
+// allocation node is recorded as ALLOC_API once it has its address, a free node as FREE_API; a node
+// of any other type holds no memory and passes through.
+template <auto kMissing, typename Fn, typename Params, typename... Args>
+auto add_node(Api alloc_api, Api free_api, uint64_t caller, RealFunction<Fn>& real, const void* graph, Params* params,
+              Args... args) {
+  const int type = params ? static_cast<int>(params->type) : -1;
+  if (type == CU_GRAPH_NODE_TYPE_MEM_FREE)
+    return free_call<kMissing>(free_api, caller, real, as_address(params->free.dptr), 0, nullptr, Ordering::kImmediate,
+                               args...);
+  if (type != CU_GRAPH_NODE_TYPE_MEM_ALLOC) return call_real<kMissing>(real, caller, args...);
+  Call call(alloc_api, caller);
+  auto result = call_real<kMissing>(call, real, args...);
+  return record_graph_node(call, result, as_address(params->alloc.dptr), params->alloc.bytesize, graph,
+                           location_device(params->alloc.poolProps.location));
+}
 
 }  // namespace
 
@@ -58,4 +91,28 @@ MEMTRACE_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode* phGraphNode, CUgraph
   return free_call<CUDA_ERROR_NOT_INITIALIZED>(Api::kCuGraphAddMemFreeNode, MEMTRACE_CALLER, real_cuGraphAddMemFreeNode,
                                                dptr, 0, nullptr, Ordering::kImmediate, phGraphNode, hGraph,
                                                dependencies, numDependencies, dptr);
+}
+
+MEMTRACE_EXPORT cudaError_t cudaGraphAddNode(cudaGraphNode_t* pGraphNode, cudaGraph_t graph,
+                                             const cudaGraphNode_t* pDependencies,
+                                             const cudaGraphEdgeData* dependencyData, size_t numDependencies,
+                                             cudaGraphNodeParams* nodeParams) {
+  return add_node<cudaErrorInitializationError>(Api::kCudaGraphAddNodeMemAlloc, Api::kCudaGraphAddNodeMemFree,
+                                                MEMTRACE_CALLER, real_cudaGraphAddNode, graph, nodeParams, pGraphNode,
+                                                graph, pDependencies, dependencyData, numDependencies, nodeParams);
+}
+
+MEMTRACE_EXPORT CUresult cuGraphAddNode_v2(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies,
+                                           const CUgraphEdgeData* dependencyData, size_t numDependencies,
+                                           CUgraphNodeParams* nodeParams) {
+  return add_node<CUDA_ERROR_NOT_INITIALIZED>(Api::kCuGraphAddNodeMemAlloc, Api::kCuGraphAddNodeMemFree,
+                                              MEMTRACE_CALLER, real_cuGraphAddNode_v2, hGraph, nodeParams, phGraphNode,
+                                              hGraph, dependencies, dependencyData, numDependencies, nodeParams);
+}
+
+MEMTRACE_EXPORT CUresult cuGraphAddNode(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies,
+                                        size_t numDependencies, CUgraphNodeParams* nodeParams) {
+  return add_node<CUDA_ERROR_NOT_INITIALIZED>(Api::kCuGraphAddNodeMemAlloc, Api::kCuGraphAddNodeMemFree,
+                                              MEMTRACE_CALLER, real_cuGraphAddNode, hGraph, nodeParams, phGraphNode,
+                                              hGraph, dependencies, numDependencies, nodeParams);
 }

@@ -139,6 +139,14 @@ auto call_real(Call& call, RealFunction<Fn>& real, Args... args) {
   return fn ? fn(args...) : kMissing;
 }
 
+// The libraries whose entry points memtrace interposes: libcuda.so.1, libcudart.so.13, a wheel's
+// libcudart-<hash>.so.12, and libcupti (whose cuptiSubscribe memtrace must see first) (dlsym.cpp).
+bool from_cuda_library(const void* fn);
+// memtrace's own interposer named NAME (a versioned symbol: cuMemAlloc_v2), read from its dynamic
+// symbols (a dlsym on its own handle that failed would leave an error for the program's next
+// dlerror); null when it has none.
+void* own_interposer(const char* name);
+
 // What memtrace asks CUDA about a call (device_query.cpp), each time of the CUDA library the
 // calling module uses. The current device of the runtime, and of the driver's current context;
 // -1 if unknown.
@@ -168,15 +176,20 @@ inline void tag_if_captured(Call& call, Ordering ordering, bool ok, const void* 
   }
 }
 
-// What a call handed back through its out-parameter (a pointer, or a CUdeviceptr) once it
-// succeeded; 0 when it failed or had nowhere to put it.
+// An address as the runtime (a pointer) or the driver (a CUdeviceptr) gives it.
+template <typename Address>
+uint64_t as_address(Address address) {
+  if constexpr (std::is_pointer_v<Address>)
+    return reinterpret_cast<uint64_t>(address);
+  else
+    return static_cast<uint64_t>(address);
+}
+
+// What a call handed back through its out-parameter once it succeeded; 0 when it failed or had
+// nowhere to put it.
 template <typename Result, typename Out>
 uint64_t address_of(Result result, const Out* out) {
-  if (result != 0 || !out) return 0;
-  if constexpr (std::is_pointer_v<Out>)
-    return reinterpret_cast<uint64_t>(*out);
-  else
-    return static_cast<uint64_t>(*out);
+  return result != 0 || !out ? 0 : as_address(*out);
 }
 
 // Records a call that created something, once the real call has returned it. DEVICE says which

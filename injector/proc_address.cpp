@@ -1,8 +1,13 @@
 // Modern CUDA hands out driver functions through cuGetProcAddress and the runtime's
-// cudaGetDriverEntryPoint(ByVersion); PyTorch's expandable segments get cuMemCreate and cuMemMap
-// that way. Symbol interposition alone misses those calls, so we hand out our own interposers.
+// cudaGetDriverEntryPoint(ByVersion): NVIDIA's runtime gets every driver function it calls that
+// way, PyTorch its expandable segments' cuMemCreate and cuMemMap. Symbol interposition alone misses
+// those calls, so we hand out our own interposers: for each function the real lookup found, the
+// one of the same ABI (its symbol's name), which then calls exactly the function the caller was
+// given. So every caller gets the ABI of the version it asked for, whatever CUDA memtrace was
+// built with.
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 
 #include <cstring>
 
@@ -10,6 +15,7 @@
 
 #undef cuGetProcAddress
 #undef cuIpcOpenMemHandle
+#undef cuGraphAddNode
 
 using namespace memtrace;
 using namespace memtrace::inject;
@@ -17,6 +23,7 @@ using namespace memtrace::inject;
 extern "C" {
 CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags);
 CUresult cuIpcOpenMemHandle(CUdeviceptr* pdptr, CUipcMemHandle handle, unsigned int Flags);
+CUresult cuGraphAddNode(CUgraphNode*, CUgraph, const CUgraphNode*, size_t, CUgraphNodeParams*);
 CUresult cuMemAllocAsync_ptsz(CUdeviceptr*, size_t, CUstream);
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr, CUstream);
 CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr*, size_t, CUmemoryPool, CUstream);
@@ -43,7 +50,11 @@ void* as_pointer(Fn fn) {
   return reinterpret_cast<void*>(fn);
 }
 
+// Where the driver's function cannot be named (dladdr finds no exported symbol at its address):
+// memtrace's interposer by the name looked up and the version asked, newest ABI first.
 const Wrapped kWrapped[] = {
+    {"cuInit", 2000, as_pointer(&cuInit), as_pointer(&cuInit)},
+    {"cuDeviceGetCount", 2000, as_pointer(&cuDeviceGetCount), as_pointer(&cuDeviceGetCount)},
     {"cuMemAlloc", 3020, as_pointer(&cuMemAlloc_v2), as_pointer(&cuMemAlloc_v2)},
     {"cuMemFree", 3020, as_pointer(&cuMemFree_v2), as_pointer(&cuMemFree_v2)},
     {"cuMemAllocHost", 3020, as_pointer(&cuMemAllocHost_v2), as_pointer(&cuMemAllocHost_v2)},
@@ -62,6 +73,8 @@ const Wrapped kWrapped[] = {
     {"cuMemAddressFree", 10020, as_pointer(&cuMemAddressFree), as_pointer(&cuMemAddressFree)},
     {"cuGraphAddMemAllocNode", 11040, as_pointer(&cuGraphAddMemAllocNode), as_pointer(&cuGraphAddMemAllocNode)},
     {"cuGraphAddMemFreeNode", 11040, as_pointer(&cuGraphAddMemFreeNode), as_pointer(&cuGraphAddMemFreeNode)},
+    {"cuGraphAddNode", 12030, as_pointer(&cuGraphAddNode_v2), as_pointer(&cuGraphAddNode_v2)},
+    {"cuGraphAddNode", 12020, as_pointer(&cuGraphAddNode), as_pointer(&cuGraphAddNode)},
     {"cuIpcOpenMemHandle", 11000, as_pointer(&cuIpcOpenMemHandle_v2), as_pointer(&cuIpcOpenMemHandle_v2)},
     {"cuIpcOpenMemHandle", 4010, as_pointer(&cuIpcOpenMemHandle), as_pointer(&cuIpcOpenMemHandle)},
     {"cuIpcCloseMemHandle", 4010, as_pointer(&cuIpcCloseMemHandle), as_pointer(&cuIpcCloseMemHandle)},
@@ -73,20 +86,42 @@ const Wrapped kWrapped[] = {
     {"cuGetProcAddress", 0, as_pointer(&cuGetProcAddress), as_pointer(&cuGetProcAddress)},
 };
 
-// Replaces a driver function the real lookup found with our interposer for it, when we have one
-// with the same ABI (the newest the caller's version has: kWrapped lists a name's newest ABI
-// first). Anything else is handed back untouched.
-void substitute(const char* symbol, void** pfn, int cuda_version, unsigned long long flags) {
-  if (!symbol || !pfn || !*pfn) return;
+// memtrace's interposer for FN, the function a lookup of SYMBOL at VERSION with FLAGS found; null
+// where memtrace interposes none.
+void* interposer_for(const char* symbol, void* fn, int version, unsigned long long flags) {
+  // The driver's exported function of a name (cuMemAlloc_v2, cuMemAllocAsync_ptsz, cuGraphAddNode
+  // for CUDA 12.2's ABI) is memtrace's of the same name.
+  Dl_info info{};
+  if (::dladdr(fn, &info) && info.dli_sname && info.dli_saddr == fn && from_cuda_library(fn))
+    return own_interposer(info.dli_sname);
+  if (version < 0) return nullptr;  // the caller's version is not known
   for (const Wrapped& w : kWrapped) {
-    if (std::strcmp(symbol, w.name) != 0 || cuda_version < w.since_version) continue;
-    *pfn = (flags & kPerThreadStream) ? w.per_thread_stream : w.legacy_stream;
-    return;
+    if (std::strcmp(symbol, w.name) != 0 || version < w.since_version) continue;
+    return (flags & kPerThreadStream) ? w.per_thread_stream : w.legacy_stream;
   }
+  return nullptr;
 }
 
-// The runtime's own version, as cudaGetDriverEntryPoint asks the driver for the ABI it was built with.
-constexpr int kRuntimeLookupVersion = CUDART_VERSION;
+// Replaces a driver function the real lookup found with our interposer for it, when we have one,
+// and pins the function found for CALLER's module: our interposer, called from there, calls it.
+// Anything else is handed back untouched.
+void substitute(uint64_t caller, const char* symbol, void** pfn, int version, unsigned long long flags) {
+  if (!symbol || !pfn || !*pfn) return;
+  void* ours = interposer_for(symbol, *pfn, version, flags);
+  Dl_info info{};
+  if (!ours || ours == *pfn || !::dladdr(ours, &info) || !info.dli_sname) return;
+  pin_real_function(info.dli_sname, caller, *pfn);
+  *pfn = ours;
+}
+
+// cudaGetDriverEntryPoint asks the driver at the version of the runtime that serves it (a
+// vendored CUDA 12 copy beside a CUDA 13 one): that copy's, as it says itself; -1 if it cannot.
+RealFunction<decltype(&cudaRuntimeGetVersion)> real_cudaRuntimeGetVersion("cudaRuntimeGetVersion", Library::kRuntime);
+int runtime_version(uint64_t caller) {
+  int version = -1;
+  return call_real<cudaErrorInitializationError>(real_cudaRuntimeGetVersion, caller, &version) == cudaSuccess ? version
+                                                                                                              : -1;
+}
 
 RealFunction<decltype(&cuGetProcAddress)> real_cuGetProcAddress("cuGetProcAddress", Library::kDriver);
 RealFunction<decltype(&cuGetProcAddress_v2)> real_cuGetProcAddress_v2("cuGetProcAddress_v2", Library::kDriver);
@@ -105,7 +140,7 @@ template <auto kMissing, typename Fn, typename... Args>
 auto looked_up(RealFunction<Fn>& real, uint64_t caller, const char* symbol, void** pfn, int version,
                unsigned long long flags, Args... args) {
   auto result = call_real<kMissing>(real, caller, args...);
-  if (result == 0) substitute(symbol, pfn, version, flags);
+  if (result == 0) substitute(caller, symbol, pfn, version, flags);
   return result;
 }
 
@@ -125,15 +160,16 @@ MEMTRACE_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int
 MEMTRACE_EXPORT cudaError_t cudaGetDriverEntryPoint(const char* symbol, void** funcPtr, unsigned long long flags,
                                                     cudaDriverEntryPointQueryResult* driverStatus) {
   return looked_up<cudaErrorInitializationError>(real_cudaGetDriverEntryPoint, MEMTRACE_CALLER, symbol, funcPtr,
-                                                 kRuntimeLookupVersion, flags, symbol, funcPtr, flags, driverStatus);
+                                                 runtime_version(MEMTRACE_CALLER), flags, symbol, funcPtr, flags,
+                                                 driverStatus);
 }
 
 // The _ptsz entry points default to the per-thread default stream.
 MEMTRACE_EXPORT cudaError_t cudaGetDriverEntryPoint_ptsz(const char* symbol, void** funcPtr, unsigned long long flags,
                                                          cudaDriverEntryPointQueryResult* driverStatus) {
   return looked_up<cudaErrorInitializationError>(real_cudaGetDriverEntryPoint_ptsz, MEMTRACE_CALLER, symbol, funcPtr,
-                                                 kRuntimeLookupVersion, flags ? flags : kPerThreadStream, symbol,
-                                                 funcPtr, flags, driverStatus);
+                                                 runtime_version(MEMTRACE_CALLER), flags ? flags : kPerThreadStream,
+                                                 symbol, funcPtr, flags, driverStatus);
 }
 
 MEMTRACE_EXPORT cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** funcPtr,

@@ -125,7 +125,15 @@ enum class Api : uint16_t {
   // "requested_bytes.all.peak"), size the value; name "reset_peak" where the program reset its
   // peaks (torch.cuda.reset_peak_memory_stats). An observation: it changes no figure.
   kTorchCounter = 70,
-  kCount = 71,
+  // CUDA graphs' memory nodes made through the generic node API (CUDA 12.2: a node of any type,
+  // cudaGraphNodeParams.type saying which): an allocation node or a free node, each as its own
+  // call made it (handle: the graph, as kCudaGraphAddMemAllocNode's). Nodes of other types hold
+  // no memory and are not recorded.
+  kCudaGraphAddNodeMemAlloc = 71,
+  kCudaGraphAddNodeMemFree = 72,
+  kCuGraphAddNodeMemAlloc = 73,
+  kCuGraphAddNodeMemFree = 74,
+  kCount = 75,
 };
 
 // What a recorded object is. Each kind has its own address space in the live set: a VMM mapping
@@ -263,6 +271,12 @@ inline constexpr ApiInfo kApiTable[] = {
     {Api::kCuMulticastCreate, "cuMulticastCreate", Op::kAlloc, MemKind::kMulticast},
     {Api::kDeviceOtherProcesses, "device.other_processes", Op::kMark, MemKind::kDevice, Layer::kDevice},
     {Api::kTorchCounter, "torch.counter", Op::kMark, MemKind::kUnknown, Layer::kUnknown, AuxField::kName},
+    {Api::kCudaGraphAddNodeMemAlloc, "cudaGraphAddNode.mem_alloc", Op::kAlloc, MemKind::kGraphMemory, Layer::kReserved,
+     AuxField::kHandle},
+    {Api::kCudaGraphAddNodeMemFree, "cudaGraphAddNode.mem_free", Op::kFree, MemKind::kGraphMemory},
+    {Api::kCuGraphAddNodeMemAlloc, "cuGraphAddNode.mem_alloc", Op::kAlloc, MemKind::kGraphMemory, Layer::kReserved,
+     AuxField::kHandle},
+    {Api::kCuGraphAddNodeMemFree, "cuGraphAddNode.mem_free", Op::kFree, MemKind::kGraphMemory},
 };
 
 // The names of kinds and layers, each row keyed by its value, as kApiTable's.
