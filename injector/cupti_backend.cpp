@@ -619,8 +619,10 @@ void hand_cupti_over() {
 
 using namespace memtrace::inject;
 
-// The driver calls this on its first cuInit when CUDA_INJECTION64_PATH names the injector.
+// The driver calls this on its first cuInit when CUDA_INJECTION64_PATH names the injector: the
+// program uses CUDA, whichever way it reached cuInit.
 MEMTRACE_EXPORT int InitializeInjection() {
+  note_cuda_use();
   start_cupti();
   return 1;
 }

@@ -2,8 +2,9 @@
 // no CUDA library among its dependencies. The runtime inside it opens libcuda.so.1 itself and
 // fetches every driver function through cuGetProcAddress_v2, so none of its calls pass through
 // the global scope. Threads allocate at once; one takes driver functions from
-// cudaGetDriverEntryPoint as NCCL does; one buffer is left allocated at exit.
-//   static_runtime [--threads T] [--iterations N]
+// cudaGetDriverEntryPoint as NCCL does; one buffer is left allocated at exit. With --ask-only 1
+// it only asks how many devices there are: a program that used CUDA and allocated nothing.
+//   static_runtime [--threads T] [--iterations N] [--ask-only 1]
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
@@ -61,7 +62,14 @@ void through_entry_points() {
 int main(int argc, char** argv) {
   const long threads = sample::arg_value(argc, argv, "--threads", 4);
   const long iterations = sample::arg_value(argc, argv, "--iterations", 200);
-  SAMPLE_CHECK(cudaSetDevice(0));
+  if (sample::arg_value(argc, argv, "--ask-only", 0)) {
+    int count = 0;
+    SAMPLE_CHECK(cudaGetDeviceCount(&count));
+    account.print();
+    return 0;
+  }
+  // The first CUDA call allocates: the runtime initializes inside it (CUPTI's callbacks for it come
+  // once the runtime did).
   void* kept;
   SAMPLE_CHECK(cudaMalloc(&kept, 5 << 20));  // never freed
   note("cudaMalloc", true, 5 << 20);

@@ -11,7 +11,6 @@
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <string>
 
 #include "api_callbacks.h"
 #include "driver_objects.h"
@@ -117,14 +116,12 @@ uint64_t sim::graph_allocation_size(uint64_t addr) {
 
 namespace {
 
-// A node of PARAMS's type, for the generic node API called API.
-CUresult add_node(const char* api, CUgraphNode* node, CUgraph graph, CUgraphNodeParams* params) {
+// A node of PARAMS's type through the generic node API (the ledger keeps the names it is given).
+CUresult add_node(CUgraphNode* node, CUgraph graph, CUgraphNodeParams* params) {
   if (!node || !params) return CUDA_ERROR_INVALID_VALUE;
-  std::string ledgered = api;
   switch (params->type) {
     case CU_GRAPH_NODE_TYPE_MEM_ALLOC: {
-      ledgered += ".mem_alloc";
-      sim::ApiCall call(ledgered.c_str());
+      sim::ApiCall call("cuGraphAddNode.mem_alloc");
       if (!sim_driver::initialized()) return call.done(CUDA_ERROR_NOT_INITIALIZED);
       static_assert(sizeof(CUDA_MEM_ALLOC_NODE_PARAMS_v2) == sizeof(CUDA_MEM_ALLOC_NODE_PARAMS));
       CUDA_MEM_ALLOC_NODE_PARAMS alloc;
@@ -133,8 +130,7 @@ CUresult add_node(const char* api, CUgraphNode* node, CUgraph graph, CUgraphNode
       return call.done(r, params->alloc.bytesize);
     }
     case CU_GRAPH_NODE_TYPE_MEM_FREE: {
-      ledgered += ".mem_free";
-      sim::ApiCall call(ledgered.c_str());
+      sim::ApiCall call("cuGraphAddNode.mem_free");
       if (!sim_driver::initialized()) return call.done(CUDA_ERROR_NOT_INITIALIZED);
       uint64_t size = 0;
       const CUresult r = sim_driver::add_free_node(graph, params->free.dptr, node, &size);
@@ -200,7 +196,7 @@ CUresult cuGraphAddNode_v2(CUgraphNode* node, CUgraph graph, const CUgraphNode* 
                            const CUgraphEdgeData* dependencyData, size_t numDependencies, CUgraphNodeParams* params) {
   return sim::traced(kDriverApi, CUPTI_DRIVER_TRACE_CBID_cuGraphAddNode_v2, "cuGraphAddNode_v2",
                      cuGraphAddNode_v2_params{node, graph, dependencies, dependencyData, numDependencies, params},
-                     [&] { return add_node("cuGraphAddNode", node, graph, params); });
+                     [&] { return add_node(node, graph, params); });
 }
 
 // Its CUDA 12.2 ABI, without edge data (cuGetProcAddress hands it to callers of 12020 to 12029).
@@ -208,7 +204,7 @@ CUresult cuGraphAddNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* dep
                         CUgraphNodeParams* params) {
   return sim::traced(kDriverApi, CUPTI_DRIVER_TRACE_CBID_cuGraphAddNode, "cuGraphAddNode",
                      cuGraphAddNode_params{node, graph, dependencies, numDependencies, params},
-                     [&] { return add_node("cuGraphAddNode", node, graph, params); });
+                     [&] { return add_node(node, graph, params); });
 }
 
 // "Modifying parameters is not supported for node types CU_GRAPH_NODE_TYPE_MEM_ALLOC and

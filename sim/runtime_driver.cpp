@@ -1,12 +1,15 @@
 #include "runtime_driver.h"
 
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstddef>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string>
 #include <string_view>
 
 #include "cudart_driver_lookups.h"
@@ -107,6 +110,36 @@ cudaError_t initialize(State& s) {
   return cudaSuccess;
 }
 
+// MEMTRACE_SIM_RUNTIME_DRIVER_TABLE=FILE (`%p` in FILE becomes the pid): once initialized, the
+// runtime writes where each driver function it was handed lies, one line each,
+//   <function> <library file>
+// so a test sees whose functions the runtime calls (the driver's, or an interposer's).
+void write_driver_table(const Driver& driver) {
+  const char* pattern = std::getenv("MEMTRACE_SIM_RUNTIME_DRIVER_TABLE");
+  if (!pattern || !*pattern) return;
+  std::string path;
+  for (const char* p = pattern; *p; ++p) {
+    if (p[0] == '%' && p[1] == 'p') {
+      path += std::to_string(::getpid());
+      ++p;
+    } else {
+      path += *p;
+    }
+  }
+  FILE* out = std::fopen(path.c_str(), "we");
+  if (!out) return;
+  const auto* members = reinterpret_cast<const char*>(&driver);
+  for (const Slot& slot : kSlots) {
+    void* fn = nullptr;
+    std::memcpy(&fn, members + slot.offset, sizeof fn);
+    Dl_info info{};
+    const char* file = fn && ::dladdr(fn, &info) && info.dli_fname ? info.dli_fname : "?";
+    const char* base = std::strrchr(file, '/');
+    std::fprintf(out, "%s%s %s\n", slot.name, slot.flags ? "_ptsz" : "", base ? base + 1 : file);
+  }
+  std::fclose(out);
+}
+
 // Initialized once, by the first thread to need it; a thread that calls back into the runtime
 // while initializing it (through a tool the driver loads) gets no driver rather than a deadlock.
 std::mutex g_mutex;
@@ -122,6 +155,7 @@ const State* state() {
   auto* s = new State;  // never freed: calls may come during exit
   s->error = initialize(*s);
   t_initializing = false;
+  if (s->error == cudaSuccess) write_driver_table(s->driver);
   g_state.store(s, std::memory_order_release);
   return s;
 }

@@ -86,19 +86,21 @@ Result run(const std::vector<std::string>& argv, const std::vector<std::string>&
 }
 
 Result run_traced(const std::string& dir, const std::vector<std::string>& command,
-                  const std::vector<std::string>& memtrace_options) {
+                  const std::vector<std::string>& memtrace_options, const std::vector<std::string>& env) {
   std::vector<std::string> argv{kMemtrace, "run", "--sim", "-o", dir + "/traces"};
   argv.insert(argv.end(), memtrace_options.begin(), memtrace_options.end());
   argv.push_back("--");
   argv.insert(argv.end(), command.begin(), command.end());
-  return run(argv, {"MEMTRACE_SIM_LEDGER=" + dir + "/ledger-%p.txt"});
+  std::vector<std::string> all_env{"MEMTRACE_SIM_LEDGER=" + dir + "/ledger-%p.txt"};
+  all_env.insert(all_env.end(), env.begin(), env.end());
+  return run(argv, all_env);
 }
 
 Result run_sample(const std::string& dir, const std::string& sample, const std::vector<std::string>& args,
-                  const std::vector<std::string>& memtrace_options) {
+                  const std::vector<std::string>& memtrace_options, const std::vector<std::string>& env) {
   std::vector<std::string> command{sample_path(sample)};
   command.insert(command.end(), args.begin(), args.end());
-  return run_traced(dir, command, memtrace_options);
+  return run_traced(dir, command, memtrace_options, env);
 }
 
 std::string python_sample_path(const std::string& script) {

@@ -19,12 +19,13 @@ struct Result {
 // Runs ARGV with the extra environment ENV ("NAME=value"), capturing its output.
 Result run(const std::vector<std::string>& argv, const std::vector<std::string>& env = {});
 
-// `memtrace run --sim -o DIR/traces [OPTIONS...] -- COMMAND...`, with a ledger per process in DIR.
+// `memtrace run --sim -o DIR/traces [OPTIONS...] -- COMMAND...`, with a ledger per process in DIR
+// and the extra environment ENV.
 Result run_traced(const std::string& dir, const std::vector<std::string>& command,
-                  const std::vector<std::string>& memtrace_options = {});
+                  const std::vector<std::string>& memtrace_options = {}, const std::vector<std::string>& env = {});
 // The same for one of the C++ samples.
 Result run_sample(const std::string& dir, const std::string& sample, const std::vector<std::string>& args = {},
-                  const std::vector<std::string>& memtrace_options = {});
+                  const std::vector<std::string>& memtrace_options = {}, const std::vector<std::string>& env = {});
 // Every CPython 3 on this machine: Debian's /usr/bin/python3 and each pyenv version (and the
 // one the build found), with its minor version.
 struct Python {

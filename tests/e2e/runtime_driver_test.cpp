@@ -1,12 +1,16 @@
-// The simulated runtime reaches its driver as NVIDIA's runtime reaches NVIDIA's driver: no driver
-// function linked, and the same requests in the same order. NVIDIA's own runtime, installed with
-// the toolkit (shared and static), runs over the simulated driver with its requests logged
-// (MEMTRACE_SIM_DRIVER_REQUESTS): it stops where the driver lacks NVIDIA's private tables, and what
-// it asked up to there is what ours asks, line for line.
+// How a runtime reaches its driver, and memtrace on that path. The simulated runtime reaches its
+// driver as NVIDIA's runtime reaches NVIDIA's driver: no driver function linked, and the same
+// requests in the same order. NVIDIA's own runtime, installed with the toolkit (shared and static),
+// runs over the simulated driver with its requests logged (MEMTRACE_SIM_DRIVER_REQUESTS): it stops
+// where the driver lacks NVIDIA's private tables, and what it asked up to there is what ours asks,
+// line for line. Then what memtrace sees on that path: every call the runtime makes through the
+// functions it was handed, whatever the program's first call, and every graph memory node.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 
 #include "harness.h"
 
@@ -79,5 +83,92 @@ TEST(SimulatedRuntime, LinksNoDriverFunction) {
           << name;
   }
 }
+
+// The report's calls and bytes per API of a run's only process.
+std::map<std::string, std::pair<uint64_t, uint64_t>> api_table(const std::string& dir) {
+  nlohmann::json report = e2e::report_json(dir + "/traces");
+  EXPECT_EQ(report["processes"].size(), 1u);
+  std::map<std::string, std::pair<uint64_t, uint64_t>> table;
+  if (report["processes"].empty()) return table;
+  for (const auto& [api, counts] : report["processes"][0]["events"].items())
+    table[api] = {counts["calls"].get<uint64_t>(), counts["bytes"].get<uint64_t>()};
+  return table;
+}
+
+constexpr uint64_t kMiB = 1 << 20;
+
+// Graph memory made through the generic node API, by the runtime and by both of the driver's
+// ABIs, is in the trace, under every backend: 9 MiB of allocation nodes, each freed by a free node.
+class GenericNodes : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GenericNodes, EveryMemoryNodeIsRecorded) {
+  const std::string dir = e2e::temp_dir("graph_nodes_" + GetParam());
+  e2e::Result r = e2e::run_sample(dir, "graph_nodes", {}, {"--backend", GetParam()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  e2e::expect_report_matches_ledger(dir, r, true);
+  const auto table = api_table(dir);
+  using Row = std::pair<uint64_t, uint64_t>;
+  EXPECT_EQ(table.at("cudaGraphAddNode.mem_alloc"), Row(1, 6 * kMiB));
+  EXPECT_EQ(table.at("cudaGraphAddNode.mem_free"), Row(1, 6 * kMiB));
+  EXPECT_EQ(table.at("cuGraphAddNode.mem_alloc"), Row(2, 3 * kMiB));
+  EXPECT_EQ(table.at("cuGraphAddNode.mem_free"), Row(2, 3 * kMiB));
+  uint64_t graph_bytes = 0;
+  for (const nlohmann::json& e : e2e::exported_events(dir))
+    if (e.value("kind", "") == "graph_memory" && e["op"] == "alloc") graph_bytes += e["size"].get<uint64_t>();
+  EXPECT_EQ(graph_bytes, 9 * kMiB);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, GenericNodes, ::testing::Values("preload", "cupti", "auto"));
+
+// The same program whose first CUDA call is cudaGetDeviceCount, cudaMalloc, cuInit, or a call on
+// another thread gives the same API table, and the runtime's driver table holds memtrace's
+// interposers each time (a runtime that initialized inside a recorded call once held the driver's).
+class FirstCall : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FirstCall, TheTraceIsTheSame) {
+  const std::string dir = e2e::temp_dir("first_" + GetParam());
+  const std::string table_file = dir + "/runtime-driver-table";
+  e2e::Result r = e2e::run_sample(dir, "graph_nodes", {"--first", GetParam()}, {"--backend", "preload"},
+                                  {"MEMTRACE_SIM_RUNTIME_DRIVER_TABLE=" + table_file});
+  ASSERT_EQ(r.status, 0) << r.err;
+  e2e::expect_report_matches_ledger(dir, r, true);
+
+  const std::string reference = e2e::temp_dir("first_device_count");
+  ASSERT_EQ(e2e::run_sample(reference, "graph_nodes", {"--first", "device-count"}, {"--backend", "preload"}).status, 0);
+  EXPECT_EQ(api_table(dir), api_table(reference));
+
+  std::map<std::string, std::string> library_of;
+  for (const std::string& line : lines_of(table_file)) {
+    const size_t space = line.find(' ');
+    library_of[line.substr(0, space)] = line.substr(space + 1);
+  }
+  for (const char* interposed :
+       {"cuInit", "cuDeviceGetCount", "cuMemAlloc", "cuMemFree", "cuMemAllocAsync", "cuMemAllocAsync_ptsz",
+        "cuMemHostAlloc", "cuGraphAddNode", "cuGraphAddMemAllocNode", "cuGetProcAddress"})
+    EXPECT_EQ(library_of[interposed], "libmemtrace_inject.so") << interposed;
+  for (const char* untouched : {"cuDeviceGetName", "cuCtxSetCurrent", "cuGetExportTable"})
+    EXPECT_EQ(library_of[untouched], "libcuda.so.1") << untouched;
+}
+
+INSTANTIATE_TEST_SUITE_P(Orders, FirstCall, ::testing::Values("device-count", "malloc", "cu-init", "thread"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
+
+// A program that used CUDA without allocating is said to have, under every backend: a static
+// runtime reaches cuInit and cuDeviceGetCount only through the functions the driver handed it.
+class UsedCuda : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(UsedCuda, WithoutAllocating) {
+  const std::string dir = e2e::temp_dir("ask_only_" + GetParam());
+  e2e::Result r = e2e::run_sample(dir, "static_runtime", {"--ask-only", "1"}, {"--backend", GetParam()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err.find("never used CUDA"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("(0 events): used CUDA, allocated no device memory"), std::string::npos) << r.err;
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, UsedCuda, ::testing::Values("preload", "cupti", "auto"));
 
 }  // namespace
