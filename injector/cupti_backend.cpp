@@ -4,10 +4,13 @@
 // and records from inside them, with stacks, the calls no interposer recorded: a call the program
 // made is named after itself (cudaMalloc, not the cuMemAlloc it makes inside).
 //
-// CUPTI takes one subscriber per process. When another tool holds it (Nsight, a sanitizer,
+// CUPTI 13.0 takes one subscriber per process. When another tool holds it (Nsight, a sanitizer,
 // PyTorch's profiler), memtrace says so once and records through its interposers; when a tool asks
 // for it later (its cuptiSubscribe reaches memtrace's first), memtrace lets go, says so, and the
-// interposers take over. It never calls cuptiFinalize, which would take CUPTI from everyone.
+// interposers take over. Where CUPTI takes several (13.3 and later), memtrace asks for that, and a
+// tool that asks for it too subscribes beside memtrace, which keeps CUPTI. A CUPTI that cannot
+// take a subscriber yet (before the driver initialized) is asked again when the driver loads
+// memtrace (InitializeInjection). It never calls cuptiFinalize, which would take CUPTI from everyone.
 #include <cupti.h>
 #include <dlfcn.h>
 #include <unistd.h>
@@ -21,6 +24,7 @@
 #include <string>
 
 #include "interpose.h"
+#include "memtrace/base/cupti_subscriber_params.h"
 #include "memtrace/ring/environment.h"
 #include "settings.h"
 #include "thread_block.h"
@@ -384,11 +388,15 @@ struct Cupti {
   decltype(&cuptiUnsubscribe) unsubscribe = nullptr;
   decltype(&cuptiEnableCallback) enable_callback = nullptr;
   decltype(&cuptiGetResultString) result_string = nullptr;
+  decltype(&cuptiGetVersion) get_version = nullptr;
 };
 Cupti g_cupti;
 std::mutex g_cupti_mutex;  // start, hand-over
 CUpti_SubscriberHandle g_subscriber = nullptr;
-pid_t g_cupti_pid = 0;  // the process CUPTI was set up in (not a forked child)
+bool g_shares_cupti = false;          // memtrace's subscription lets others subscribe beside it
+bool g_driver_initialized = false;    // InitializeInjection came: CUPTI can reach the driver
+bool g_retry_at_driver_init = false;  // CUPTI could not take a subscriber yet: ask at InitializeInjection
+pid_t g_cupti_pid = 0;                // the process CUPTI was set up in (not a forked child)
 
 void* open_cupti() {
   const char* named = setting(env::kCuptiLibrary);
@@ -525,6 +533,7 @@ void subscribe() {
   g_cupti.unsubscribe = symbol<decltype(g_cupti.unsubscribe)>(g_cupti.library, "cuptiUnsubscribe");
   g_cupti.enable_callback = symbol<decltype(g_cupti.enable_callback)>(g_cupti.library, "cuptiEnableCallback");
   g_cupti.result_string = symbol<decltype(g_cupti.result_string)>(g_cupti.library, "cuptiGetResultString");
+  g_cupti.get_version = symbol<decltype(g_cupti.get_version)>(g_cupti.library, "cuptiGetVersion");
   if ((!g_cupti.subscribe && !g_cupti.subscribe_v2) || !g_cupti.unsubscribe || !g_cupti.enable_callback) {
     fall_back("the CUPTI library lacks the callback API: recorded through memtrace's interposers");
     return;
@@ -534,17 +543,27 @@ void subscribe() {
     if (session_active()) start_activity();
     return;
   }
+  // Several subscribers where this CUPTI takes them (its version says so at run time).
+  uint32_t version = 0;
+  if (g_cupti.get_version) g_cupti.get_version(&version);
+  const bool ask_for_several = g_cupti.subscribe_v2 && version >= cupti::kMultipleSubscribersVersion;
   CUptiResult r;
   char holder[256] = "";
   if (g_cupti.subscribe_v2) {
-    CUpti_SubscriberParams params{};
-    params.structSize = CUpti_SubscriberParams_STRUCT_SIZE;
-    params.subscriberName = "memtrace";
-    params.oldSubscriberName = holder;
-    params.oldSubscriberSize = sizeof holder;
-    r = g_cupti.subscribe_v2(&g_subscriber, on_callback, nullptr, &params);
+    cupti::SubscriberParams params{};
+    params.base.structSize = ask_for_several ? sizeof params : CUpti_SubscriberParams_STRUCT_SIZE;
+    params.base.subscriberName = "memtrace";
+    params.base.oldSubscriberName = holder;
+    params.base.oldSubscriberSize = sizeof holder;
+    params.allowMultipleSubscribers = ask_for_several ? 1 : 0;
+    r = g_cupti.subscribe_v2(&g_subscriber, on_callback, nullptr, &params.base);
   } else {
     r = g_cupti.subscribe(&g_subscriber, on_callback, nullptr);
+  }
+  if (r == CUPTI_ERROR_NOT_INITIALIZED && !g_driver_initialized) {
+    g_subscriber = nullptr;  // too early for CUPTI: the interposers record until the driver loads memtrace
+    g_retry_at_driver_init = true;
+    return;
   }
   if (r != CUPTI_SUCCESS) {
     g_subscriber = nullptr;
@@ -554,6 +573,7 @@ void subscribe() {
                   : "CUPTI refused a subscriber (" + result_text(r) + "): recorded through memtrace's interposers");
     return;
   }
+  g_shares_cupti = ask_for_several;
   for (const Handler& h : kHandlers) g_cupti.enable_callback(1, g_subscriber, h.domain, h.cbid);
   g_cupti_pid = ::getpid();
   if (verify_requested() && session_active()) start_activity();
@@ -566,6 +586,7 @@ void forget_cupti_in_child() {
   new (&g_cupti_mutex) std::mutex;  // a parent thread may have been handing CUPTI over at the fork
   g_activity.on = false;
   g_subscriber = nullptr;
+  g_retry_at_driver_init = false;
   g_cupti_pid = 0;
   g_interposers_record.store(true, std::memory_order_relaxed);
   g_cupti_generation.fetch_add(1, std::memory_order_relaxed);
@@ -583,12 +604,26 @@ void start_cupti() {
   if (backend() == Backend::kPreload && !verify_requested()) return;
   if (g_cupti_started.exchange(true)) return;
   std::lock_guard lock(g_cupti_mutex);
+  g_retry_at_driver_init = false;
   subscribe();
+}
+
+// The driver initialized and loaded memtrace: CUPTI can take a subscriber now, if it could not before.
+void start_cupti_with_driver() {
+  {
+    std::lock_guard lock(g_cupti_mutex);
+    g_driver_initialized = true;
+    if (g_retry_at_driver_init) g_cupti_started.store(false);
+  }
+  start_cupti();
 }
 
 bool cupti_subscribed(std::string& why_not) {
   std::lock_guard lock(g_cupti_mutex);
-  why_not = g_subscriber ? std::string() : g_cupti_problem->empty() ? "CUPTI was not started" : *g_cupti_problem;
+  why_not = g_subscriber               ? std::string()
+            : g_retry_at_driver_init   ? "CUPTI takes no subscriber until the driver initialized"
+            : g_cupti_problem->empty() ? "CUPTI was not started"
+                                       : *g_cupti_problem;
   return g_subscriber != nullptr;
 }
 
@@ -603,10 +638,12 @@ void stop_cupti() {
 }
 
 // Another tool asks CUPTI for its subscription: memtrace lets go of its own first, so that the
-// tool works as it would alone.
-void hand_cupti_over() {
+// tool works as it would alone; unless memtrace's lets others beside it and the tool asks for that
+// too (SHARES), when both keep CUPTI.
+void hand_cupti_over(bool shares) {
   std::lock_guard lock(g_cupti_mutex);
   if (g_cupti_pid != ::getpid()) return;
+  if (shares && g_subscriber && g_shares_cupti) return;
   stop_activity();
   if (!g_subscriber) return;
   g_cupti.unsubscribe(g_subscriber);
@@ -623,7 +660,7 @@ using namespace memtrace::inject;
 // program uses CUDA, whichever way it reached cuInit.
 MEMTRACE_EXPORT int InitializeInjection() {
   note_cuda_use();
-  start_cupti();
+  start_cupti_with_driver();
   return 1;
 }
 
@@ -647,14 +684,14 @@ Fn real_cupti(const char* name) {
 
 MEMTRACE_EXPORT CUptiResult cuptiSubscribe(CUpti_SubscriberHandle* subscriber, CUpti_CallbackFunc callback,
                                            void* userdata) {
-  hand_cupti_over();
+  hand_cupti_over(false);
   auto real = real_cupti<decltype(&cuptiSubscribe)>("cuptiSubscribe");
   return real ? real(subscriber, callback, userdata) : CUPTI_ERROR_NOT_INITIALIZED;
 }
 
 MEMTRACE_EXPORT CUptiResult cuptiSubscribe_v2(CUpti_SubscriberHandle* subscriber, CUpti_CallbackFunc callback,
                                               void* userdata, CUpti_SubscriberParams* params) {
-  hand_cupti_over();
+  hand_cupti_over(memtrace::cupti::asks_for_several(params));
   auto real = real_cupti<decltype(&cuptiSubscribe_v2)>("cuptiSubscribe_v2");
   return real ? real(subscriber, callback, userdata, params) : CUPTI_ERROR_NOT_INITIALIZED;
 }

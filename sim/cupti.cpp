@@ -1,10 +1,23 @@
 // A stand-in libcupti.so.13 for the simulated device: the part of CUPTI memtrace uses, over the
-// simulated driver's callbacks and memory activity (api_callbacks.h). Like NVIDIA's, it takes one
-// subscriber at a time (a second gets CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED and, with
-// cuptiSubscribe_v2, the first one's name), calls back only for the callback ids enabled, and
-// hands MEMORY2 activity records over in buffers the tool supplies, when it flushes them.
-// cuptiFinalize aborts: memtrace must never call it (it would tear CUPTI down under other tools).
+// simulated driver's callbacks and memory activity (api_callbacks.h), which it reaches as NVIDIA's
+// CUPTI reaches NVIDIA's driver: cuGetExportTable looked up with dlsym, and a private table
+// (export_tables.h; ../shared/observed/cudart-13.0-driver-lookups.md). It calls back only for the
+// callback ids enabled, and hands MEMORY2 activity records over in buffers the tool supplies, when
+// it flushes them. cuptiFinalize aborts: memtrace must never call it (it would tear CUPTI down
+// under other tools).
+//
+// Subscribers, as NVIDIA documents them (cupti_callbacks.h 13.0; for 13.3, the sources named in
+// memtrace/base/cupti_subscriber_params.h). CUPTI 13.0 takes one at a time: a second gets
+// CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED and, with cuptiSubscribe_v2, the first one's name.
+// MEMTRACE_SIM_CUPTI_VERSION=130300 makes it CUPTI 13.3 (cuptiGetVersion says so), which takes
+// several when the first asked for it with cuptiSubscribe_v2's allowMultipleSubscribers: a later
+// one that asks too is added (each is called back for what it enabled; oldSubscriberName names the
+// first), any other is refused, a cuptiSubscribe (v1) among them too ("mixing" the APIs). That the
+// choice resets once every subscriber left is not documented: assumed here.
+// MEMTRACE_SIM_CUPTI_REFUSE_BEFORE_INIT=1 refuses a subscriber before cuInit
+// (CUPTI_ERROR_NOT_INITIALIZED), as a tool must expect from a CUPTI that cannot reach the driver yet.
 #include <cupti.h>
+#include <dlfcn.h>
 #include <pthread.h>
 #include <unistd.h>
 
@@ -18,7 +31,8 @@
 #include <string>
 #include <vector>
 
-#include "api_callbacks.h"
+#include "export_tables.h"
+#include "memtrace/base/cupti_subscriber_params.h"
 
 struct CUpti_Subscriber_st {
   CUpti_CallbackFunc callback = nullptr;
@@ -29,10 +43,48 @@ struct CUpti_Subscriber_st {
 
 namespace {
 
+// The subscribers, and whether the first asked for several; written under g_mutex. The callbacks
+// read a copy, replaced whole (the old ones are never freed: a callback may still read them).
 std::mutex g_mutex;
-CUpti_Subscriber_st* g_subscriber = nullptr;  // written under g_mutex
-std::atomic<CUpti_Subscriber_st*> g_current{nullptr};
+std::vector<CUpti_Subscriber_st*> g_subscribers;
+bool g_several = false;
+using Subscribers = std::vector<CUpti_Subscriber_st*>;
+std::atomic<const Subscribers*> g_current{new Subscribers};
 std::atomic<uint32_t> g_correlation{0};
+
+uint32_t version() {
+  static const uint32_t v = [] {
+    const char* text = std::getenv("MEMTRACE_SIM_CUPTI_VERSION");
+    return text && *text ? static_cast<uint32_t>(std::strtoul(text, nullptr, 10)) : uint32_t{CUPTI_API_VERSION};
+  }();
+  return v;
+}
+
+// The driver's table for CUPTI, null when there is no driver.
+const sim::SimCuptiHooks* driver() {
+  static const sim::SimCuptiHooks* table = [] {
+    void* library = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    auto get = library
+                   ? reinterpret_cast<CUresult (*)(const void**, const CUuuid*)>(::dlsym(library, "cuGetExportTable"))
+                   : nullptr;
+    const void* t = nullptr;
+    if (!get || get(&t, &sim::kSimCuptiTable) != CUDA_SUCCESS || !t)
+      return static_cast<const sim::SimCuptiHooks*>(nullptr);
+    return static_cast<const sim::SimCuptiHooks*>(t);
+  }();
+  return table;
+}
+
+bool refused_before_init() {
+  static const bool refuse = [] {
+    const char* v = std::getenv("MEMTRACE_SIM_CUPTI_REFUSE_BEFORE_INIT");
+    return v && std::strcmp(v, "1") == 0;
+  }();
+  return refuse && !(driver() && driver()->initialized());
+}
+
+// With g_mutex held.
+void publish_subscribers() { g_current.store(new Subscribers(g_subscribers), std::memory_order_release); }
 
 struct Activity {
   std::atomic<bool> memory{false};
@@ -53,19 +105,21 @@ uint64_t now_ns() {
 }
 
 void on_api(int domain, int cbid, int site, const char* name, const void* params, const void* result) {
-  CUpti_Subscriber_st* s = g_current.load(std::memory_order_acquire);
-  if (!s || domain < 0 || domain > 2 || cbid < 0 || cbid >= 1024 || !s->enabled[domain][cbid].load()) return;
+  if (domain < 0 || domain > 2 || cbid < 0 || cbid >= 1024) return;
   static thread_local uint32_t correlation = 0;
   if (site == 0) correlation = g_correlation.fetch_add(1) + 1;
-  uint64_t correlation_data = 0;
-  CUpti_CallbackData data{};
-  data.callbackSite = site == 0 ? CUPTI_API_ENTER : CUPTI_API_EXIT;
-  data.functionName = name;
-  data.functionParams = params;
-  data.functionReturnValue = const_cast<void*>(result);
-  data.correlationData = &correlation_data;
-  data.correlationId = correlation;
-  s->callback(s->userdata, static_cast<CUpti_CallbackDomain>(domain), static_cast<CUpti_CallbackId>(cbid), &data);
+  for (CUpti_Subscriber_st* s : *g_current.load(std::memory_order_acquire)) {
+    if (!s->enabled[domain][cbid].load()) continue;
+    uint64_t correlation_data = 0;
+    CUpti_CallbackData data{};
+    data.callbackSite = site == 0 ? CUPTI_API_ENTER : CUPTI_API_EXIT;
+    data.functionName = name;
+    data.functionParams = params;
+    data.functionReturnValue = const_cast<void*>(result);
+    data.correlationData = &correlation_data;
+    data.correlationId = correlation;
+    s->callback(s->userdata, static_cast<CUpti_CallbackDomain>(domain), static_cast<CUpti_CallbackId>(cbid), &data);
+  }
 }
 
 void on_memory(int released, int memory_kind, uint64_t address, uint64_t bytes, int device) {
@@ -99,17 +153,45 @@ void reset_after_fork() {
 __attribute__((constructor)) void install_fork_handler() { ::pthread_atfork(nullptr, nullptr, reset_after_fork); }
 
 void install_hooks() {
-  memtrace_sim_set_api_callback(on_api);
-  memtrace_sim_set_memory_activity(on_memory);
+  if (const sim::SimCuptiHooks* d = driver()) {
+    d->set_api_callback(on_api);
+    d->set_memory_activity(on_memory);
+  }
+}
+
+// A subscriber, by cuptiSubscribe (V2: false) or cuptiSubscribe_v2 (PARAMS may be null).
+CUptiResult subscribe(CUpti_SubscriberHandle* subscriber, CUpti_CallbackFunc callback, void* userdata, bool v2,
+                      CUpti_SubscriberParams* params) {
+  if (!subscriber || !callback) return CUPTI_ERROR_INVALID_PARAMETER;
+  if (refused_before_init()) return CUPTI_ERROR_NOT_INITIALIZED;
+  const bool asks =
+      v2 && version() >= memtrace::cupti::kMultipleSubscribersVersion && memtrace::cupti::asks_for_several(params);
+  std::lock_guard lock(g_mutex);
+  if (!g_subscribers.empty()) {
+    if (params && params->oldSubscriberName && params->oldSubscriberSize > 0)
+      std::snprintf(params->oldSubscriberName, params->oldSubscriberSize, "%s", g_subscribers.front()->name.c_str());
+    if (!g_several || !asks) return CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
+  } else {
+    g_several = asks;
+  }
+  auto* s = new CUpti_Subscriber_st;
+  s->callback = callback;
+  s->userdata = userdata;
+  s->name = std::string("CUPTI for ") + (params && params->subscriberName ? params->subscriberName : "a tool");
+  g_subscribers.push_back(s);
+  publish_subscribers();
+  install_hooks();
+  *subscriber = s;
+  return CUPTI_SUCCESS;
 }
 
 }  // namespace
 
 extern "C" {
 
-CUptiResult cuptiGetVersion(uint32_t* version) {
-  if (!version) return CUPTI_ERROR_INVALID_PARAMETER;
-  *version = CUPTI_API_VERSION;
+CUptiResult cuptiGetVersion(uint32_t* v) {
+  if (!v) return CUPTI_ERROR_INVALID_PARAMETER;
+  *v = version();
   return CUPTI_SUCCESS;
 }
 
@@ -126,33 +208,19 @@ CUptiResult cuptiGetResultString(CUptiResult result, const char** str) {
 
 CUptiResult cuptiSubscribe_v2(CUpti_SubscriberHandle* subscriber, CUpti_CallbackFunc callback, void* userdata,
                               CUpti_SubscriberParams* params) {
-  if (!subscriber || !callback) return CUPTI_ERROR_INVALID_PARAMETER;
-  std::lock_guard lock(g_mutex);
-  if (g_subscriber) {
-    if (params && params->oldSubscriberName && params->oldSubscriberSize > 0)
-      std::snprintf(params->oldSubscriberName, params->oldSubscriberSize, "%s", g_subscriber->name.c_str());
-    return CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
-  }
-  auto* s = new CUpti_Subscriber_st;
-  s->callback = callback;
-  s->userdata = userdata;
-  s->name = std::string("CUPTI for ") + (params && params->subscriberName ? params->subscriberName : "a tool");
-  g_subscriber = s;
-  g_current.store(s, std::memory_order_release);
-  install_hooks();
-  *subscriber = s;
-  return CUPTI_SUCCESS;
+  return subscribe(subscriber, callback, userdata, true, params);
 }
 
 CUptiResult cuptiSubscribe(CUpti_SubscriberHandle* subscriber, CUpti_CallbackFunc callback, void* userdata) {
-  return cuptiSubscribe_v2(subscriber, callback, userdata, nullptr);
+  return subscribe(subscriber, callback, userdata, false, nullptr);
 }
 
 CUptiResult cuptiUnsubscribe(CUpti_SubscriberHandle subscriber) {
   std::lock_guard lock(g_mutex);
-  if (!subscriber || subscriber != g_subscriber) return CUPTI_ERROR_INVALID_PARAMETER;
-  g_current.store(nullptr, std::memory_order_release);
-  g_subscriber = nullptr;  // not freed: a callback may still be reading it on another thread
+  auto it = std::find(g_subscribers.begin(), g_subscribers.end(), subscriber);
+  if (!subscriber || it == g_subscribers.end()) return CUPTI_ERROR_INVALID_PARAMETER;
+  g_subscribers.erase(it);  // not freed: a callback may still be reading it on another thread
+  publish_subscribers();
   return CUPTI_SUCCESS;
 }
 

@@ -51,6 +51,22 @@ struct SimHooks {
   uint64_t (*allocation_size)(uint64_t addr);
 };
 
+// The table the stand-in CUPTI asks for, as NVIDIA's CUPTI reaches NVIDIA's driver privately
+// (cuGetExportTable, looked up with dlsym): "memtrace-sim-cp1".
+inline constexpr CUuuid kSimCuptiTable = {
+    {'m', 'e', 'm', 't', 'r', 'a', 'c', 'e', '-', 's', 'i', 'm', '-', 'c', 'p', '1'}};
+
+struct SimCuptiHooks {
+  size_t size;
+  // Where the driver's API callbacks and memory activity go (api_callbacks.h).
+  void (*set_api_callback)(void (*callback)(int domain, int cbid, int site, const char* name, const void* params,
+                                            const void* result));
+  void (*set_memory_activity)(void (*activity)(int released, int memory_kind, uint64_t address, uint64_t bytes,
+                                               int device));
+  // Whether cuInit has run.
+  int (*initialized)();
+};
+
 // This library's way to them: in the driver its own functions; in the runtime the table the
 // driver gave it when it initialized (it initializes on the first use, as NVIDIA's runtime sets up
 // its hooks on its first call), or one that does nothing where the driver gave none.

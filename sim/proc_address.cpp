@@ -14,6 +14,7 @@
 
 #include "api_callbacks.h"
 #include "device_model.h"
+#include "driver_objects.h"
 #include "driver_requests.h"
 #include "export_tables.h"
 #include "ledger.h"
@@ -185,9 +186,12 @@ CUresult get_proc_address(const char* symbol, void** pfn, int version, cuuint64_
   return *pfn ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
 }
 
-// The simulated device's own table for the runtime (export_tables.h).
+// The simulated device's own tables (export_tables.h): the runtime's and CUPTI's.
 const sim::SimHooks kHooks = {sizeof(sim::SimHooks), memtrace_sim_enter, memtrace_sim_leave, memtrace_sim_api_event,
                               memtrace_sim_allocation_size};
+int driver_initialized() { return sim_driver::initialized() ? 1 : 0; }
+const sim::SimCuptiHooks kCuptiHooks = {sizeof(sim::SimCuptiHooks), memtrace_sim_set_api_callback,
+                                        memtrace_sim_set_memory_activity, driver_initialized};
 
 }  // namespace
 
@@ -204,13 +208,14 @@ CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuin
   return get_proc_address(symbol, pfn, cudaVersion, flags, nullptr);
 }
 
-// Only the simulated device's own table: NVIDIA's private ones are not this driver's to give.
+// Only the simulated device's own tables: NVIDIA's private ones are not this driver's to give.
 CUresult cuGetExportTable(const void** table, const CUuuid* id) {
   if (!table || !id) return CUDA_ERROR_INVALID_VALUE;
-  const bool ours = std::memcmp(id, &sim::kSimHooksTable, sizeof *id) == 0;
-  *table = ours ? &kHooks : nullptr;
-  sim::log_export_table(id, ours);
-  return ours ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+  *table = std::memcmp(id, &sim::kSimHooksTable, sizeof *id) == 0   ? static_cast<const void*>(&kHooks)
+           : std::memcmp(id, &sim::kSimCuptiTable, sizeof *id) == 0 ? static_cast<const void*>(&kCuptiHooks)
+                                                                    : nullptr;
+  sim::log_export_table(id, *table != nullptr);
+  return *table ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
 }
 
 }  // extern "C"

@@ -117,6 +117,66 @@ TEST(CuptiSubscribers, WithoutMemtraceTheToolSeesEveryCall) {
   EXPECT_NE(r.out.find("saw 10 cudaMalloc calls"), std::string::npos) << r.out;
 }
 
+// A CUPTI that takes several subscribers (13.3: MEMTRACE_SIM_CUPTI_VERSION=130300): memtrace asks
+// for it, and keeps CUPTI when a tool that asks for it too subscribes before or after it; a tool
+// that does not ask (cuptiSubscribe) is handed CUPTI, as under CUPTI 13.0, where memtrace never
+// asks and hands CUPTI to any tool that comes later.
+struct SharedCase {
+  std::string name;
+  std::string cupti_version;
+  bool tool_asks_for_several;
+  int subscribe_after;
+  int tool_saw;
+  int events_from_cupti;
+  std::string notice;  // what the trace says, empty for nothing
+};
+std::ostream& operator<<(std::ostream& os, const SharedCase& c) { return os << c.name; }
+
+class CuptiShared : public ::testing::TestWithParam<SharedCase> {};
+
+TEST_P(CuptiShared, ToolsThatAskForSeveralSubscribersKeepCuptiBesideMemtrace) {
+  const SharedCase& c = GetParam();
+  std::string dir = e2e::temp_dir("cupti_shared_" + c.name);
+  e2e::Result r = e2e::run_sample(
+      dir, "cupti_tool",
+      {"--subscribe-after", std::to_string(c.subscribe_after), "--several", c.tool_asks_for_several ? "1" : "0"},
+      {"--backend", "cupti"}, {"MEMTRACE_SIM_CUPTI_VERSION=" + c.cupti_version});
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("saw " + std::to_string(c.tool_saw) + " cudaMalloc calls"), std::string::npos) << r.out;
+  e2e::expect_report_matches_ledger(dir, r, true);
+  json p = only_process(dir);
+  EXPECT_EQ(p["events_from_cupti"], c.events_from_cupti);
+  if (c.notice.empty()) {
+    EXPECT_TRUE(p["notices"].empty()) << p["notices"].dump();
+  } else {
+    ASSERT_EQ(p["notices"].size(), 1u) << p["notices"].dump();
+    EXPECT_NE(p["notices"][0].get<std::string>().find(c.notice), std::string::npos) << p["notices"].dump();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Versions, CuptiShared,
+    ::testing::Values(SharedCase{"cupti13_3_tool_later", "130300", true, 3, 7, 20, ""},
+                      SharedCase{"cupti13_3_tool_first", "130300", true, 0, 10, 20, ""},
+                      SharedCase{"cupti13_3_v1_tool_later", "130300", false, 3, 7, 6, "let go of it"},
+                      SharedCase{"cupti13_0_tool_later", "130001", true, 3, 7, 6, "let go of it"},
+                      SharedCase{"cupti13_0_tool_first", "130001", true, 0, 10, 0, "CUPTI is held by CUPTI for"}),
+    [](const auto& info) { return info.param.name; });
+
+// A CUPTI that takes no subscriber before the driver initialized: memtrace, whose session starts
+// at the program's first call (before cuInit), subscribes when the driver loads it
+// (InitializeInjection), and CUPTI records every call after that first one.
+TEST(CuptiBeforeInit, MemtraceSubscribesWhenTheDriverLoadsIt) {
+  std::string dir = e2e::temp_dir("cupti_refuses_before_init");
+  e2e::Result r =
+      e2e::run_sample(dir, "runtime_kinds", {}, {"--backend", "cupti"}, {"MEMTRACE_SIM_CUPTI_REFUSE_BEFORE_INIT=1"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  e2e::expect_report_matches_ledger(dir, r, true);
+  json p = only_process(dir);
+  EXPECT_EQ(p["events_from_cupti"].get<int>(), p["events_total"].get<int>() - 1) << p.dump();
+  EXPECT_TRUE(p["notices"].empty()) << p["notices"].dump();
+}
+
 // --verify: CUPTI's memory records beside the calls, compared at the end (memtrace verify).
 struct Verified {
   e2e::Result run;
