@@ -1,13 +1,14 @@
 // Memory shared between processes, as torch.multiprocessing and NCCL share it. The exporter
-// allocates 4 MiB with cudaMalloc and hands it out as an IPC handle, creates 2 MiB of VMM physical
-// memory, fills it and hands it out as a file descriptor, then runs itself again as the importer
-// and waits for it. The importer opens the IPC handle and closes it, imports the physical memory,
-// maps it, checks what the exporter wrote, unmaps and releases it, and creates a 2 MiB multicast
-// object (a failed call where the GPU has no multicast); it gets those two driver functions from
-// cuGetProcAddress, as NCCL does. What the importer opens is the exporter's
-// memory: its own peak is 0.
-//   sharing                          (the exporter)
-//   sharing --import IPC_HEX FD      (the importer)
+// allocates 4 MiB with cudaMalloc and hands it out as an IPC handle, 1 MiB from its stream-ordered
+// pool handed out by pointer (cudaMemPoolExportPointer), creates 2 MiB of VMM physical memory,
+// fills it and hands it out as a file descriptor, then runs itself again as the importer and waits
+// for it. The importer opens the IPC handle and closes it, imports the pool's allocation
+// (cudaMemPoolImportPointer) and frees it, imports the physical memory, maps it, checks what the
+// exporter wrote, unmaps and releases it, and creates a 2 MiB multicast object (a failed call where
+// the GPU has no multicast); it gets those two driver functions from cuGetProcAddress, as NCCL
+// does. What the importer opens is the exporter's memory: its own peak is 0.
+//   sharing                                     (the exporter)
+//   sharing --import IPC_HEX FD POOL_POINTER_HEX  (the importer)
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <fcntl.h>
@@ -44,7 +45,9 @@ Fn driver_function(const char* name) {
   return reinterpret_cast<Fn>(fn);
 }
 
-std::string to_hex(const cudaIpcMemHandle_t& handle) {
+// An IPC handle or a pool pointer's export data (64 bytes), as text on a command line.
+template <typename Handle>
+std::string to_hex(const Handle& handle) {
   std::string hex;
   char byte[3];
   for (unsigned char c : handle.reserved) {
@@ -54,8 +57,9 @@ std::string to_hex(const cudaIpcMemHandle_t& handle) {
   return hex;
 }
 
-cudaIpcMemHandle_t from_hex(const std::string& hex) {
-  cudaIpcMemHandle_t handle{};
+template <typename Handle>
+Handle from_hex(const std::string& hex) {
+  Handle handle{};
   for (size_t i = 0; i < sizeof handle.reserved && 2 * i + 1 < hex.size(); ++i)
     handle.reserved[i] = static_cast<char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
   return handle;
@@ -88,10 +92,18 @@ void unmap(CUdeviceptr va, size_t size) {
   check("cuMemAddressFree", cuMemAddressFree(va, size));
 }
 
-int import(const std::string& ipc_hex, int fd) {
+int import(const std::string& ipc_hex, int fd, const std::string& pool_hex) {
   void* peer = nullptr;
-  check("cudaIpcOpenMemHandle", cudaIpcOpenMemHandle(&peer, from_hex(ipc_hex), cudaIpcMemLazyEnablePeerAccess));
+  check("cudaIpcOpenMemHandle",
+        cudaIpcOpenMemHandle(&peer, from_hex<cudaIpcMemHandle_t>(ipc_hex), cudaIpcMemLazyEnablePeerAccess));
   check("cudaIpcCloseMemHandle", cudaIpcCloseMemHandle(peer));
+
+  cudaMemPool_t pool;
+  SAMPLE_CHECK(cudaDeviceGetDefaultMemPool(&pool, 0));
+  auto export_data = from_hex<cudaMemPoolPtrExportData>(pool_hex);
+  void* pooled = nullptr;
+  check("cudaMemPoolImportPointer", cudaMemPoolImportPointer(&pooled, pool, &export_data));
+  check("cudaFree", cudaFree(pooled));
 
   const auto import_handle =
       driver_function<decltype(&cuMemImportFromShareableHandle)>("cuMemImportFromShareableHandle");
@@ -122,11 +134,11 @@ int import(const std::string& ipc_hex, int fd) {
   return 0;
 }
 
-int run_importer(const char* self, const std::string& ipc_hex, int fd) {
+int run_importer(const char* self, const std::string& ipc_hex, int fd, const std::string& pool_hex) {
   ::fcntl(fd, F_SETFD, 0);  // handed to the importer
   std::string fd_text = std::to_string(fd);
-  char* args[] = {const_cast<char*>(self), const_cast<char*>("--import"), const_cast<char*>(ipc_hex.c_str()),
-                  fd_text.data(), nullptr};
+  char* args[] = {const_cast<char*>(self), const_cast<char*>("--import"),       const_cast<char*>(ipc_hex.c_str()),
+                  fd_text.data(),          const_cast<char*>(pool_hex.c_str()), nullptr};
   pid_t pid = 0;
   if (::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, args, environ) != 0) return 1;
   int status = 0;
@@ -137,13 +149,18 @@ int run_importer(const char* self, const std::string& ipc_hex, int fd) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc == 4 && std::string(argv[1]) == "--import") return import(argv[2], std::atoi(argv[3]));
+  if (argc == 5 && std::string(argv[1]) == "--import") return import(argv[2], std::atoi(argv[3]), argv[4]);
 
   void* buffer = nullptr;
   check("cudaMalloc", cudaMalloc(&buffer, 4 * kMiB));
   account.live(0, 4 * kMiB);
   cudaIpcMemHandle_t ipc;
   SAMPLE_CHECK(cudaIpcGetMemHandle(&ipc, buffer));
+  void* pooled = nullptr;
+  check("cudaMallocAsync", cudaMallocAsync(&pooled, kMiB, nullptr));
+  account.live(0, kMiB);
+  cudaMemPoolPtrExportData pool_pointer;
+  SAMPLE_CHECK(cudaMemPoolExportPointer(&pool_pointer, pooled));
 
   CUmemAllocationProp prop = device_memory();
   CUmemGenericAllocationHandle physical = 0;
@@ -154,8 +171,10 @@ int main(int argc, char** argv) {
   int fd = -1;
   SAMPLE_CHECK(cuMemExportToShareableHandle(&fd, physical, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
 
-  const int importer = run_importer(argv[0], to_hex(ipc), fd);
+  const int importer = run_importer(argv[0], to_hex(ipc), fd, to_hex(pool_pointer));
   ::close(fd);
+  check("cudaFreeAsync", cudaFreeAsync(pooled, nullptr));
+  account.live(0, -static_cast<int64_t>(kMiB));
   unmap(va, 2 * kMiB);
   check("cuMemRelease", cuMemRelease(physical));
   account.live(0, -static_cast<int64_t>(2 * kMiB));

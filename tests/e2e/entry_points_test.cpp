@@ -2,10 +2,16 @@
 // default), which opens libcuda.so.1 itself and gets its driver functions from
 // cuGetProcAddress_v2; a C program that looks up a private runtime's functions with dlsym. memtrace
 // answers their dlsym lookups with its interposers; everything else dlsym answers stays as it was.
+#include "entry_points.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <regex>
+#include <set>
+#include <sstream>
 
 #include "harness.h"
 
@@ -110,6 +116,87 @@ TEST(Dlsym, OnlyCudaEntryPointsInCudaHandlesChange) {
   // the program is the preloaded injector.
   EXPECT_EQ(after["next_after_main"]["module"], injector);
   EXPECT_EQ(after["default_scope"]["module"], injector);
+}
+
+// The entry points of the installed headers that make, free, map, import or export memory: a
+// verb of those (Malloc, Free, Create, Map, Import, Register...) on a noun of memory (Mem, Array,
+// Pool, Graph, Host, External, Ipc, Multicast, Resource; Malloc and Free need none), not a query
+// (Get) nor one of events, semaphores, contexts or callbacks.
+std::set<std::string> memory_entry_points_of_headers() {
+  static const std::regex driver(R"(\nCUresult CUDAAPI (cu\w+)\()");
+  static const std::regex runtime(
+      R"(\nextern __host__ (?:__cudart_builtin__ )?(?:CUDART_DEPRECATED )?cudaError_t CUDARTAPI (cuda\w+)\()");
+  static const std::regex verb(
+      "Unmap|Unregister|Unbind|Malloc|Alloc(?!ation)|Free|Create|Destroy|Release|Map|Import|Export|Open|Close|Register|"
+      "Reserve|Trim|AddNode|Bind|Retain|^cu(da)?Graph(Exec)?NodeSetParams$|ChildGraphNodeSetParams|Instantiate|"
+      "HandleForAddressRange|GetMemHandle");
+  static const std::regex bare("Malloc|Alloc(?!ation)|Free");
+  static const std::regex noun("Mem|Array|Pool|Multicast|Graph|Host|External|Ipc|Resource");
+  static const std::regex excluded(
+      "Event|Semaphore|Notification|Logs|Callback|ExportTable|Ctx|Get(?!HandleForAddressRange|Mapped|MemHandle)");
+  std::set<std::string> names;
+  for (const auto& [file, declaration] : {std::pair{"cuda.h", &driver}, std::pair{"cuda_runtime_api.h", &runtime}}) {
+    std::ifstream in(std::string(MEMTRACE_CUDA_INCLUDE_DIR) + "/" + file);
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::string header = text.str();
+    EXPECT_FALSE(header.empty()) << file;
+    for (std::sregex_iterator it(header.begin(), header.end(), *declaration), end; it != end; ++it) {
+      const std::string name = (*it)[1];
+      if (std::regex_search(name, verb) && (std::regex_search(name, bare) || std::regex_search(name, noun)) &&
+          !std::regex_search(name, excluded))
+        names.insert(name);
+    }
+  }
+  return names;
+}
+
+// Every such entry point is in memtrace's table (injector/entry_points.h), recorded or with the
+// reason it is not; the table names no other.
+TEST(EntryPoints, EveryMemoryEntryPointOfTheHeadersIsDecided) {
+  const std::set<std::string> in_headers = memory_entry_points_of_headers();
+  EXPECT_GE(in_headers.size(), 100u) << "the headers were not read";
+  std::set<std::string> in_table;
+  for (const auto& e : memtrace::inject::kMemoryEntryPoints) in_table.insert(std::string(e.name));
+  for (const std::string& name : in_headers)
+    EXPECT_TRUE(in_table.count(name)) << name << " makes, frees, maps, imports or exports memory: decide it in "
+                                      << "injector/entry_points.h";
+  for (const std::string& name : in_table) EXPECT_TRUE(in_headers.count(name)) << name << " is in no header";
+}
+
+std::set<std::string> exported_functions(const std::string& library) {
+  e2e::Result r = e2e::run({"/usr/bin/nm", "-D", "--defined-only", library});
+  EXPECT_EQ(r.status, 0) << r.err;
+  std::set<std::string> names;
+  std::istringstream lines(r.out);
+  for (std::string address, kind, name; lines >> address >> kind >> name;)
+    if (kind == "T") names.insert(name.substr(0, name.find('@')));  // without its version node
+  return names;
+}
+
+// Whether EXPORTS hold NAME, or NAME's ABI of a CUDA version (cuMemAlloc_v2).
+bool exports(const std::set<std::string>& exports, const std::string& name) {
+  if (exports.count(name)) return true;
+  auto it = exports.lower_bound(name + "_v");
+  return it != exports.end() && it->rfind(name + "_v", 0) == 0;
+}
+
+// A recorded entry point has memtrace's interposer, is recorded as an API of its name, and the
+// simulated runtime or driver implements it (so the tests can make the call).
+TEST(EntryPoints, EachRecordedOneIsInterposedAndSimulated) {
+  const auto injector = exported_functions(MEMTRACE_INJECTOR);
+  const auto runtime = exported_functions(std::string(MEMTRACE_SIM_DIR) + "/libcudart.so.13");
+  const auto driver = exported_functions(std::string(MEMTRACE_SIM_DIR) + "/libcuda.so.1");
+  int recorded = 0;
+  for (const auto& e : memtrace::inject::kMemoryEntryPoints) {
+    if (e.recorded_as == memtrace::Api::kUnknown) continue;
+    ++recorded;
+    const std::string name(e.name);
+    EXPECT_TRUE(exports(injector, name)) << name << ": no interposer";
+    EXPECT_TRUE(exports(name.rfind("cuda", 0) == 0 ? runtime : driver, name)) << name << ": not simulated";
+    EXPECT_EQ(memtrace::api_name(e.recorded_as).substr(0, name.size()), name);
+  }
+  EXPECT_GE(recorded, 40);
 }
 
 }  // namespace

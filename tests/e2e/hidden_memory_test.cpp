@@ -108,9 +108,10 @@ TEST(DeviceLayer, WhatAPoolKeepsIsToldApart) {
   EXPECT_EQ(device_layer_site(dir, "device.pool_held"), kept);
 }
 
-// sharing: the exporter's 4 MiB cudaMalloc opened by IPC handle in the importer; its 2 MiB of
-// physical memory imported by file descriptor (through cuGetProcAddress), mapped and released;
-// a 2 MiB multicast object. The importer holds none of the device's memory.
+// sharing: the exporter's 4 MiB cudaMalloc opened by IPC handle in the importer; 1 MiB of its pool
+// imported by pointer and freed; its 2 MiB of physical memory imported by file descriptor (through
+// cuGetProcAddress), mapped and released; a 2 MiB multicast object. The importer holds none of
+// the device's memory.
 class Sharing : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Sharing, ImportsAreRecordedWithTheirOwnKindsAndHoldNoMemory) {
@@ -122,6 +123,7 @@ TEST_P(Sharing, ImportsAreRecordedWithTheirOwnKindsAndHoldNoMemory) {
   std::map<std::string, std::string> kinds = kinds_by_api(e2e::exported_events(dir));
   EXPECT_EQ(kinds["cudaIpcOpenMemHandle"], "ipc_import");
   EXPECT_EQ(kinds["cudaIpcCloseMemHandle"], "ipc_import");
+  EXPECT_EQ(kinds["cudaMemPoolImportPointer"], "ipc_import");
   EXPECT_EQ(kinds["cuMemImportFromShareableHandle"], "vmm_imported");
   EXPECT_EQ(kinds["cuMulticastCreate"], "multicast");
 
@@ -131,6 +133,7 @@ TEST_P(Sharing, ImportsAreRecordedWithTheirOwnKindsAndHoldNoMemory) {
     EXPECT_EQ(p["unmatched_frees"], 0) << p.dump(2);
     if (!p["events"].contains("cudaIpcOpenMemHandle")) continue;  // the exporter
     EXPECT_EQ(p["events"]["cudaIpcOpenMemHandle"]["bytes"], 4 * kMiB);
+    EXPECT_EQ(p["events"]["cudaMemPoolImportPointer"]["bytes"], kMiB);
     EXPECT_EQ(p["events"]["cuMulticastCreate"]["bytes"], 2 * kMiB);
     // The imported handle's size is how much of it was mapped; it is released as it came.
     EXPECT_EQ(p["events"]["cuMemRelease"]["bytes"], 4 * kMiB) << p["events"].dump();
