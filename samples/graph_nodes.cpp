@@ -81,7 +81,7 @@ cudaGraph_t build_graph() {
   check("cudaGraphAddNode.mem_alloc", cudaGraphAddNode(&alloc_a, graph, nullptr, nullptr, 0, &a));
   SAMPLE_CHECK(a.alloc.dptr == nullptr);  // the call gives the node its address
   // Memory nodes' parameters cannot be changed (cuda_runtime_api.h 13.0, cudaGraphNodeSetParams).
-  SAMPLE_CHECK(cudaGraphNodeSetParams(alloc_a, &a) != cudaErrorNotSupported);
+  SAMPLE_CHECK(cudaGraphNodeSetParams(alloc_a, &a) == cudaSuccess);
   cudaGraphNodeParams empty{};
   empty.type = cudaGraphNodeTypeEmpty;
   cudaGraphNode_t nothing;
@@ -92,7 +92,8 @@ cudaGraph_t build_graph() {
   static const auto add_v1 = sample::driver_entry<AddNode>("cuGraphAddNode", 12020);
   CUgraphNodeParams b = alloc_params<CUgraphNodeParams>(2 * kMiB);
   CUgraphNode alloc_b, free_b;
-  check("cuGraphAddNode.mem_alloc", add_v2(&alloc_b, g, nullptr, nullptr, 0, &b));
+  auto after_empty = reinterpret_cast<CUgraphNode>(nothing);  // each free is ordered after its allocation
+  check("cuGraphAddNode.mem_alloc", add_v2(&alloc_b, g, &after_empty, nullptr, 1, &b));
   CUgraphNodeParams c = alloc_params<CUgraphNodeParams>(kMiB);
   CUgraphNode alloc_c, free_c;
   check("cuGraphAddNode.mem_alloc", add_v1(&alloc_c, g, &alloc_b, 1, &c));

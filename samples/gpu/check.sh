@@ -8,10 +8,12 @@
 # with PyTorch's cudaMallocAsync backend (no trace tracker: the program must run as without memtrace);
 # then the same training through CUPTI's callbacks alone (--backend cupti), with --verify against
 # CUPTI's own records, and a program linked with NVIDIA's static runtime (static_runtime_nvidia),
-# whose allocations must all be recorded, through CUPTI and through dlsym; last, CUDA graphs'
-# memory nodes (graph_memory: what graphs reserve shows in the device layer) and memory shared
-# between processes (sharing: IPC and shareable handles, multicast), every call recorded; and the
-# training joined while it runs (memtrace attach) and left.
+# whose allocations must all be recorded, through CUPTI and through dlsym; the training's CUDA calls
+# per API the same under --backend preload, cupti and auto; last, CUDA graphs' memory nodes
+# (graph_memory: what graphs reserve shows in the device layer; graph_nodes: made through the
+# generic node API), memory shared between processes (sharing: IPC and shareable handles, pool
+# pointers, multicast), every call recorded; and the training joined while it runs (memtrace
+# attach) and left.
 #
 #   samples/gpu/check.sh          on the GPU, with the PyTorch of `python3` (or $PYTHON)
 #   samples/gpu/check.sh --sim    the same plumbing on memtrace's simulated device, with the
@@ -94,6 +96,8 @@ run oom -- --steps 2 --oom
 # with the CUDA runtime statically (nvcc's default), seen through CUPTI (auto) and through dlsym
 # (preload).
 run_memtrace cupti --backend cupti -- "$python" "$model" "${steps[@]}"
+run_memtrace preload --backend preload -- "$python" "$model" "${steps[@]}"
+run_memtrace auto --backend auto -- "$python" "$model" "${steps[@]}"
 run_memtrace verify --verify -- "$python" "$model" "${steps[@]}"
 static=""
 for candidate in "$here/static_runtime_nvidia" "$root/build/samples/static_runtime_nvidia"; do
@@ -129,7 +133,7 @@ touch "$work/attach.stop"
 wait "$job"
 echo $? >"$work/attach.job.status"
 
-for sample in graph_memory sharing; do
+for sample in graph_memory graph_nodes sharing; do
   for candidate in "$here/$sample" "$root/build/samples/$sample"; do
     if [ -x "$candidate" ]; then
       run_memtrace "$sample" -- env MEMTRACE_SAMPLE_INTERVAL_US=0 "$candidate"
@@ -326,6 +330,20 @@ for name in ("static_auto", "static_preload") if static else ():
     live = p["devices"][0]["live_at_exit_bytes"] if p["devices"] else 0
     row(f"{name}: live at exit", mib(live), mib(own["live_at_exit_bytes"].get("0")),
         live == own["live_at_exit_bytes"].get("0"))
+
+# The training's CUDA calls, per API, whichever layer records them: the interposers (preload),
+# CUPTI's callbacks (cupti), or both (auto).
+tables = {}
+for name in ("preload", "cupti", "auto"):
+    report = memtrace_json("report", f"{work}/{name}")
+    events = report["processes"][0]["events"] if report and report["processes"] else {}
+    tables[name] = {api: (c["calls"], c["bytes"]) for api, c in events.items() if api.startswith("cu")}
+row("backends: CUDA calls per API, preload / cupti / auto",
+    " / ".join(str(sum(c for c, _ in t.values())) for t in tables.values()), "equal tables",
+    bool(tables["preload"]) and tables["preload"] == tables["cupti"] == tables["auto"])
+for api in sorted(set().union(*tables.values())):
+    if len({repr(t.get(api)) for t in tables.values()}) > 1:
+        row(f"backends: {api} (calls, bytes)", " / ".join(str(t.get(api)) for t in tables.values()), "equal", False)
 
 # memtrace attach: joined, recorded, left; the job finished as it would have.
 status, job_status = open(f"{work}/attach.status").read().strip(), open(f"{work}/attach.job.status").read().strip()

@@ -56,6 +56,8 @@ TEST(Bundle, RunsFromACopyInAnotherFolder) {
   EXPECT_GE(std::stoi(held[2]), 26) << "the CUPTI, --verify, static-runtime, graph or sharing rows are missing: "
                                     << check.out;
   EXPECT_TRUE(contains(check.out, "graph_memory: reserved by graphs at the peak")) << check.out;
+  EXPECT_TRUE(contains(check.out, "graph_nodes (")) << check.out;
+  EXPECT_TRUE(contains(check.out, "backends: CUDA calls per API, preload / cupti / auto")) << check.out;
   EXPECT_TRUE(contains(check.out, "async: exit status and account, with memtrace and without")) << check.out;
 }
 
