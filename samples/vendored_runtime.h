@@ -15,6 +15,7 @@ struct VendoredPlugin {
   int (*free)(void*);
   int (*last_error)();
   int (*device_of)(const void*);
+  int (*driver_entry_points)();
 
   // Loads DIR/libvendored_plugin.so privately, as Python loads an extension; exits on failure.
   static VendoredPlugin load(const std::string& dir) {
@@ -29,7 +30,8 @@ struct VendoredPlugin {
     p.free = reinterpret_cast<int (*)(void*)>(::dlsym(lib, "plugin_free"));
     p.last_error = reinterpret_cast<int (*)()>(::dlsym(lib, "plugin_last_error"));
     p.device_of = reinterpret_cast<int (*)(const void*)>(::dlsym(lib, "plugin_device_of"));
-    if (!p.set_device || !p.malloc || !p.free || !p.last_error || !p.device_of) {
+    p.driver_entry_points = reinterpret_cast<int (*)()>(::dlsym(lib, "plugin_driver_entry_points"));
+    if (!p.set_device || !p.malloc || !p.free || !p.last_error || !p.device_of || !p.driver_entry_points) {
       std::fprintf(stderr, "the plugin lacks its functions\n");
       std::exit(2);
     }

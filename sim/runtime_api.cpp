@@ -580,6 +580,7 @@ cudaError_t cudaGraphAddNode(cudaGraphNode_t* node, cudaGraph_t graph, const cud
         if (alloc || free) call.emplace(alloc ? "cudaGraphAddNode.mem_alloc" : "cudaGraphAddNode.mem_free");
         const uint64_t freed = free ? sim::hooks().allocation_size(reinterpret_cast<uint64_t>(params->free.dptr)) : 0;
         cudaError_t e = with_context([&](const Driver& d) {
+          if (!d.cuGraphAddNode) return cudaErrorNotSupported;  // a CUDA 12.2 runtime has no 12.3 ABI
           return to_error(d.cuGraphAddNode(reinterpret_cast<CUgraphNode*>(node), reinterpret_cast<CUgraph>(graph),
                                            reinterpret_cast<const CUgraphNode*>(dependencies),
                                            reinterpret_cast<const CUgraphEdgeData*>(dependencyData), count,
@@ -707,14 +708,16 @@ cudaError_t cudaLaunchKernel(const void*, dim3, dim3, void**, size_t, cudaStream
   return with_context([] { return cudaSuccess; });
 }
 
+// The driver's functions at the ABI of this runtime's own release (CUDA Runtime API,
+// cudaGetDriverEntryPoint: "the CUDA version the runtime was built with").
 cudaError_t cudaGetDriverEntryPoint(const char* symbol, void** funcPtr, unsigned long long flags,
                                     cudaDriverEntryPointQueryResult* driverStatus) {
-  return entry_point(symbol, funcPtr, CUDART_VERSION, flags, driverStatus);
+  return entry_point(symbol, funcPtr, kRuntimeVersion, flags, driverStatus);
 }
 
 cudaError_t cudaGetDriverEntryPoint_ptsz(const char* symbol, void** funcPtr, unsigned long long flags,
                                          cudaDriverEntryPointQueryResult* driverStatus) {
-  return entry_point(symbol, funcPtr, CUDART_VERSION,
+  return entry_point(symbol, funcPtr, kRuntimeVersion,
                      flags ? flags : static_cast<unsigned long long>(cudaEnablePerThreadDefaultStream), driverStatus);
 }
 

@@ -73,6 +73,7 @@ namespace sim_runtime {
   X(cuDeviceGetGraphMemAttribute, PFN_cuDeviceGetGraphMemAttribute_v11040, "cuDeviceGetGraphMemAttribute", 11040, 0) \
   X(cuDeviceGraphMemTrim, PFN_cuDeviceGraphMemTrim_v11040, "cuDeviceGraphMemTrim", 11040, 0)
 
+// A runtime of an older release (the vendored CUDA 12.2 copy) has none of a newer one's: those stay null.
 struct Driver {
 #define SIM_RUNTIME_DRIVER_MEMBER(member, type, name, version, flags) type member;
   SIM_RUNTIME_DRIVER_FUNCTIONS(SIM_RUNTIME_DRIVER_MEMBER)

@@ -86,6 +86,22 @@ TEST(RealPrograms, TwoRuntimesEachCallerReachesItsOwnCopy) {
   EXPECT_EQ(mallocs[1]["stack"][0]["function"], "plugin_malloc");
   EXPECT_EQ(mallocs[2]["device"], 0);
   EXPECT_NE(mallocs[3]["result"], 0);
+
+  // Each caller's driver functions at its own runtime's version: the plugin's CUDA 12.2
+  // cuGraphAddNode (no edge data) and the program's 12.3 one both worked and were recorded, as was
+  // the cuMemAlloc the plugin got from the cuGetProcAddress its runtime handed it.
+  ASSERT_NE(plain.out.find("driver entry points: plugin's 0, program's 0"), std::string::npos) << plain.out;
+  std::vector<json> nodes = events_of(dir, "cuGraphAddNode.mem_alloc");
+  ASSERT_EQ(nodes.size(), 2u);
+  EXPECT_EQ(nodes[0]["size"], 1u << 20);
+  EXPECT_EQ(nodes[0]["device"], 1);
+  EXPECT_EQ(nodes[0]["stack"][0]["function"], "plugin_driver_entry_points");
+  EXPECT_EQ(nodes[1]["size"], 2u << 20);
+  EXPECT_EQ(events_of(dir, "cuGraphAddNode.mem_free").size(), 2u);
+  std::vector<json> driver_allocs = events_of(dir, "cuMemAlloc");
+  ASSERT_EQ(driver_allocs.size(), 1u);
+  EXPECT_EQ(driver_allocs[0]["device"], 1);
+  EXPECT_EQ(events_of(dir, "cuMemFree").size(), 1u);
 }
 
 TEST(RealPrograms, CxxExceptionsInPythonKeepTheToolchainsUnwinder) {
