@@ -1,12 +1,16 @@
 #include "driver_requests.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
+
+#include "pid_path.h"
 
 namespace sim {
 namespace {
@@ -17,20 +21,8 @@ std::atomic<int> g_fd{-2};
 int log_fd() {
   int fd = g_fd.load(std::memory_order_acquire);
   if (fd != -2) return fd;
-  const char* pattern = std::getenv("MEMTRACE_SIM_DRIVER_REQUESTS");
-  fd = -1;
-  if (pattern && *pattern) {
-    std::string path;
-    for (const char* p = pattern; *p; ++p) {
-      if (p[0] == '%' && p[1] == 'p') {
-        path += std::to_string(::getpid());
-        ++p;
-      } else {
-        path += *p;
-      }
-    }
-    fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-  }
+  const std::string path = path_from_environment("MEMTRACE_SIM_DRIVER_REQUESTS");
+  fd = path.empty() ? -1 : ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   int expected = -2;
   if (!g_fd.compare_exchange_strong(expected, fd) && fd >= 0) {
     ::close(fd);  // another thread opened it first
@@ -38,6 +30,15 @@ int log_fd() {
   }
   return fd;
 }
+
+// A forked child writes its own log where the name has the pid in it (and none of its parent's).
+void reopen_in_child() {
+  const char* pattern = std::getenv("MEMTRACE_SIM_DRIVER_REQUESTS");
+  if (!pattern || !std::strstr(pattern, "%p")) return;
+  const int fd = g_fd.exchange(-2);
+  if (fd >= 0) ::close(fd);
+}
+__attribute__((constructor)) void install_fork_handler() { ::pthread_atfork(nullptr, nullptr, reopen_in_child); }
 
 void write_line(const char* line, int length) {
   const int fd = log_fd();

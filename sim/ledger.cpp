@@ -12,6 +12,7 @@
 #include <string>
 
 #include "device_model.h"
+#include "pid_path.h"
 
 namespace sim {
 namespace {
@@ -49,26 +50,11 @@ void write_line(char* map, size_t index, const char* text) {
   std::memcpy(map + index * kLineBytes, line, kLineBytes);
 }
 
-std::string ledger_path() {
-  const char* pattern = std::getenv("MEMTRACE_SIM_LEDGER");
-  if (!pattern || !*pattern) return {};
-  std::string path;
-  for (const char* p = pattern; *p; ++p) {
-    if (p[0] == '%' && p[1] == 'p') {
-      path += std::to_string(::getpid());
-      ++p;
-    } else {
-      path += *p;
-    }
-  }
-  return path;
-}
-
 // Called with the mutex held.
 char* open_ledger(Ledger& l) {
   if (l.tried_open) return l.map;
   l.tried_open = true;
-  std::string path = ledger_path();
+  std::string path = path_from_environment("MEMTRACE_SIM_LEDGER");
   if (path.empty()) return nullptr;
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {

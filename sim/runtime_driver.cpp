@@ -1,12 +1,10 @@
 #include "runtime_driver.h"
 
 #include <dlfcn.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <cstddef>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -14,6 +12,7 @@
 
 #include "cudart_driver_lookups.h"
 #include "export_tables.h"
+#include "pid_path.h"
 
 #ifdef MEMTRACE_SIM_RUNTIME_VERSION
 #define SIM_RUNTIME_VERSION MEMTRACE_SIM_RUNTIME_VERSION
@@ -115,17 +114,8 @@ cudaError_t initialize(State& s) {
 //   <function> <library file>
 // so a test sees whose functions the runtime calls (the driver's, or an interposer's).
 void write_driver_table(const Driver& driver) {
-  const char* pattern = std::getenv("MEMTRACE_SIM_RUNTIME_DRIVER_TABLE");
-  if (!pattern || !*pattern) return;
-  std::string path;
-  for (const char* p = pattern; *p; ++p) {
-    if (p[0] == '%' && p[1] == 'p') {
-      path += std::to_string(::getpid());
-      ++p;
-    } else {
-      path += *p;
-    }
-  }
+  const std::string path = sim::path_from_environment("MEMTRACE_SIM_RUNTIME_DRIVER_TABLE");
+  if (path.empty()) return;
   FILE* out = std::fopen(path.c_str(), "we");
   if (!out) return;
   const auto* members = reinterpret_cast<const char*>(&driver);
