@@ -24,6 +24,7 @@
 #include <string>
 
 #include "interpose.h"
+#include "memtrace/base/cuda12_abi.h"
 #include "memtrace/base/cupti_subscriber_params.h"
 #include "memtrace/ring/environment.h"
 #include "settings.h"
@@ -110,6 +111,9 @@ constexpr Handler generic_node(CUpti_CallbackDomain domain, CUpti_CallbackId cbi
 }
 using RuntimeAddNode = GenericNode<cudaGraphAddNode_v12030_params, &cudaGraphAddNode_v12030_params::graph,
                                    Api::kCudaGraphAddNodeMemAlloc, Api::kCudaGraphAddNodeMemFree>;
+using RuntimeAddNodeCuda12 =
+    GenericNode<cuda12::cudaGraphAddNode_v12020_params, &cuda12::cudaGraphAddNode_v12020_params::graph,
+                Api::kCudaGraphAddNodeMemAlloc, Api::kCudaGraphAddNodeMemFree>;
 using DriverAddNode = GenericNode<cuGraphAddNode_params, &cuGraphAddNode_params::hGraph, Api::kCuGraphAddNodeMemAlloc,
                                   Api::kCuGraphAddNodeMemFree>;
 using DriverAddNodeV2 = GenericNode<cuGraphAddNode_v2_params, &cuGraphAddNode_v2_params::hGraph,
@@ -198,6 +202,7 @@ const Handler kHandlers[] = {
                   cudaGraphAddMemFreeNode_v11040_params,
                   free_entry(call, reinterpret_cast<uint64_t>(p.dptr), 0, nullptr), Ordering::kImmediate, nullptr),
     generic_node<RuntimeAddNode>(kRt, CUPTI_RUNTIME_TRACE_CBID_cudaGraphAddNode_v12030),
+    generic_node<RuntimeAddNodeCuda12>(kRt, CUPTI_RUNTIME_TRACE_CBID_cudaGraphAddNode_v12020),
     MEMTRACE_ALLOC(kRt, CUPTI_RUNTIME_TRACE_CBID_cudaIpcOpenMemHandle_v4010, Api::kCudaIpcOpenMemHandle,
                    cudaIpcOpenMemHandle_v4010_params, record_opened(call, result, address_of(result, p.devPtr))),
     MEMTRACE_FREE(kRt, CUPTI_RUNTIME_TRACE_CBID_cudaIpcCloseMemHandle_v4010, Api::kCudaIpcCloseMemHandle,

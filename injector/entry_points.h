@@ -69,7 +69,7 @@ inline constexpr MemoryEntryPoint kMemoryEntryPoints[] = {
     {"cudaMalloc3D", Api::kCudaMalloc3D, {}},
     {"cudaGraphAddMemAllocNode", Api::kCudaGraphAddMemAllocNode, {}},
     {"cudaGraphAddMemFreeNode", Api::kCudaGraphAddMemFreeNode, {}},
-    {"cudaGraphAddNode", Api::kCudaGraphAddNodeMemAlloc, {}},  // and kCudaGraphAddNodeMemFree
+    {"cudaGraphAddNode", Api::kCudaGraphAddNodeMemAlloc, {}},  // and ...MemFree; CUDA 12's ABI and _v2 too
     {"cudaIpcOpenMemHandle", Api::kCudaIpcOpenMemHandle, {}},
     {"cudaIpcCloseMemHandle", Api::kCudaIpcCloseMemHandle, {}},
     {"cudaMemPoolImportPointer", Api::kCudaMemPoolImportPointer, {}},

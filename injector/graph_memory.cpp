@@ -9,6 +9,7 @@
 #include <cstddef>
 
 #include "interpose.h"
+#include "memtrace/base/cuda12_abi.h"
 
 // cuda.h names the CUDA 12.3 entry point cuGraphAddNode; the CUDA 12.2 one, without edge data, is
 // still the driver's, handed to callers of 12020 to 12029 (cudaTypedefs.h: PFN_cuGraphAddNode_v12020).
@@ -27,6 +28,8 @@ RealFunction<decltype(&cudaGraphAddMemFreeNode)> real_cudaGraphAddMemFreeNode("c
 RealFunction<decltype(&cuGraphAddMemAllocNode)> real_cuGraphAddMemAllocNode("cuGraphAddMemAllocNode", Library::kDriver);
 RealFunction<decltype(&cuGraphAddMemFreeNode)> real_cuGraphAddMemFreeNode("cuGraphAddMemFreeNode", Library::kDriver);
 RealFunction<decltype(&cudaGraphAddNode)> real_cudaGraphAddNode("cudaGraphAddNode", Library::kRuntime);
+RealFunction<cuda12::GraphAddNode> real_cudaGraphAddNode_cuda12("cudaGraphAddNode", Library::kRuntime);
+RealFunction<decltype(&cudaGraphAddNode)> real_cudaGraphAddNode_v2("cudaGraphAddNode_v2", Library::kRuntime);
 RealFunction<decltype(&cuGraphAddNode_v2)> real_cuGraphAddNode_v2("cuGraphAddNode_v2", Library::kDriver);
 RealFunction<decltype(&cuGraphAddNode)> real_cuGraphAddNode("cuGraphAddNode", Library::kDriver);
 
@@ -93,13 +96,35 @@ MEMTRACE_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode* phGraphNode, CUgraph
                                                dependencies, numDependencies, dptr);
 }
 
+// Its ABI is the serving runtime's: a CUDA 12 runtime's takes no edge data (memtrace/base/
+// cuda12_abi.h), and its caller passed five arguments, the fourth numDependencies and the fifth
+// nodeParams, which this function, taking six, finds in dependencyData and numDependencies.
 MEMTRACE_EXPORT cudaError_t cudaGraphAddNode(cudaGraphNode_t* pGraphNode, cudaGraph_t graph,
                                              const cudaGraphNode_t* pDependencies,
                                              const cudaGraphEdgeData* dependencyData, size_t numDependencies,
                                              cudaGraphNodeParams* nodeParams) {
-  return add_node<cudaErrorInitializationError>(Api::kCudaGraphAddNodeMemAlloc, Api::kCudaGraphAddNodeMemFree,
-                                                MEMTRACE_CALLER, real_cudaGraphAddNode, graph, nodeParams, pGraphNode,
-                                                graph, pDependencies, dependencyData, numDependencies, nodeParams);
+  const uint64_t caller = MEMTRACE_CALLER;
+  const int version = runtime_version_of(reinterpret_cast<const void*>(real_cudaGraphAddNode.get(caller)));
+  if (version >= 0 && version < cuda12::kGraphAddNodeWithEdgesRuntime) {
+    const auto count = reinterpret_cast<size_t>(dependencyData);
+    auto* params = reinterpret_cast<cudaGraphNodeParams*>(numDependencies);
+    return add_node<cudaErrorInitializationError>(Api::kCudaGraphAddNodeMemAlloc, Api::kCudaGraphAddNodeMemFree, caller,
+                                                  real_cudaGraphAddNode_cuda12, graph, params, pGraphNode, graph,
+                                                  pDependencies, count, params);
+  }
+  return add_node<cudaErrorInitializationError>(Api::kCudaGraphAddNodeMemAlloc, Api::kCudaGraphAddNodeMemFree, caller,
+                                                real_cudaGraphAddNode, graph, nodeParams, pGraphNode, graph,
+                                                pDependencies, dependencyData, numDependencies, nodeParams);
+}
+
+// CUDA 12.3 to 12.9's form with edge data.
+MEMTRACE_EXPORT cudaError_t cudaGraphAddNode_v2(cudaGraphNode_t* pGraphNode, cudaGraph_t graph,
+                                                const cudaGraphNode_t* pDependencies,
+                                                const cudaGraphEdgeData* dependencyData, size_t numDependencies,
+                                                cudaGraphNodeParams* nodeParams) {
+  return add_node<cudaErrorInitializationError>(
+      Api::kCudaGraphAddNodeMemAlloc, Api::kCudaGraphAddNodeMemFree, MEMTRACE_CALLER, real_cudaGraphAddNode_v2, graph,
+      nodeParams, pGraphNode, graph, pDependencies, dependencyData, numDependencies, nodeParams);
 }
 
 MEMTRACE_EXPORT CUresult cuGraphAddNode_v2(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies,

@@ -30,6 +30,12 @@ inline uint64_t answers_generation() {
 // neither link NAME nor looked it up themselves (ctypes looks up in _ctypes and calls from libffi).
 void pin_real_function(const char* name, uint64_t caller, void* fn);
 
+// The function NAME in the library FN lies in (its own dependency scope); null if none.
+void* function_beside(const void* fn, const char* name);
+// The CUDA version of the runtime RUNTIME_FUNCTION belongs to, as that copy says
+// (cudaRuntimeGetVersion); -1 if it cannot say.
+int runtime_version_of(const void* runtime_function);
+
 class RealTable {
  public:
   constexpr RealTable(const char* name, Library library) : name_(name), library_(library) {}

@@ -142,6 +142,20 @@ void* pinned_by_anyone(const char* name) {
 
 }  // namespace
 
+void* function_beside(const void* fn, const char* name) {
+  Module library = module_of(reinterpret_cast<uint64_t>(fn));
+  bool opened;
+  return library.found && !library.name.empty() ? lookup_in_scope_of(library.name, name, opened) : nullptr;
+}
+
+int runtime_version_of(const void* runtime_function) {
+  using GetVersion = int (*)(int*);  // cudaRuntimeGetVersion
+  auto get = runtime_function ? reinterpret_cast<GetVersion>(function_beside(runtime_function, "cudaRuntimeGetVersion"))
+                              : nullptr;
+  int version = -1;
+  return get && get(&version) == 0 ? version : -1;
+}
+
 void pin_real_function(const char* name, uint64_t caller, void* fn) {
   if (!name || !fn || std::strlen(name) >= sizeof(Pin::name)) return;
   Module from = module_of(caller), library = module_of(reinterpret_cast<uint64_t>(fn));

@@ -10,6 +10,8 @@
 
 #include <cstdio>
 
+#include "memtrace/base/cuda12_abi.h"
+
 namespace {
 int checked(cudaError_t e, const char* what) {
   if (e != cudaSuccess) std::fprintf(stderr, "plugin: %s failed with %d\n", what, static_cast<int>(e));
@@ -32,7 +34,9 @@ int plugin_last_error() { return cudaGetLastError(); }
 // Driver functions as its runtime hands them out (cudaGetDriverEntryPoint asks the driver at the
 // runtime's own version, CUDA 12.2's): cuGraphAddNode of 12.2's ABI, without edge data, for a
 // 1 MiB allocation node and its free node; cuGetProcAddress, and from it cuMemAlloc and cuMemFree
-// for 1 MiB. 0 when every call worked.
+// for 1 MiB. And its runtime's own cudaGraphAddNode, CUDA 12.2's, as a plugin built against 12.2's
+// headers calls it (five arguments: memtrace/base/cuda12_abi.h), for a 512 KiB node and its free.
+// 0 when every call worked.
 int plugin_driver_entry_points() {
   using AddNode = CUresult (*)(CUgraphNode*, CUgraph, const CUgraphNode*, size_t, CUgraphNodeParams*);
   using GetProcAddress = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
@@ -58,6 +62,19 @@ int plugin_driver_entry_points() {
   free_node.type = CU_GRAPH_NODE_TYPE_MEM_FREE;
   free_node.free.dptr = alloc.alloc.dptr;
   if (reinterpret_cast<AddNode>(add_node)(&freed, g, &allocated, 1, &free_node) != CUDA_SUCCESS) return 1;
+  const auto runtime_add_node = reinterpret_cast<memtrace::cuda12::GraphAddNode>(&cudaGraphAddNode);
+  cudaGraphNodeParams small{};
+  small.type = cudaGraphNodeTypeMemAlloc;
+  small.alloc.poolProps.allocType = cudaMemAllocationTypePinned;
+  small.alloc.poolProps.location.type = cudaMemLocationTypeDevice;
+  small.alloc.poolProps.location.id = device;
+  small.alloc.bytesize = 512 << 10;
+  cudaGraphNode_t small_node, small_free;
+  if (checked(runtime_add_node(&small_node, graph, nullptr, 0, &small), "cudaGraphAddNode")) return 1;
+  cudaGraphNodeParams small_free_params{};
+  small_free_params.type = cudaGraphNodeTypeMemFree;
+  small_free_params.free.dptr = small.alloc.dptr;
+  if (checked(runtime_add_node(&small_free, graph, &small_node, 1, &small_free_params), "cudaGraphAddNode")) return 1;
   if (checked(cudaGraphDestroy(graph), "cudaGraphDestroy")) return 1;
 
   void *mem_alloc = nullptr, *mem_free = nullptr;

@@ -14,6 +14,7 @@
 
 #include "api_callbacks.h"
 #include "ledger.h"
+#include "memtrace/base/cuda12_abi.h"
 #include "runtime_driver.h"
 
 extern "C" {
@@ -159,6 +160,39 @@ cudaError_t entry_point(const char* symbol, void** fn, unsigned int version, uns
       *status = found == CU_GET_PROC_ADDRESS_SUCCESS ? cudaDriverEntryPointSuccess : cudaDriverEntryPointSymbolNotFound;
     // A symbol that is not there is not an error of the call, only of the lookup.
     return r == CUDA_ERROR_NOT_FOUND ? cudaSuccess : to_error(r);
+  });
+}
+
+// The generic node API goes to the driver's (NVIDIA's sends cudaGraphAddNode to cuGraphAddNode_v2:
+// ../shared/observed/cudart-13.0-driver-lookups.md); a memory node is ledgered under the call and
+// its type, as the driver ledgers its own. Node parameters have the driver's layout and values.
+// A CUDA 12 runtime's cudaGraphAddNode takes no edge data (memtrace/base/cuda12_abi.h): the
+// vendored CUDA 12.2 copy has that one, and sends it to the driver's CUDA 12.2 ABI.
+static_assert(sizeof(cudaGraphNodeParams) == sizeof(CUgraphNodeParams) &&
+              offsetof(cudaGraphNodeParams, alloc) == offsetof(CUgraphNodeParams, alloc) &&
+              static_cast<int>(cudaGraphNodeTypeMemAlloc) == CU_GRAPH_NODE_TYPE_MEM_ALLOC &&
+              static_cast<int>(cudaGraphNodeTypeMemFree) == CU_GRAPH_NODE_TYPE_MEM_FREE);
+template <typename CallbackParams>
+cudaError_t graph_add_node(int cbid, CallbackParams callback_params, cudaGraphNode_t* node, cudaGraph_t graph,
+                           const cudaGraphNode_t* dependencies, const cudaGraphEdgeData* dependencyData, size_t count,
+                           cudaGraphNodeParams* params) {
+  return sim::traced(kRuntimeApi, cbid, "cudaGraphAddNode", callback_params, [&] {
+    const bool alloc = params && params->type == cudaGraphNodeTypeMemAlloc;
+    const bool free = params && params->type == cudaGraphNodeTypeMemFree;
+    std::optional<sim::ApiCall> call;
+    if (alloc || free) call.emplace(alloc ? "cudaGraphAddNode.mem_alloc" : "cudaGraphAddNode.mem_free");
+    const uint64_t freed = free ? sim::hooks().allocation_size(reinterpret_cast<uint64_t>(params->free.dptr)) : 0;
+    cudaError_t e = with_context([&](const Driver& d) {
+      auto* n = reinterpret_cast<CUgraphNode*>(node);
+      auto g = reinterpret_cast<CUgraph>(graph);
+      auto* deps = reinterpret_cast<const CUgraphNode*>(dependencies);
+      auto* p = reinterpret_cast<CUgraphNodeParams*>(params);
+      return to_error(
+          kRuntimeVersion >= memtrace::cuda12::kGraphAddNodeWithEdgesRuntime
+              ? d.cuGraphAddNode(n, g, deps, reinterpret_cast<const CUgraphEdgeData*>(dependencyData), count, p)
+              : d.cuGraphAddNode_v12020(n, g, deps, count, p));
+    });
+    return call ? call->done(e, alloc ? params->alloc.bytesize : freed) : e;
   });
 }
 
@@ -562,33 +596,24 @@ cudaError_t cudaGraphAddMemFreeNode(cudaGraphNode_t* node, cudaGraph_t graph, co
                      });
 }
 
-// The generic node API goes to the driver's (NVIDIA's sends cudaGraphAddNode to cuGraphAddNode_v2:
-// ../shared/observed/cudart-13.0-driver-lookups.md); a memory node is ledgered under the call and
-// its type, as the driver ledgers its own. Node parameters have the driver's layout and values.
-static_assert(sizeof(cudaGraphNodeParams) == sizeof(CUgraphNodeParams) &&
-              offsetof(cudaGraphNodeParams, alloc) == offsetof(CUgraphNodeParams, alloc) &&
-              static_cast<int>(cudaGraphNodeTypeMemAlloc) == CU_GRAPH_NODE_TYPE_MEM_ALLOC &&
-              static_cast<int>(cudaGraphNodeTypeMemFree) == CU_GRAPH_NODE_TYPE_MEM_FREE);
+#if !defined(MEMTRACE_SIM_RUNTIME_VERSION) || MEMTRACE_SIM_RUNTIME_VERSION >= 13000
 cudaError_t cudaGraphAddNode(cudaGraphNode_t* node, cudaGraph_t graph, const cudaGraphNode_t* dependencies,
                              const cudaGraphEdgeData* dependencyData, size_t count, cudaGraphNodeParams* params) {
-  return sim::traced(
-      kRuntimeApi, CUPTI_RUNTIME_TRACE_CBID_cudaGraphAddNode_v12030, "cudaGraphAddNode",
-      cudaGraphAddNode_v12030_params{node, graph, dependencies, dependencyData, count, params}, [&] {
-        const bool alloc = params && params->type == cudaGraphNodeTypeMemAlloc;
-        const bool free = params && params->type == cudaGraphNodeTypeMemFree;
-        std::optional<sim::ApiCall> call;
-        if (alloc || free) call.emplace(alloc ? "cudaGraphAddNode.mem_alloc" : "cudaGraphAddNode.mem_free");
-        const uint64_t freed = free ? sim::hooks().allocation_size(reinterpret_cast<uint64_t>(params->free.dptr)) : 0;
-        cudaError_t e = with_context([&](const Driver& d) {
-          if (!d.cuGraphAddNode) return cudaErrorNotSupported;  // a CUDA 12.2 runtime has no 12.3 ABI
-          return to_error(d.cuGraphAddNode(reinterpret_cast<CUgraphNode*>(node), reinterpret_cast<CUgraph>(graph),
-                                           reinterpret_cast<const CUgraphNode*>(dependencies),
-                                           reinterpret_cast<const CUgraphEdgeData*>(dependencyData), count,
-                                           reinterpret_cast<CUgraphNodeParams*>(params)));
-        });
-        return call ? call->done(e, alloc ? params->alloc.bytesize : freed) : e;
-      });
+  return graph_add_node(CUPTI_RUNTIME_TRACE_CBID_cudaGraphAddNode_v12030,
+                        cudaGraphAddNode_v12030_params{node, graph, dependencies, dependencyData, count, params}, node,
+                        graph, dependencies, dependencyData, count, params);
 }
+#else
+// CUDA 12.2's, by the symbol the 13.0 headers give another signature.
+cudaError_t cuda12_graph_add_node(cudaGraphNode_t* node, cudaGraph_t graph, const cudaGraphNode_t* dependencies,
+                                  size_t count, cudaGraphNodeParams* params) __asm__("cudaGraphAddNode");
+cudaError_t cuda12_graph_add_node(cudaGraphNode_t* node, cudaGraph_t graph, const cudaGraphNode_t* dependencies,
+                                  size_t count, cudaGraphNodeParams* params) {
+  return graph_add_node(CUPTI_RUNTIME_TRACE_CBID_cudaGraphAddNode_v12020,
+                        memtrace::cuda12::cudaGraphAddNode_v12020_params{node, graph, dependencies, count, params},
+                        node, graph, dependencies, nullptr, count, params);
+}
+#endif
 
 cudaError_t cudaGraphNodeSetParams(cudaGraphNode_t node, cudaGraphNodeParams* params) {
   return with_context([&](const Driver& d) {

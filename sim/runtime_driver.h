@@ -63,6 +63,7 @@ namespace sim_runtime {
   X(cuGraphCreate, PFN_cuGraphCreate_v10000, "cuGraphCreate", 10000, 0)                                              \
   X(cuGraphDestroy, PFN_cuGraphDestroy_v10000, "cuGraphDestroy", 10000, 0)                                           \
   X(cuGraphAddNode, PFN_cuGraphAddNode_v12030, "cuGraphAddNode", 12030, 0)                                           \
+  X(cuGraphAddNode_v12020, PFN_cuGraphAddNode_v12020, "cuGraphAddNode", 12020, 0)                                    \
   X(cuGraphNodeSetParams, PFN_cuGraphNodeSetParams_v12020, "cuGraphNodeSetParams", 12020, 0)                         \
   X(cuGraphExecNodeSetParams, PFN_cuGraphExecNodeSetParams_v12020, "cuGraphExecNodeSetParams", 12020, 0)             \
   X(cuGraphAddMemAllocNode, PFN_cuGraphAddMemAllocNode_v11040, "cuGraphAddMemAllocNode", 11040, 0)                   \

@@ -98,6 +98,12 @@ TEST(RealPrograms, TwoRuntimesEachCallerReachesItsOwnCopy) {
   EXPECT_EQ(nodes[0]["stack"][0]["function"], "plugin_driver_entry_points");
   EXPECT_EQ(nodes[1]["size"], 2u << 20);
   EXPECT_EQ(events_of(dir, "cuGraphAddNode.mem_free").size(), 2u);
+  // The plugin's runtime's own cudaGraphAddNode, CUDA 12.2's (five arguments), recorded.
+  std::vector<json> runtime_nodes = events_of(dir, "cudaGraphAddNode.mem_alloc");
+  ASSERT_EQ(runtime_nodes.size(), 1u);
+  EXPECT_EQ(runtime_nodes[0]["size"], 512u << 10);
+  EXPECT_EQ(runtime_nodes[0]["device"], 1);
+  EXPECT_EQ(events_of(dir, "cudaGraphAddNode.mem_free").size(), 1u);
   std::vector<json> driver_allocs = events_of(dir, "cuMemAlloc");
   ASSERT_EQ(driver_allocs.size(), 1u);
   EXPECT_EQ(driver_allocs[0]["device"], 1);
