@@ -398,10 +398,12 @@ struct Cupti {
 Cupti g_cupti;
 std::mutex g_cupti_mutex;  // start, hand-over
 CUpti_SubscriberHandle g_subscriber = nullptr;
-bool g_shares_cupti = false;          // memtrace's subscription lets others subscribe beside it
-bool g_driver_initialized = false;    // InitializeInjection came: CUPTI can reach the driver
-bool g_retry_at_driver_init = false;  // CUPTI could not take a subscriber yet: ask at InitializeInjection
-pid_t g_cupti_pid = 0;                // the process CUPTI was set up in (not a forked child)
+bool g_shares_cupti = false;  // memtrace's subscription lets others subscribe beside it
+// Read and written without g_cupti_mutex: InitializeInjection runs inside the driver's cuInit,
+// which a CUPTI call made under the mutex may be the one to make.
+std::atomic<bool> g_driver_initialized{false};    // InitializeInjection came: CUPTI can reach the driver
+std::atomic<bool> g_retry_at_driver_init{false};  // CUPTI took no subscriber yet: ask at InitializeInjection
+pid_t g_cupti_pid = 0;                            // the process CUPTI was set up in (not a forked child)
 
 void* open_cupti() {
   const char* named = setting(env::kCuptiLibrary);
@@ -551,24 +553,37 @@ void subscribe() {
   // Several subscribers where this CUPTI takes them (its version says so at run time).
   uint32_t version = 0;
   if (g_cupti.get_version) g_cupti.get_version(&version);
-  const bool ask_for_several = g_cupti.subscribe_v2 && version >= cupti::kMultipleSubscribersVersion;
+  bool ask_for_several = g_cupti.subscribe_v2 && version >= cupti::kMultipleSubscribersVersion;
   CUptiResult r;
   char holder[256] = "";
-  if (g_cupti.subscribe_v2) {
-    cupti::SubscriberParams params{};
-    params.base.structSize = ask_for_several ? sizeof params : CUpti_SubscriberParams_STRUCT_SIZE;
-    params.base.subscriberName = "memtrace";
-    params.base.oldSubscriberName = holder;
-    params.base.oldSubscriberSize = sizeof holder;
-    params.allowMultipleSubscribers = ask_for_several ? 1 : 0;
-    r = g_cupti.subscribe_v2(&g_subscriber, on_callback, nullptr, &params.base);
-  } else {
-    r = g_cupti.subscribe(&g_subscriber, on_callback, nullptr);
-  }
-  if (r == CUPTI_ERROR_NOT_INITIALIZED && !g_driver_initialized) {
-    g_subscriber = nullptr;  // too early for CUPTI: the interposers record until the driver loads memtrace
-    g_retry_at_driver_init = true;
-    return;
+  for (int tries = 0;; ++tries) {
+    *holder = '\0';
+    if (g_cupti.subscribe_v2) {
+      cupti::SubscriberParams params{};
+      params.base.structSize = ask_for_several ? sizeof params : CUpti_SubscriberParams_STRUCT_SIZE;
+      params.base.subscriberName = "memtrace";
+      params.base.oldSubscriberName = holder;
+      params.base.oldSubscriberSize = sizeof holder;
+      params.allowMultipleSubscribers = ask_for_several ? 1 : 0;
+      r = g_cupti.subscribe_v2(&g_subscriber, on_callback, nullptr, &params.base);
+    } else {
+      r = g_cupti.subscribe(&g_subscriber, on_callback, nullptr);
+    }
+    if (tries > 0) break;
+    // Several refused with no subscriber named: this CUPTI cannot give them here (a driver older
+    // than r610). One subscriber, then, as before CUPTI 13.3.
+    if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED && ask_for_several && !*holder) {
+      ask_for_several = false;
+      continue;
+    }
+    if (r != CUPTI_ERROR_NOT_INITIALIZED || g_driver_initialized.load()) break;
+    // Too early for CUPTI: the interposers record until the driver loads memtrace, which asks
+    // again. Unless it came while this one asked: then ask again now.
+    g_retry_at_driver_init.store(true);
+    if (!g_driver_initialized.load() || !g_retry_at_driver_init.exchange(false)) {
+      g_subscriber = nullptr;
+      return;
+    }
   }
   if (r != CUPTI_SUCCESS) {
     g_subscriber = nullptr;
@@ -591,7 +606,7 @@ void forget_cupti_in_child() {
   new (&g_cupti_mutex) std::mutex;  // a parent thread may have been handing CUPTI over at the fork
   g_activity.on = false;
   g_subscriber = nullptr;
-  g_retry_at_driver_init = false;
+  g_retry_at_driver_init.store(false);
   g_cupti_pid = 0;
   g_interposers_record.store(true, std::memory_order_relaxed);
   g_cupti_generation.fetch_add(1, std::memory_order_relaxed);
@@ -609,31 +624,30 @@ void start_cupti() {
   if (backend() == Backend::kPreload && !verify_requested()) return;
   if (g_cupti_started.exchange(true)) return;
   std::lock_guard lock(g_cupti_mutex);
-  g_retry_at_driver_init = false;
+  g_retry_at_driver_init.store(false);
   subscribe();
 }
 
-// The driver initialized and loaded memtrace: CUPTI can take a subscriber now, if it could not before.
+// The driver initialized and loaded memtrace: CUPTI can take a subscriber now, if it could not
+// before. Takes no lock of its own (see g_driver_initialized).
 void start_cupti_with_driver() {
-  {
-    std::lock_guard lock(g_cupti_mutex);
-    g_driver_initialized = true;
-    if (g_retry_at_driver_init) g_cupti_started.store(false);
-  }
+  g_driver_initialized.store(true);
+  if (g_retry_at_driver_init.exchange(false)) g_cupti_started.store(false);
   start_cupti();
 }
 
 bool cupti_subscribed(std::string& why_not) {
   std::lock_guard lock(g_cupti_mutex);
-  why_not = g_subscriber               ? std::string()
-            : g_retry_at_driver_init   ? "CUPTI takes no subscriber until the driver initialized"
-            : g_cupti_problem->empty() ? "CUPTI was not started"
-                                       : *g_cupti_problem;
+  why_not = g_subscriber                    ? std::string()
+            : g_retry_at_driver_init.load() ? "CUPTI takes no subscriber until the driver initialized"
+            : g_cupti_problem->empty()      ? "CUPTI was not started"
+                                            : *g_cupti_problem;
   return g_subscriber != nullptr;
 }
 
 void stop_cupti() {
   std::lock_guard lock(g_cupti_mutex);
+  g_retry_at_driver_init.store(false);                          // a later session asks again
   if (g_cupti_pid == ::getpid()) g_cupti_started.store(false);  // a later session tries again, even after a failure
   if (g_cupti_pid != ::getpid() || !g_subscriber) return;
   stop_activity();
@@ -661,10 +675,8 @@ void hand_cupti_over(bool shares) {
 
 using namespace memtrace::inject;
 
-// The driver calls this on its first cuInit when CUDA_INJECTION64_PATH names the injector: the
-// program uses CUDA, whichever way it reached cuInit.
+// The driver calls this on its first cuInit when CUDA_INJECTION64_PATH names the injector.
 MEMTRACE_EXPORT int InitializeInjection() {
-  note_cuda_use();
   start_cupti_with_driver();
   return 1;
 }

@@ -88,6 +88,13 @@ bool from_cuda_library(const void* fn) {
   return file.starts_with("libcuda.so") || file.starts_with("libcudart") || file.starts_with("libcupti");
 }
 
+void* interposer_for_found(const char* name, void* fn, uint64_t caller) {
+  void* ours = own_interposer(name);
+  if (!ours || ours == fn || !from_cuda_library(fn)) return fn;
+  pin_real_function(name, caller, fn);
+  return ours;
+}
+
 void* own_interposer(const char* name) {
   static const LoadedModule self = loaded_module_containing(reinterpret_cast<uint64_t>(&own_interposer));
   uint64_t address = find_dynamic_symbol(self, name);
@@ -105,10 +112,7 @@ void* answer(const char* name, void* fn, uint64_t caller) {
   if (name[0] != 'c' || name[1] != 'u' || in_injector(caller)) return fn;
   // Its private tables of driver functions are nobody's to replace.
   if (std::strcmp(name, "cuGetExportTable") == 0) return fn;
-  void* ours = own_interposer(name);
-  if (!ours || ours == fn || !from_cuda_library(fn)) return fn;
-  pin_real_function(name, caller, fn);
-  return ours;
+  return interposer_for_found(name, fn, caller);
 }
 
 }  // namespace

@@ -146,6 +146,10 @@ bool from_cuda_library(const void* fn);
 // symbols (a dlsym on its own handle that failed would leave an error for the program's next
 // dlerror); null when it has none.
 void* own_interposer(const char* name);
+// What a lookup that found FN, a CUDA library's function named NAME, hands to CALLER: memtrace's
+// interposer of that name, with FN pinned for CALLER's module (its calls of the interposer reach
+// FN); FN itself when memtrace interposes none, or FN is no CUDA library's (dlsym.cpp).
+void* interposer_for_found(const char* name, void* fn, uint64_t caller);
 
 // What memtrace asks CUDA about a call (device_query.cpp), each time of the CUDA library the
 // calling module uses. The current device of the runtime, and of the driver's current context;

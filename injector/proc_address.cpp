@@ -38,89 +38,69 @@ constexpr unsigned long long kPerThreadStream = CU_GET_PROC_ADDRESS_PER_THREAD_D
 static_assert(static_cast<int>(CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) ==
               static_cast<int>(cudaEnablePerThreadDefaultStream));
 
+// Where the driver's function cannot be named (dladdr finds no exported symbol at its address, or
+// none memtrace interposes): memtrace's interposer by the name looked up and the version asked,
+// newest ABI first, by its symbol (read from memtrace's own symbols: never another library's).
 struct Wrapped {
   const char* name;   // as cuGetProcAddress takes it: no _v2 or _ptsz suffix
   int since_version;  // the ABI our interposer has exists from this CUDA version on
-  void* legacy_stream;
-  void* per_thread_stream;
+  const char* symbol;
+  const char* per_thread_symbol;  // for CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
 };
-
-template <typename Fn>
-void* as_pointer(Fn fn) {
-  return reinterpret_cast<void*>(fn);
-}
-
-// Where the driver's function cannot be named (dladdr finds no exported symbol at its address):
-// memtrace's interposer by the name looked up and the version asked, newest ABI first.
 const Wrapped kWrapped[] = {
-    {"cuInit", 2000, as_pointer(&cuInit), as_pointer(&cuInit)},
-    {"cuDeviceGetCount", 2000, as_pointer(&cuDeviceGetCount), as_pointer(&cuDeviceGetCount)},
-    {"cuMemAlloc", 3020, as_pointer(&cuMemAlloc_v2), as_pointer(&cuMemAlloc_v2)},
-    {"cuMemFree", 3020, as_pointer(&cuMemFree_v2), as_pointer(&cuMemFree_v2)},
-    {"cuMemAllocHost", 3020, as_pointer(&cuMemAllocHost_v2), as_pointer(&cuMemAllocHost_v2)},
-    {"cuMemAllocPitch", 3020, as_pointer(&cuMemAllocPitch_v2), as_pointer(&cuMemAllocPitch_v2)},
-    {"cuMemHostAlloc", 2020, as_pointer(&cuMemHostAlloc), as_pointer(&cuMemHostAlloc)},
-    {"cuMemFreeHost", 2000, as_pointer(&cuMemFreeHost), as_pointer(&cuMemFreeHost)},
-    {"cuMemAllocManaged", 6000, as_pointer(&cuMemAllocManaged), as_pointer(&cuMemAllocManaged)},
-    {"cuMemAllocAsync", 11020, as_pointer(&cuMemAllocAsync), as_pointer(&cuMemAllocAsync_ptsz)},
-    {"cuMemFreeAsync", 11020, as_pointer(&cuMemFreeAsync), as_pointer(&cuMemFreeAsync_ptsz)},
-    {"cuMemAllocFromPoolAsync", 11020, as_pointer(&cuMemAllocFromPoolAsync), as_pointer(&cuMemAllocFromPoolAsync_ptsz)},
-    {"cuMemCreate", 10020, as_pointer(&cuMemCreate), as_pointer(&cuMemCreate)},
-    {"cuMemRelease", 10020, as_pointer(&cuMemRelease), as_pointer(&cuMemRelease)},
-    {"cuMemMap", 10020, as_pointer(&cuMemMap), as_pointer(&cuMemMap)},
-    {"cuMemUnmap", 10020, as_pointer(&cuMemUnmap), as_pointer(&cuMemUnmap)},
-    {"cuMemAddressReserve", 10020, as_pointer(&cuMemAddressReserve), as_pointer(&cuMemAddressReserve)},
-    {"cuMemAddressFree", 10020, as_pointer(&cuMemAddressFree), as_pointer(&cuMemAddressFree)},
-    {"cuGraphAddMemAllocNode", 11040, as_pointer(&cuGraphAddMemAllocNode), as_pointer(&cuGraphAddMemAllocNode)},
-    {"cuGraphAddMemFreeNode", 11040, as_pointer(&cuGraphAddMemFreeNode), as_pointer(&cuGraphAddMemFreeNode)},
-    {"cuGraphAddNode", 12030, as_pointer(&cuGraphAddNode_v2), as_pointer(&cuGraphAddNode_v2)},
-    {"cuGraphAddNode", 12020, as_pointer(&cuGraphAddNode), as_pointer(&cuGraphAddNode)},
-    {"cuIpcOpenMemHandle", 11000, as_pointer(&cuIpcOpenMemHandle_v2), as_pointer(&cuIpcOpenMemHandle_v2)},
-    {"cuIpcOpenMemHandle", 4010, as_pointer(&cuIpcOpenMemHandle), as_pointer(&cuIpcOpenMemHandle)},
-    {"cuIpcCloseMemHandle", 4010, as_pointer(&cuIpcCloseMemHandle), as_pointer(&cuIpcCloseMemHandle)},
-    {"cuMemPoolImportPointer", 11020, as_pointer(&cuMemPoolImportPointer), as_pointer(&cuMemPoolImportPointer)},
-    {"cuMemImportFromShareableHandle", 10020, as_pointer(&cuMemImportFromShareableHandle),
-     as_pointer(&cuMemImportFromShareableHandle)},
-    {"cuMulticastCreate", 12010, as_pointer(&cuMulticastCreate), as_pointer(&cuMulticastCreate)},
-    {"cuGetProcAddress", 12000, as_pointer(&cuGetProcAddress_v2), as_pointer(&cuGetProcAddress_v2)},
-    {"cuGetProcAddress", 0, as_pointer(&cuGetProcAddress), as_pointer(&cuGetProcAddress)},
+    {"cuInit", 2000, "cuInit", "cuInit"},
+    {"cuDeviceGetCount", 2000, "cuDeviceGetCount", "cuDeviceGetCount"},
+    {"cuMemAlloc", 3020, "cuMemAlloc_v2", "cuMemAlloc_v2"},
+    {"cuMemFree", 3020, "cuMemFree_v2", "cuMemFree_v2"},
+    {"cuMemAllocHost", 3020, "cuMemAllocHost_v2", "cuMemAllocHost_v2"},
+    {"cuMemAllocPitch", 3020, "cuMemAllocPitch_v2", "cuMemAllocPitch_v2"},
+    {"cuMemHostAlloc", 2020, "cuMemHostAlloc", "cuMemHostAlloc"},
+    {"cuMemFreeHost", 2000, "cuMemFreeHost", "cuMemFreeHost"},
+    {"cuMemAllocManaged", 6000, "cuMemAllocManaged", "cuMemAllocManaged"},
+    {"cuMemAllocAsync", 11020, "cuMemAllocAsync", "cuMemAllocAsync_ptsz"},
+    {"cuMemFreeAsync", 11020, "cuMemFreeAsync", "cuMemFreeAsync_ptsz"},
+    {"cuMemAllocFromPoolAsync", 11020, "cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync_ptsz"},
+    {"cuMemCreate", 10020, "cuMemCreate", "cuMemCreate"},
+    {"cuMemRelease", 10020, "cuMemRelease", "cuMemRelease"},
+    {"cuMemMap", 10020, "cuMemMap", "cuMemMap"},
+    {"cuMemUnmap", 10020, "cuMemUnmap", "cuMemUnmap"},
+    {"cuMemAddressReserve", 10020, "cuMemAddressReserve", "cuMemAddressReserve"},
+    {"cuMemAddressFree", 10020, "cuMemAddressFree", "cuMemAddressFree"},
+    {"cuGraphAddMemAllocNode", 11040, "cuGraphAddMemAllocNode", "cuGraphAddMemAllocNode"},
+    {"cuGraphAddMemFreeNode", 11040, "cuGraphAddMemFreeNode", "cuGraphAddMemFreeNode"},
+    {"cuGraphAddNode", 12030, "cuGraphAddNode_v2", "cuGraphAddNode_v2"},
+    {"cuGraphAddNode", 12020, "cuGraphAddNode", "cuGraphAddNode"},
+    {"cuIpcOpenMemHandle", 11000, "cuIpcOpenMemHandle_v2", "cuIpcOpenMemHandle_v2"},
+    {"cuIpcOpenMemHandle", 4010, "cuIpcOpenMemHandle", "cuIpcOpenMemHandle"},
+    {"cuIpcCloseMemHandle", 4010, "cuIpcCloseMemHandle", "cuIpcCloseMemHandle"},
+    {"cuMemPoolImportPointer", 11020, "cuMemPoolImportPointer", "cuMemPoolImportPointer"},
+    {"cuMemImportFromShareableHandle", 10020, "cuMemImportFromShareableHandle", "cuMemImportFromShareableHandle"},
+    {"cuMulticastCreate", 12010, "cuMulticastCreate", "cuMulticastCreate"},
+    {"cuGetProcAddress", 12000, "cuGetProcAddress_v2", "cuGetProcAddress_v2"},
+    {"cuGetProcAddress", 0, "cuGetProcAddress", "cuGetProcAddress"},
 };
 
-// memtrace's interposer for FN, the function a lookup of SYMBOL at VERSION with FLAGS found; null
-// where memtrace interposes none.
-void* interposer_for(const char* symbol, void* fn, int version, unsigned long long flags) {
+// Replaces a driver function the real lookup of SYMBOL (at VERSION, with FLAGS) found with our
+// interposer of the same ABI, when we have one, and pins the function found for CALLER's module:
+// our interposer, called from there, calls it. Anything else is handed back untouched.
+void substitute(uint64_t caller, const char* symbol, void** pfn, int version, unsigned long long flags) {
+  if (!symbol || !pfn || !*pfn) return;
   // The driver's exported function of a name (cuMemAlloc_v2, cuMemAllocAsync_ptsz, cuGraphAddNode
   // for CUDA 12.2's ABI) is memtrace's of the same name.
   Dl_info info{};
-  if (::dladdr(fn, &info) && info.dli_sname && info.dli_saddr == fn && from_cuda_library(fn))
-    return own_interposer(info.dli_sname);
-  if (version < 0) return nullptr;  // the caller's version is not known
+  if (::dladdr(*pfn, &info) && info.dli_sname && info.dli_saddr == *pfn) {
+    void* ours = interposer_for_found(info.dli_sname, *pfn, caller);
+    if (ours != *pfn) {
+      *pfn = ours;
+      return;
+    }
+  }
+  if (version < 0) return;  // the caller's version is not known
   for (const Wrapped& w : kWrapped) {
     if (std::strcmp(symbol, w.name) != 0 || version < w.since_version) continue;
-    return (flags & kPerThreadStream) ? w.per_thread_stream : w.legacy_stream;
+    *pfn = interposer_for_found((flags & kPerThreadStream) ? w.per_thread_symbol : w.symbol, *pfn, caller);
+    return;
   }
-  return nullptr;
-}
-
-// Replaces a driver function the real lookup found with our interposer for it, when we have one,
-// and pins the function found for CALLER's module: our interposer, called from there, calls it.
-// Anything else is handed back untouched.
-void substitute(uint64_t caller, const char* symbol, void** pfn, int version, unsigned long long flags) {
-  if (!symbol || !pfn || !*pfn) return;
-  void* ours = interposer_for(symbol, *pfn, version, flags);
-  Dl_info info{};
-  if (!ours || ours == *pfn || !::dladdr(ours, &info) || !info.dli_sname) return;
-  pin_real_function(info.dli_sname, caller, *pfn);
-  *pfn = ours;
-}
-
-// cudaGetDriverEntryPoint asks the driver at the version of the runtime that serves it (a
-// vendored CUDA 12 copy beside a CUDA 13 one): that copy's, as it says itself; -1 if it cannot.
-RealFunction<decltype(&cudaRuntimeGetVersion)> real_cudaRuntimeGetVersion("cudaRuntimeGetVersion", Library::kRuntime);
-int runtime_version(uint64_t caller) {
-  int version = -1;
-  return call_real<cudaErrorInitializationError>(real_cudaRuntimeGetVersion, caller, &version) == cudaSuccess ? version
-                                                                                                              : -1;
 }
 
 RealFunction<decltype(&cuGetProcAddress)> real_cuGetProcAddress("cuGetProcAddress", Library::kDriver);
@@ -133,6 +113,13 @@ RealFunction<decltype(&cudaGetDriverEntryPointByVersion_ptsz)> real_cudaGetDrive
     "cudaGetDriverEntryPointByVersion", Library::kRuntime);
 RealFunction<decltype(&cudaGetDriverEntryPointByVersion_ptsz)> real_cudaGetDriverEntryPointByVersion_ptsz(
     "cudaGetDriverEntryPointByVersion_ptsz", Library::kRuntime);
+
+// cudaGetDriverEntryPoint asks the driver at the version of the runtime that serves it (a
+// vendored CUDA 12 copy beside a CUDA 13 one): that copy's, as it says itself; -1 if it cannot.
+template <typename Fn>
+int serving_runtime_version(RealFunction<Fn>& real, uint64_t caller) {
+  return runtime_version_of(reinterpret_cast<const void*>(real.get(caller)));
+}
 
 // Asks the lookup the caller would have reached (the real function, with ARGS), then hands out our
 // interposer in place of what it found for SYMBOL at VERSION with FLAGS.
@@ -160,16 +147,17 @@ MEMTRACE_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int
 MEMTRACE_EXPORT cudaError_t cudaGetDriverEntryPoint(const char* symbol, void** funcPtr, unsigned long long flags,
                                                     cudaDriverEntryPointQueryResult* driverStatus) {
   return looked_up<cudaErrorInitializationError>(real_cudaGetDriverEntryPoint, MEMTRACE_CALLER, symbol, funcPtr,
-                                                 runtime_version(MEMTRACE_CALLER), flags, symbol, funcPtr, flags,
-                                                 driverStatus);
+                                                 serving_runtime_version(real_cudaGetDriverEntryPoint, MEMTRACE_CALLER),
+                                                 flags, symbol, funcPtr, flags, driverStatus);
 }
 
 // The _ptsz entry points default to the per-thread default stream.
 MEMTRACE_EXPORT cudaError_t cudaGetDriverEntryPoint_ptsz(const char* symbol, void** funcPtr, unsigned long long flags,
                                                          cudaDriverEntryPointQueryResult* driverStatus) {
-  return looked_up<cudaErrorInitializationError>(real_cudaGetDriverEntryPoint_ptsz, MEMTRACE_CALLER, symbol, funcPtr,
-                                                 runtime_version(MEMTRACE_CALLER), flags ? flags : kPerThreadStream,
-                                                 symbol, funcPtr, flags, driverStatus);
+  return looked_up<cudaErrorInitializationError>(
+      real_cudaGetDriverEntryPoint_ptsz, MEMTRACE_CALLER, symbol, funcPtr,
+      serving_runtime_version(real_cudaGetDriverEntryPoint_ptsz, MEMTRACE_CALLER), flags ? flags : kPerThreadStream,
+      symbol, funcPtr, flags, driverStatus);
 }
 
 MEMTRACE_EXPORT cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** funcPtr,

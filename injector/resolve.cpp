@@ -97,7 +97,9 @@ struct Pin {
   char library[256];                    // its path, as the loader knows it
   void* fn;
 };
-constexpr int kPins = 128;
+// Each runtime pins a few dozen lookups (NVIDIA's asks for every driver function at its start,
+// and a process may hold several runtimes: PyTorch's, NCCL's, cuFFT's...).
+constexpr int kPins = 512;
 Pin g_pins[kPins];
 std::atomic<int> g_pin_count{0};
 

@@ -12,10 +12,15 @@
 // MEMTRACE_SIM_CUPTI_VERSION=130300 makes it CUPTI 13.3 (cuptiGetVersion says so), which takes
 // several when the first asked for it with cuptiSubscribe_v2's allowMultipleSubscribers: a later
 // one that asks too is added (each is called back for what it enabled; oldSubscriberName names the
-// first), any other is refused, a cuptiSubscribe (v1) among them too ("mixing" the APIs). That the
-// choice resets once every subscriber left is not documented: assumed here.
+// first), any other is refused, a cuptiSubscribe (v1) among them too ("mixing" the APIs). "Multiple
+// subscriber support requires CUDA 13.3+ and driver r610+": a driver that says it supports less
+// than CUDA 13.3 (cuDriverGetVersion, looked up with dlsym as NVIDIA's CUPTI looks it up; r610 is
+// taken to be 13.3's driver) gets the request refused, with no subscriber named. That the choice
+// resets once every subscriber left is not documented: assumed here.
 // MEMTRACE_SIM_CUPTI_REFUSE_BEFORE_INIT=1 refuses a subscriber before cuInit
-// (CUPTI_ERROR_NOT_INITIALIZED), as a tool must expect from a CUPTI that cannot reach the driver yet.
+// (CUPTI_ERROR_NOT_INITIALIZED, what CUPTI returns when it cannot reach the driver): a fault to
+// test a tool with; NVIDIA documents no such refusal ("you can invoke the first CUPTI function at
+// any point", the CUPTI usage guide, 2.2).
 #include <cupti.h>
 #include <dlfcn.h>
 #include <pthread.h>
@@ -60,10 +65,24 @@ uint32_t version() {
   return v;
 }
 
+void* driver_library() {
+  static void* library = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  return library;
+}
+
+// The CUDA version the driver supports, 0 if it cannot say.
+int driver_version() {
+  auto get = driver_library() ? reinterpret_cast<CUresult (*)(int*)>(::dlsym(driver_library(), "cuDriverGetVersion"))
+                              : nullptr;
+  int v = 0;
+  return get && get(&v) == CUDA_SUCCESS ? v : 0;
+}
+constexpr int kMultipleSubscribersDriver = 13030;
+
 // The driver's table for CUPTI, null when there is no driver.
 const sim::SimCuptiHooks* driver() {
   static const sim::SimCuptiHooks* table = [] {
-    void* library = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    void* library = driver_library();
     auto get = library
                    ? reinterpret_cast<CUresult (*)(const void**, const CUuuid*)>(::dlsym(library, "cuGetExportTable"))
                    : nullptr;
@@ -166,6 +185,7 @@ CUptiResult subscribe(CUpti_SubscriberHandle* subscriber, CUpti_CallbackFunc cal
   if (refused_before_init()) return CUPTI_ERROR_NOT_INITIALIZED;
   const bool asks =
       v2 && version() >= memtrace::cupti::kMultipleSubscribersVersion && memtrace::cupti::asks_for_several(params);
+  if (asks && driver_version() < kMultipleSubscribersDriver) return CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
   std::lock_guard lock(g_mutex);
   if (!g_subscribers.empty()) {
     if (params && params->oldSubscriberName && params->oldSubscriberSize > 0)

@@ -326,9 +326,15 @@ CUresult cuInit(unsigned int flags) {
   return sim::device_count() > 0 ? CUDA_SUCCESS : CUDA_ERROR_NO_DEVICE;
 }
 
+// MEMTRACE_SIM_DRIVER_VERSION=N: the CUDA version the driver says it supports (default: the
+// toolkit's), for the tests of what depends on it (CUPTI 13.3's several subscribers).
 CUresult cuDriverGetVersion(int* version) {
   if (!version) return CUDA_ERROR_INVALID_VALUE;
-  *version = CUDA_VERSION;
+  static const int v = [] {
+    const char* text = std::getenv("MEMTRACE_SIM_DRIVER_VERSION");
+    return text && *text ? std::atoi(text) : CUDA_VERSION;
+  }();
+  *version = v;
   return CUDA_SUCCESS;
 }
 

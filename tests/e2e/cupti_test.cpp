@@ -117,13 +117,16 @@ TEST(CuptiSubscribers, WithoutMemtraceTheToolSeesEveryCall) {
   EXPECT_NE(r.out.find("saw 10 cudaMalloc calls"), std::string::npos) << r.out;
 }
 
-// A CUPTI that takes several subscribers (13.3: MEMTRACE_SIM_CUPTI_VERSION=130300): memtrace asks
-// for it, and keeps CUPTI when a tool that asks for it too subscribes before or after it; a tool
-// that does not ask (cuptiSubscribe) is handed CUPTI, as under CUPTI 13.0, where memtrace never
-// asks and hands CUPTI to any tool that comes later.
+// A CUPTI that takes several subscribers (13.3: MEMTRACE_SIM_CUPTI_VERSION=130300, over a driver of
+// CUDA 13.3): memtrace asks for it, and keeps CUPTI when a tool that asks for it too subscribes
+// before or after it; a tool that does not ask (cuptiSubscribe) is handed CUPTI, as under CUPTI
+// 13.0, where memtrace never asks and hands CUPTI to any tool that comes later. Over an older
+// driver CUPTI 13.3 refuses the request: memtrace subscribes alone, as under 13.0 (and a tool that
+// asks for several there is refused whether memtrace is there or not).
 struct SharedCase {
   std::string name;
   std::string cupti_version;
+  std::string driver_version;
   bool tool_asks_for_several;
   int subscribe_after;
   int tool_saw;
@@ -140,7 +143,8 @@ TEST_P(CuptiShared, ToolsThatAskForSeveralSubscribersKeepCuptiBesideMemtrace) {
   e2e::Result r = e2e::run_sample(
       dir, "cupti_tool",
       {"--subscribe-after", std::to_string(c.subscribe_after), "--several", c.tool_asks_for_several ? "1" : "0"},
-      {"--backend", "cupti"}, {"MEMTRACE_SIM_CUPTI_VERSION=" + c.cupti_version});
+      {"--backend", "cupti"},
+      {"MEMTRACE_SIM_CUPTI_VERSION=" + c.cupti_version, "MEMTRACE_SIM_DRIVER_VERSION=" + c.driver_version});
   ASSERT_EQ(r.status, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("saw " + std::to_string(c.tool_saw) + " cudaMalloc calls"), std::string::npos) << r.out;
   e2e::expect_report_matches_ledger(dir, r, true);
@@ -156,11 +160,13 @@ TEST_P(CuptiShared, ToolsThatAskForSeveralSubscribersKeepCuptiBesideMemtrace) {
 
 INSTANTIATE_TEST_SUITE_P(
     Versions, CuptiShared,
-    ::testing::Values(SharedCase{"cupti13_3_tool_later", "130300", true, 3, 7, 20, ""},
-                      SharedCase{"cupti13_3_tool_first", "130300", true, 0, 10, 20, ""},
-                      SharedCase{"cupti13_3_v1_tool_later", "130300", false, 3, 7, 6, "let go of it"},
-                      SharedCase{"cupti13_0_tool_later", "130001", true, 3, 7, 6, "let go of it"},
-                      SharedCase{"cupti13_0_tool_first", "130001", true, 0, 10, 0, "CUPTI is held by CUPTI for"}),
+    ::testing::Values(SharedCase{"cupti13_3_tool_later", "130300", "13030", true, 3, 7, 20, ""},
+                      SharedCase{"cupti13_3_tool_first", "130300", "13030", true, 0, 10, 20, ""},
+                      SharedCase{"cupti13_3_v1_tool_later", "130300", "13030", false, 3, 7, 6, "let go of it"},
+                      SharedCase{"cupti13_3_old_driver_tool_later", "130300", "13000", false, 3, 7, 6, "let go of it"},
+                      SharedCase{"cupti13_0_tool_later", "130001", "13030", true, 3, 7, 6, "let go of it"},
+                      SharedCase{"cupti13_0_tool_first", "130001", "13030", true, 0, 10, 0,
+                                 "CUPTI is held by CUPTI for"}),
     [](const auto& info) { return info.param.name; });
 
 // A CUPTI that takes no subscriber before the driver initialized: memtrace, whose session starts

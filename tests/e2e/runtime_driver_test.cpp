@@ -171,4 +171,38 @@ TEST_P(UsedCuda, WithoutAllocating) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, UsedCuda, ::testing::Values("preload", "cupti", "auto"));
 
+// A driver whose cuGetProcAddress hands out entry points no exported symbol names
+// (MEMTRACE_SIM_UNNAMED_PROC_ADDRESSES=1): memtrace hands out its interposers by the name looked up
+// and the version asked, and the traces are the same: every graph node, every call of a static
+// runtime, each caller's ABI at its own version (the plugin's CUDA 12.2 cuGraphAddNode).
+TEST(UnnamedDriverFunctions, AreInterposedByNameAndVersion) {
+  const std::vector<std::string> unnamed = {"MEMTRACE_SIM_UNNAMED_PROC_ADDRESSES=1"};
+  const std::string named = e2e::temp_dir("named");
+  ASSERT_EQ(e2e::run_sample(named, "graph_nodes", {"--first", "malloc"}, {"--backend", "preload"}).status, 0);
+  const std::string dir = e2e::temp_dir("unnamed");
+  std::vector<std::string> env = unnamed;
+  env.push_back("MEMTRACE_SIM_RUNTIME_DRIVER_TABLE=" + dir + "/runtime-driver-table");
+  e2e::Result r = e2e::run_sample(dir, "graph_nodes", {"--first", "malloc"}, {"--backend", "preload"}, env);
+  ASSERT_EQ(r.status, 0) << r.err;
+  e2e::expect_report_matches_ledger(dir, r, true);
+  EXPECT_EQ(api_table(dir), api_table(named));
+  for (const std::string& line : lines_of(dir + "/runtime-driver-table"))
+    if (line.rfind("cuMemAlloc ", 0) == 0 || line.rfind("cuGraphAddNode ", 0) == 0)
+      EXPECT_EQ(line.substr(line.find(' ') + 1), "libmemtrace_inject.so") << line;
+
+  const std::string static_dir = e2e::temp_dir("unnamed_static");
+  e2e::Result s = e2e::run_sample(static_dir, "static_runtime", {"--threads", "2", "--iterations", "50"},
+                                  {"--backend", "preload"}, unnamed);
+  ASSERT_EQ(s.status, 0) << s.err;
+  EXPECT_EQ(api_table(static_dir).at("cuMemAlloc").first, 1u + 1 + 2 * 25);
+
+  const std::string two = e2e::temp_dir("unnamed_two_runtimes");
+  e2e::Result t =
+      e2e::run_traced(two, {e2e::sample_path("two_runtimes"), std::string(MEMTRACE_SAMPLES_DIR) + "/vendored"},
+                      {"--sim-devices", "2"}, unnamed);
+  ASSERT_EQ(t.status, 0) << t.err;
+  EXPECT_NE(t.out.find("driver entry points: plugin's 0, program's 0"), std::string::npos) << t.out;
+  EXPECT_EQ(api_table(two).at("cuGraphAddNode.mem_alloc"), std::make_pair(uint64_t{2}, uint64_t{3} << 20));
+}
+
 }  // namespace
