@@ -95,6 +95,7 @@ inline constexpr MemoryEntryPoint kMemoryEntryPoints[] = {
     {"cudaGraphInstantiateWithParams", Api::kUnknown, entry_point_reasons::kInstantiate},
     {"cudaGraphNodeSetParams", Api::kUnknown, entry_point_reasons::kNodeParams},
     {"cudaGraphExecNodeSetParams", Api::kUnknown, entry_point_reasons::kNodeParams},
+    {"cudaGraphExecChildGraphNodeSetParams", Api::kUnknown, entry_point_reasons::kChildGraph},
     {"cudaGraphDestroyNode", Api::kUnknown, entry_point_reasons::kDestroyNode},
     {"cudaGraphConditionalHandleCreate", Api::kUnknown, entry_point_reasons::kNoMemory},
     {"cudaGraphRetainUserObject", Api::kUnknown, entry_point_reasons::kNoMemory},

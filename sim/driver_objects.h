@@ -17,7 +17,10 @@ struct CUctx_st {
 };
 struct CUgraphNode_st {
   CUgraphNodeType type;
-  CUDA_MEM_ALLOC_NODE_PARAMS alloc{};  // an allocation node's, as cuGraphMemAllocNodeGetParams gives them
+  // An allocation node's parameters, as cuGraphMemAllocNodeGetParams gives them: "owned by the node"
+  // (cuda.h 13.0), its access descriptors a copy of the caller's.
+  CUDA_MEM_ALLOC_NODE_PARAMS alloc{};
+  std::vector<CUmemAccessDesc> access;
 };
 // A graph's allocations: their addresses (address space only until a launch) and whether the
 // graph frees them itself.

@@ -85,8 +85,12 @@ CUresult add_alloc_node(CUgraph graph, const CUDA_MEM_ALLOC_NODE_PARAMS& params,
   *addr = at;
   if (node) {
     *node = new_node(graph, CU_GRAPH_NODE_TYPE_MEM_ALLOC);
-    (*node)->alloc = params;
-    (*node)->alloc.dptr = at;
+    CUgraphNode_st& n = **node;
+    n.alloc = params;
+    n.alloc.dptr = at;
+    if (params.accessDescs) n.access.assign(params.accessDescs, params.accessDescs + params.accessDescCount);
+    n.alloc.accessDescs = n.access.empty() ? nullptr : n.access.data();
+    n.alloc.accessDescCount = n.access.size();
   }
   return CUDA_SUCCESS;
 }

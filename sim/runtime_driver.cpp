@@ -49,7 +49,8 @@ constexpr bool every_slot_asked() {
 }
 static_assert(every_slot_asked(), "a driver function the runtime takes is not one NVIDIA's runtime asks for");
 
-// A runtime of an older CUDA release asks for what NVIDIA's 13.0 asks that its release knows.
+// A runtime of an older CUDA release asks for what NVIDIA's 13.0 asks that its release knows: an
+// assumption (what NVIDIA's 12.x runtimes ask was not observed).
 constexpr int kRuntimeVersion = SIM_RUNTIME_VERSION;
 
 struct State {
@@ -131,7 +132,8 @@ void write_driver_table(const Driver& driver) {
 }
 
 // Initialized once, by the first thread to need it; a thread that calls back into the runtime
-// while initializing it (through a tool the driver loads) gets no driver rather than a deadlock.
+// while initializing it (through a tool the driver loads) gets no driver rather than a deadlock:
+// the stand-in's choice, what NVIDIA's runtime does then is not known.
 std::mutex g_mutex;
 std::atomic<State*> g_state{nullptr};
 thread_local bool t_initializing = false;
