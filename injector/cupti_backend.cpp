@@ -90,11 +90,7 @@ void free_exit(Call& call, int result, const void* stream, Ordering ordering) {
 // ALLOC, a free node FREE; other nodes hold no memory.
 template <typename P, auto kGraph, Api kAlloc, Api kFree>
 struct GenericNode {
-  static Api api_for(const void* raw) {
-    const P& p = params_of<P>(raw);
-    const int type = p.nodeParams ? static_cast<int>(p.nodeParams->type) : -1;
-    return type == CU_GRAPH_NODE_TYPE_MEM_ALLOC ? kAlloc : type == CU_GRAPH_NODE_TYPE_MEM_FREE ? kFree : Api::kUnknown;
-  }
+  static Api api_for(const void* raw) { return graph_node_api(params_of<P>(raw).nodeParams, kAlloc, kFree); }
   static void at_entry(Call& call, const void* raw) {
     if (call.event.api == kFree) free_entry(call, as_address(params_of<P>(raw).nodeParams->free.dptr), 0, nullptr);
   }

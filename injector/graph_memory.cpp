@@ -37,7 +37,8 @@ RealFunction<decltype(&cuGraphAddNode)> real_cuGraphAddNode("cuGraphAddNode", Li
 static_assert(offsetof(cudaGraphNodeParams, alloc) == offsetof(CUgraphNodeParams, alloc) &&
               offsetof(cudaGraphNodeParams, free) == offsetof(CUgraphNodeParams, free) &&
               static_cast<int>(cudaGraphNodeTypeMemAlloc) == CU_GRAPH_NODE_TYPE_MEM_ALLOC &&
-              static_cast<int>(cudaGraphNodeTypeMemFree) == CU_GRAPH_NODE_TYPE_MEM_FREE);
+              static_cast<int>(cudaGraphNodeTypeMemFree) == CU_GRAPH_NODE_TYPE_MEM_FREE &&
+              CU_GRAPH_NODE_TYPE_MEM_ALLOC == 10 && CU_GRAPH_NODE_TYPE_MEM_FREE == 11);  // graph_node_api's
 
 // A node through the generic node API (cudaGraphAddNode, cuGraphAddNode and its _v2): an
 // allocation node is recorded as ALLOC_API once it has its address, a free node as FREE_API; a node
@@ -45,11 +46,11 @@ static_assert(offsetof(cudaGraphNodeParams, alloc) == offsetof(CUgraphNodeParams
 template <auto kMissing, typename Fn, typename Params, typename... Args>
 auto add_node(Api alloc_api, Api free_api, uint64_t caller, RealFunction<Fn>& real, const void* graph, Params* params,
               Args... args) {
-  const int type = params ? static_cast<int>(params->type) : -1;
-  if (type == CU_GRAPH_NODE_TYPE_MEM_FREE)
+  const Api api = graph_node_api(params, alloc_api, free_api);
+  if (api == free_api)
     return free_call<kMissing>(free_api, caller, real, as_address(params->free.dptr), 0, nullptr, Ordering::kImmediate,
                                args...);
-  if (type != CU_GRAPH_NODE_TYPE_MEM_ALLOC) return call_real<kMissing>(real, caller, args...);
+  if (api != alloc_api) return call_real<kMissing>(real, caller, args...);
   Call call(alloc_api, caller);
   auto result = call_real<kMissing>(call, real, args...);
   return record_graph_node(call, result, as_address(params->alloc.dptr), params->alloc.bytesize, graph,

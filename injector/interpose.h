@@ -221,6 +221,16 @@ int location_device(const Location& at) {
   return static_cast<int>(at.type) == kLocationTypeDevice ? at.id : -1;
 }
 
+// What a node made through the generic node API (cudaGraphAddNode, cuGraphAddNode) is recorded as,
+// by its parameters' type (cudaGraphNodeParams and CUgraphNodeParams share its values): ALLOC for an
+// allocation node, FREE for a free node, kUnknown for any other (it holds no memory).
+template <typename NodeParams>
+Api graph_node_api(const NodeParams* params, Api alloc, Api free) {
+  const int type = params ? static_cast<int>(params->type) : -1;
+  constexpr int kMemAlloc = 10, kMemFree = 11;  // CU_GRAPH_NODE_TYPE_MEM_ALLOC, _MEM_FREE
+  return type == kMemAlloc ? alloc : type == kMemFree ? free : Api::kUnknown;
+}
+
 // A CUDA graph's memory node, once the real call has given its allocation an address: GRAPH in
 // handle, on DEVICE (the one its pool's properties name).
 template <typename Result>
