@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <new>
 #include <string>
 #include <utility>
 #include <vector>
@@ -150,7 +151,19 @@ int main(int argc, char** argv) {
     // memtrace run's own failures must not read as the program's exit status.
     return chosen == &commands.front() ? memtrace::kExitMemtraceFailedCode : kExitUsage;
   }
-  for (const Command& c : commands)
-    if (*c.app) return c.run();
+  for (const Command& c : commands) {
+    if (!*c.app) continue;
+    try {
+      return c.run();
+    } catch (const std::bad_alloc&) {
+      // A file that asks for more than the machine has, past the readers' bounds: one line, not
+      // an abort.
+      std::fprintf(stderr,
+                   "memtrace %s: out of memory: what it read needs more memory than this machine gives it (free "
+                   "some, or read fewer traces at once)\n",
+                   c.app->get_name().c_str());
+      return &c == &commands.front() ? memtrace::kExitMemtraceFailedCode : kExitUsage;
+    }
+  }
   return kExitUsage;
 }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
 
 #include "memtrace/format/framing.h"
 
@@ -34,7 +35,13 @@ void ChunkSource::run_ahead() {
     if (stop_) return;
     RawChunk& slot = ring_[produced_ % kAhead];
     lock.unlock();
-    read(slot);  // the slot is neither the reader's nor visible to it until produced_ moves
+    slot.out_of_memory = false;
+    try {
+      read(slot);  // the slot is neither the reader's nor visible to it until produced_ moves
+    } catch (const std::bad_alloc&) {
+      slot.out_of_memory = true;
+      slot.status = RawChunk::Status::kEnd;
+    }
     lock.lock();
     ++produced_;
     changed_.notify_all();
@@ -55,6 +62,7 @@ RawChunk& ChunkSource::next() {
   }
   changed_.wait(lock, [this] { return produced_ > consumed_; });
   holding_ = true;
+  if (ring_[consumed_ % kAhead].out_of_memory) throw std::bad_alloc();
   return ring_[consumed_ % kAhead];
 }
 

@@ -32,7 +32,8 @@ struct RawChunk {
   uint64_t offset = 0;      // where the chunk starts
   uint64_t end_offset = 0;  // where the next one starts (kEnd, kCut: where the file ends)
   uint64_t problem_offset = 0;
-  std::string problem;  // kCut: the whole sentence; kCorrupt: what is wrong at problem_offset
+  std::string problem;         // kCut: the whole sentence; kCorrupt: what is wrong at problem_offset
+  bool out_of_memory = false;  // read ahead, it could not be held: thrown again on the reader's thread
 };
 
 class ChunkSource {

@@ -72,6 +72,11 @@ std::unique_ptr<TraceReader> TraceReader::start(std::unique_ptr<TraceReader> rea
     return nullptr;
   }
   reader->header_ = reader->chunk_->chunk.header();
+  if (reader->header_.devices_size() > int(framing::kMaxDevices)) {
+    error = path + ": the trace header names more than the " + std::to_string(framing::kMaxDevices) +
+            " devices a trace may name";
+    return nullptr;
+  }
   return reader;
 }
 
@@ -135,7 +140,10 @@ bool TraceReader::take_chunk() {
                                 std::to_string(strings_.size()));
         return false;
       }
-      for (const auto& s : t.values()) strings_.push_back(s);
+      for (const auto& s : t.values()) {
+        if (!hold(sizeof(std::string) + s.size(), "strings")) return false;
+        strings_.push_back(s);
+      }
       return true;
     }
     case pb::Chunk::kFrames:
@@ -148,6 +156,7 @@ bool TraceReader::take_chunk() {
           fail(chunk_offset_, "frame " + std::to_string(f.id()) + " names an unknown string");
           return false;
         }
+        if (!hold(sizeof(pb::Frame) + f.ByteSizeLong(), "frames")) return false;
         frames_.push_back(f);
       }
       return true;
@@ -157,6 +166,14 @@ bool TraceReader::take_chunk() {
           fail(chunk_offset_, "stack id " + std::to_string(s.id()) + " out of order");
           return false;
         }
+        if (s.frame_ids_size() > int(framing::kMaxStackFrames)) {
+          fail(chunk_offset_, "stack " + std::to_string(s.id()) + " has " + std::to_string(s.frame_ids_size()) +
+                                  " frames, more than the " + std::to_string(framing::kMaxStackFrames) +
+                                  " a trace may hold in one stack");
+          return false;
+        }
+        if (!hold(sizeof(std::vector<uint64_t>) + sizeof(uint32_t) + 8 * size_t(s.frame_ids_size()), "stacks"))
+          return false;
         for (uint64_t f : s.frame_ids()) {
           if (f == 0 || f >= frames_.size()) {
             fail(chunk_offset_, "stack " + std::to_string(s.id()) + " names unknown frame " + std::to_string(f));
@@ -181,6 +198,10 @@ bool TraceReader::take_chunk() {
       return true;
     }
     case pb::Chunk::kDevices:
+      if (header_.devices_size() + chunk.devices().devices_size() > int(framing::kMaxDevices)) {
+        fail(chunk_offset_, "more than the " + std::to_string(framing::kMaxDevices) + " devices a trace may name");
+        return false;
+      }
       for (const auto& d : chunk.devices().devices()) *header_.add_devices() = d;
       return true;
     case pb::Chunk::kFooter:
@@ -190,6 +211,14 @@ bool TraceReader::take_chunk() {
     case pb::Chunk::kHeader: fail(chunk_offset_, "a second trace header"); return false;
     default: return true;  // annotations and chunk types of later versions: skipped
   }
+}
+
+bool TraceReader::hold(uint64_t bytes, const char* table) {
+  table_bytes_ += bytes;
+  if (table_bytes_ <= framing::kMaxTableBytes) return true;
+  fail(chunk_offset_, std::string("the ") + table + " take the tables past the " +
+                          std::to_string(framing::kMaxTableBytes >> 20) + " MiB a trace may make a reader hold");
+  return false;
 }
 
 bool TraceReader::decode_batch(const pb::EventBatch& b, std::vector<Event>& out) {

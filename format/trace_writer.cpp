@@ -252,7 +252,14 @@ uint64_t TraceWriter::intern_frame(const FrameInfo& f) {
   return it->second;
 }
 
-uint64_t TraceWriter::intern_stack(const std::vector<uint64_t>& frame_ids, uint32_t flags) {
+uint64_t TraceWriter::intern_stack(const std::vector<uint64_t>& all_frame_ids, uint32_t flags) {
+  // Never more frames than a reader takes: the innermost kept, the stack marked cut.
+  std::vector<uint64_t> cut;
+  if (all_frame_ids.size() > framing::kMaxStackFrames) {
+    cut.assign(all_frame_ids.begin(), all_frame_ids.begin() + framing::kMaxStackFrames);
+    flags |= pb::STACK_TRUNCATED;
+  }
+  const std::vector<uint64_t>& frame_ids = cut.empty() ? all_frame_ids : cut;
   std::string key(reinterpret_cast<const char*>(frame_ids.data()), frame_ids.size() * sizeof(uint64_t));
   key.append(reinterpret_cast<const char*>(&flags), sizeof flags);
   auto [it, inserted] = stacks_.try_emplace(std::move(key), stacks_.size() + 1);

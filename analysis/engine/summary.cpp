@@ -135,9 +135,50 @@ bool pack(const std::vector<uint8_t>& in, std::string& out, std::string& error) 
   return true;
 }
 
-bool unpack(std::string_view packed, std::vector<uint8_t>& out) {
+// What one summary can make a reader hold (summaries are copied between machines, and a few
+// kilobytes of zstd unpack to gigabytes): a part unpacks to at most kMaxPartBytes, and holds at
+// most kMaxPartValues values (each becomes a JSON value of 16 bytes and more). An HTML entry of
+// 20,000 allocations with their stacks holds about a million.
+constexpr uint64_t kMaxPartBytes = 256ull << 20;
+constexpr size_t kMaxPartValues = size_t{1} << 23;
+constexpr size_t kMaxPartDepth = 64;
+
+// Counts a MessagePack document's values without building them; stops past the bounds above.
+struct ValueCounter {
+  using json = nlohmann::json;
+  size_t values = 0, depth = 0;
+  bool over = false;
+  bool value() { return !(over = over || ++values > kMaxPartValues); }
+  bool null() { return value(); }
+  bool boolean(bool) { return value(); }
+  bool number_integer(json::number_integer_t) { return value(); }
+  bool number_unsigned(json::number_unsigned_t) { return value(); }
+  bool number_float(json::number_float_t, const json::string_t&) { return value(); }
+  bool string(json::string_t&) { return value(); }
+  bool binary(json::binary_t&) { return value(); }
+  bool key(json::string_t&) { return value(); }
+  bool start_object(size_t) { return value() && !(over = ++depth > kMaxPartDepth); }
+  bool start_array(size_t) { return start_object(0); }
+  bool end_object() { return --depth, true; }
+  bool end_array() { return end_object(); }
+  bool parse_error(size_t, const std::string&, const nlohmann::detail::exception&) { return false; }
+};
+
+// The document in BYTES, or false (OVER_BOUNDS: it holds more than a summary may) when it cannot be.
+bool parse_part(const std::vector<uint8_t>& bytes, nlohmann::json& out, bool& over_bounds) {
+  ValueCounter counter;
+  if (!nlohmann::json::sax_parse(bytes, &counter, nlohmann::json::input_format_t::msgpack)) {
+    over_bounds = counter.over;
+    return false;
+  }
+  out = nlohmann::json::from_msgpack(bytes);
+  return true;
+}
+
+bool unpack(std::string_view packed, std::vector<uint8_t>& out, bool& over_bounds) {
   unsigned long long size = ZSTD_getFrameContentSize(packed.data(), packed.size());
-  if (size == ZSTD_CONTENTSIZE_ERROR || size == ZSTD_CONTENTSIZE_UNKNOWN || size > (1ull << 30)) return false;
+  if (size == ZSTD_CONTENTSIZE_ERROR || size == ZSTD_CONTENTSIZE_UNKNOWN) return false;
+  if ((over_bounds = size > kMaxPartBytes)) return false;
   out.resize(size);
   size_t n = ZSTD_decompress(out.data(), out.size(), packed.data(), packed.size());
   return !ZSTD_isError(n) && n == size;
@@ -234,7 +275,7 @@ std::string trace_path_of(const std::string& summary_path) {
   return path + std::string(run_folder::kTraceExtension);
 }
 
-bool write_summary(const std::string& path, const std::vector<SummaryEntry>& entries, std::string& error) {
+bool write_summary(const std::string& path, const std::vector<SummaryEntry>& entries, std::string& error, mode_t mode) {
   std::string bytes(kMagic, sizeof kMagic);
   for (const SummaryEntry& e : entries) {
     nlohmann::json analysis = e.analysis, timeline = nlohmann::json::object();
@@ -252,7 +293,7 @@ bool write_summary(const std::string& path, const std::vector<SummaryEntry>& ent
   }
   // Beside it, then renamed over it: a summary read while another is written is whole.
   std::string temporary = path + ".tmp-XXXXXX";
-  int fd = ::mkstemp(temporary.data());
+  int fd = ::mkstemp(temporary.data());  // O_EXCL, 0600: nothing followed, nobody else reads it meanwhile
   bool ok = fd >= 0;
   for (size_t done = 0; ok && done < bytes.size();) {
     ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
@@ -260,7 +301,7 @@ bool write_summary(const std::string& path, const std::vector<SummaryEntry>& ent
     ok = n > 0;
     if (ok) done += static_cast<size_t>(n);
   }
-  if (fd >= 0) ok = ::fchmod(fd, 0644) == 0 && ::close(fd) == 0 && ok;
+  if (fd >= 0) ok = ::fchmod(fd, mode & 0666) == 0 && ::close(fd) == 0 && ok;
   ok = ok && ::rename(temporary.c_str(), path.c_str()) == 0;
   if (!ok) {
     error = "cannot write " + path + ": " + std::strerror(errno);
@@ -299,12 +340,19 @@ bool read_summary(const std::string& path, const AnalysisOptions& wanted, Proces
                           (!wanted.largest_allocations || options.largest_allocations == wanted.largest_allocations);
       if (!serves) continue;
       std::vector<uint8_t> analysis_bytes, timeline_bytes;
-      if (!unpack(packed_analysis, analysis_bytes) || (wanted.timeline && !unpack(packed_timeline, timeline_bytes))) {
-        error = damaged;
+      nlohmann::json analysis, timeline;
+      bool over_bounds = false;
+      if (!unpack(packed_analysis, analysis_bytes, over_bounds) ||
+          (wanted.timeline && !unpack(packed_timeline, timeline_bytes, over_bounds)) ||
+          !parse_part(analysis_bytes, analysis, over_bounds) ||
+          (wanted.timeline && !parse_part(timeline_bytes, timeline, over_bounds))) {
+        error = over_bounds ? damaged + " (it holds more than the " + std::to_string(kMaxPartBytes >> 20) + " MiB, " +
+                                  std::to_string(kMaxPartValues) + " values or " + std::to_string(kMaxPartDepth) +
+                                  " levels of nesting a summary may hold): make it again with memtrace summarize"
+                            : damaged;
         return false;
       }
-      nlohmann::json analysis = nlohmann::json::from_msgpack(analysis_bytes);
-      if (wanted.timeline) analysis.update(nlohmann::json::from_msgpack(timeline_bytes));
+      if (wanted.timeline) analysis.update(timeline);
       out = analysis.get<ProcessAnalysis>();
       trim_to(wanted, out);
       out.report.trace_path = trace_path_of(path);
@@ -326,13 +374,18 @@ bool read_summary(const std::string& path, const AnalysisOptions& wanted, Proces
 
 bool summarize_trace(const std::string& trace_path, const std::vector<AnalysisOptions>& options, size_t& bytes,
                      std::string& error) {
+  struct stat trace {};
+  if (::stat(trace_path.c_str(), &trace) != 0) {
+    error = "cannot read " + trace_path + ": " + std::strerror(errno);
+    return false;
+  }
   std::vector<SummaryEntry> entries(options.size());
   for (size_t i = 0; i < options.size(); ++i) {
     entries[i].options = options[i];
     if (!analyze_process(trace_path, options[i], entries[i].analysis, error)) return false;
   }
   const std::string path = summary_path_of(trace_path);
-  if (!write_summary(path, entries, error)) return false;
+  if (!write_summary(path, entries, error, trace.st_mode)) return false;
   struct stat st {};
   bytes = ::stat(path.c_str(), &st) == 0 ? static_cast<size_t>(st.st_size) : 0;
   return true;

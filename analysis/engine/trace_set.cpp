@@ -10,9 +10,12 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <mutex>
+#include <new>
 #include <system_error>
 #include <thread>
 
@@ -156,10 +159,19 @@ unsigned usable_cores() {
 size_t for_each_on_cores(size_t count, unsigned jobs, const std::function<bool(size_t)>& work) {
   std::atomic<size_t> next{0};
   std::atomic<size_t> first_failed{count};  // nothing after one that failed is begun
+  std::mutex thrown_mutex;
+  std::exception_ptr thrown;  // out of memory on a worker: thrown again on the caller's thread
   auto worker = [&] {
     for (size_t i; (i = next.fetch_add(1)) < count;) {
       if (i > first_failed.load()) break;
-      if (work(i)) continue;
+      bool done = false;
+      try {
+        done = work(i);
+      } catch (const std::bad_alloc&) {
+        std::lock_guard<std::mutex> lock(thrown_mutex);
+        if (!thrown) thrown = std::current_exception();
+      }
+      if (done) continue;
       for (size_t failed = first_failed.load(); i < failed && !first_failed.compare_exchange_weak(failed, i);) {
       }
     }
@@ -170,6 +182,7 @@ size_t for_each_on_cores(size_t count, unsigned jobs, const std::function<bool(s
   for (unsigned w = 1; w < jobs; ++w) workers.emplace_back(worker);
   worker();
   for (std::thread& t : workers) t.join();
+  if (thrown) std::rethrow_exception(thrown);
   return first_failed.load();
 }
 

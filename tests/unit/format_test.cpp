@@ -2,6 +2,7 @@
 // crashes the reader: it reads what is whole or says what is wrong and where.
 #include <gtest/gtest.h>
 #include <unistd.h>
+#include <zstd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -405,6 +406,104 @@ TEST(Format, AFreeOfNoLiveAllocationIsRefused) {
     EXPECT_NE(reader->problem().find(expected), std::string::npos) << reader->problem();
     fs::remove(path);
   }
+}
+
+// Appends CHUNK to the trace at PATH, compressed (a crafted file packs its chunks as tightly as
+// zstd can).
+void append_chunk(const std::string& path, const pb::Chunk& chunk) {
+  const std::string body = chunk.SerializeAsString();
+  std::string packed(ZSTD_compressBound(body.size()), '\0');
+  packed.resize(ZSTD_compress(packed.data(), packed.size(), body.data(), body.size(), 3));
+  unsigned char head[framing::kChunkHeaderBytes] = {};
+  framing::put_u32(head, static_cast<uint32_t>(packed.size()));
+  head[4] = framing::kCodecZstd;
+  framing::put_u32(head + 8, framing::crc32c(packed.data(), packed.size()));
+  std::ofstream out(path, std::ios::binary | std::ios::app);
+  out.write(reinterpret_cast<const char*>(head), sizeof head);
+  out.write(packed.data(), static_cast<std::streamsize>(packed.size()));
+}
+
+// Reads the trace at PATH to its end; its problem.
+std::string read_to_the_end(const std::string& path) {
+  std::string error;
+  auto reader = TraceReader::open(path, error);
+  if (!reader) return error;
+  Event e;
+  while (reader->next(e)) {
+  }
+  return reader->problem();
+}
+
+// A crafted trace: a stack chunk of one frame id repeated packs millions of ids into kilobytes
+// (a 12.6 KB trace made memtrace report hold 4.4 GB, more with each such chunk). A stack holds at
+// most framing::kMaxStackFrames frames and the tables framing::kMaxTableBytes, whatever the file.
+TEST(Format, CraftedStacksStopAtTheTablesBounds) {
+  std::string path = write_trace("deep-stack", sample_events(10), false);  // frame 1, stacks 0 and 1
+  pb::Chunk deep;
+  pb::Stack* stack = deep.mutable_stacks()->add_stacks();
+  stack->set_id(2);
+  for (uint32_t i = 0; i <= framing::kMaxStackFrames; ++i) stack->add_frame_ids(1);
+  append_chunk(path, deep);
+  EXPECT_NE(read_to_the_end(path).find("stack 2 has 4097 frames, more than the 4096 a trace may hold in one stack"),
+            std::string::npos)
+      << read_to_the_end(path);
+  fs::remove(path);
+
+  // Chunks of the deepest stacks allowed, each just under the chunk limit (held, one takes the
+  // tables to their bound): the reading stops there.
+  path = write_trace("many-stacks", sample_events(10), false);
+  const uint64_t per_stack = framing::kMaxStackFrames + 16;  // its ids, one byte each, and its framing
+  const uint64_t per_chunk = (framing::kMaxChunkBytes - 1024) / per_stack;
+  for (uint64_t c = 0, id = 2; c < 2; ++c) {
+    pb::Chunk chunk;
+    for (uint64_t i = 0; i < per_chunk; ++i) {
+      pb::Stack* s = chunk.mutable_stacks()->add_stacks();
+      s->set_id(id++);
+      s->mutable_frame_ids()->Resize(framing::kMaxStackFrames, 1);
+    }
+    append_chunk(path, chunk);
+  }
+  EXPECT_LT(fs::file_size(path), 1u << 20) << "kilobytes on disk";
+  EXPECT_NE(read_to_the_end(path).find("the stacks take the tables past the 512 MiB a trace may make a reader hold"),
+            std::string::npos)
+      << read_to_the_end(path);
+  fs::remove(path);
+}
+
+// A writer never writes a stack a reader refuses: the innermost frames, marked cut.
+TEST(Format, AStackDeeperThanReadersTakeIsCutWhenWritten) {
+  std::string path = temp_path("cut-stack");
+  fs::remove(path);
+  std::string error;
+  auto writer = TraceWriter::create(path, error);
+  ASSERT_TRUE(writer) << error;
+  writer->write_header(pb::TraceHeader());
+  std::vector<uint64_t> frames;
+  for (int i = 0; i < 5000; ++i) {
+    FrameInfo info;
+    info.address = 0x1000 + i;
+    info.function = "f" + std::to_string(i);
+    frames.push_back(writer->intern_frame(info));
+  }
+  const uint64_t stack = writer->intern_stack(frames);
+  Event e;
+  e.api = Api::kCudaMalloc;
+  e.addr = 0x1000;
+  e.size = 64;
+  e.stack_id = stack;
+  writer->add(e);
+  writer->finish(pb::Footer());
+  auto reader = TraceReader::open(path, error);
+  ASSERT_TRUE(reader) << error;
+  Event read;
+  while (reader->next(read)) {
+  }
+  EXPECT_FALSE(reader->corrupt()) << reader->problem();
+  ASSERT_NE(reader->stack(stack), nullptr);
+  EXPECT_EQ(reader->stack(stack)->size(), framing::kMaxStackFrames);
+  EXPECT_EQ(reader->stack(stack)->front(), frames.front()) << "the innermost frames are kept";
+  EXPECT_EQ(reader->stack_flags(stack), uint32_t(pb::STACK_TRUNCATED));
+  fs::remove(path);
 }
 
 // Traces of format version 1 (memtrace before frees named what they freed, kept in tests/data/v1)

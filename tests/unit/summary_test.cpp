@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 #include <unistd.h>
+#include <zstd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -280,6 +281,59 @@ TEST(Summaries, CommandsThatShowNoCategoriesAreTheSameWithoutThem) {
   // A summary made without them does not stand in for peak --by category.
   ASSERT_TRUE(summarize_trace(trace, {without}, bytes, error)) << error;
   EXPECT_FALSE(read_summary(summary_path_of(trace), with, from_summary, error));
+  fs::remove_all(dir);
+}
+
+// A crafted summary: a few kilobytes of zstd that unpack to a hundred million MessagePack values
+// (a 3.4 KB summary grew past 3.3 GB, then std::bad_alloc escaped). The reader counts the values
+// before it builds any, and stops at its bound with one sentence.
+TEST(Summaries, ACraftedSummaryStopsAtItsBoundsBeforeTakingMemory) {
+  std::string dir = scratch("crafted");
+  write_node(dir, 0, 1);
+  std::string trace = dir + "/pid5000.memtrace", summary = dir + "/pid5000.memsum";
+  AnalysisOptions commands;
+  size_t bytes = 0;
+  std::string error;
+  ASSERT_TRUE(summarize_trace(trace, {commands}, bytes, error)) << error;
+  // The file: magic, then the entry's options, analysis and timeline, each after its size.
+  std::string file = read_bytes(summary), head = file.substr(0, 8);
+  auto take = [&file](size_t& at) {
+    uint64_t size = 0;
+    for (int i = 0; i < 8; ++i) size |= uint64_t(static_cast<unsigned char>(file[at + i])) << (8 * i);
+    std::string part = file.substr(at, 8 + size);
+    at += 8 + size;
+    return part;
+  };
+  size_t at = 8;
+  std::string options = take(at);
+  take(at);
+  std::string timeline = take(at);
+  auto sized = [](const std::string& part) {
+    std::string out;
+    for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>(uint64_t(part.size()) >> (8 * i)));
+    return out + part;
+  };
+  auto packed = [](const std::string& msgpack) {
+    std::string out(ZSTD_compressBound(msgpack.size()), '\0');
+    out.resize(ZSTD_compress(out.data(), out.size(), msgpack.data(), msgpack.size(), 19));
+    return out;
+  };
+  const uint32_t count = 100'000'000;
+  std::string nils = {'\xdd', char(count >> 24), char(count >> 16), char(count >> 8), char(count)};  // array 32
+  nils.append(count, '\xc0');
+  std::string deep(100, '\x91');  // arrays of one, nested
+  deep.push_back('\xc0');
+  for (const std::string& analysis : {nils, deep}) {
+    const std::string crafted = head + options + sized(packed(analysis)) + timeline;
+    EXPECT_LT(crafted.size(), 8u << 10) << "kilobytes on disk";
+    std::ofstream(summary, std::ios::binary | std::ios::trunc) << crafted;
+    ProcessAnalysis out;
+    EXPECT_FALSE(read_summary(summary, commands, out, error));
+    EXPECT_NE(error.find(summary + " is a damaged summary (it holds more than the 256 MiB, 8388608 values or 64 "
+                                   "levels of nesting a summary may hold)"),
+              std::string::npos)
+        << error;
+  }
   fs::remove_all(dir);
 }
 

@@ -20,6 +20,14 @@ inline constexpr uint32_t kMaxChunkBytes = 64u << 20;
 // Nor more events in one batch: columns may be left out (all zero), so the count alone would
 // otherwise say how much a reader allocates.
 inline constexpr uint32_t kMaxBatchEvents = 1u << 16;
+// What one trace can make a reader hold in its tables, whatever its chunks say (a stack chunk of
+// one frame id repeated packs millions of ids into a few kilobytes): a stack has at most this
+// many frames (the injector records 256 native and 128 Python frames, inlined frames add some),
+// the string, frame and stack tables together at most this many bytes as held, and the header at
+// most this many devices. A real trace's tables hold a few megabytes.
+inline constexpr uint32_t kMaxStackFrames = 4096;
+inline constexpr uint64_t kMaxTableBytes = 512ull << 20;
+inline constexpr uint32_t kMaxDevices = 1024;
 inline constexpr uint8_t kCodecNone = 0;
 inline constexpr uint8_t kCodecZstd = 1;
 

@@ -81,6 +81,8 @@ class TraceReader {
   const Event* next_batch();
   bool take_chunk();  // applies chunk_ (tables, events, footer); false on a problem
   bool decode_batch(const pb::EventBatch& batch, std::vector<Event>& out);
+  // Counts BYTES more held in TABLE's entries; false (having failed) past framing::kMaxTableBytes.
+  bool hold(uint64_t bytes, const char* table);
   void fail(uint64_t offset, const std::string& what);
   void writer_finished();
 
@@ -106,6 +108,7 @@ class TraceReader {
   bool done_ = false;
   bool corrupt_ = false;
   std::string problem_;
+  uint64_t table_bytes_ = 0;  // what the string, frame and stack tables hold, against framing::kMaxTableBytes
 };
 
 }  // namespace memtrace

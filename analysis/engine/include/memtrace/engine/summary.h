@@ -5,6 +5,8 @@
 // make a summary that has them.
 #pragma once
 
+#include <sys/types.h>
+
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,9 +30,11 @@ struct SummaryEntry {
   ProcessAnalysis analysis;
 };
 
-// Writes ENTRIES to PATH (written beside and renamed over: a reader never sees half of one).
+// Writes ENTRIES to PATH (written beside and renamed over: a reader never sees half of one, and a
+// link at PATH is replaced, not followed), with MODE: the trace's own, never more open than it.
 // False with ERROR set.
-bool write_summary(const std::string& path, const std::vector<SummaryEntry>& entries, std::string& error);
+bool write_summary(const std::string& path, const std::vector<SummaryEntry>& entries, std::string& error,
+                   mode_t mode = 0600);
 
 // Reads the summary at PATH and gives the analysis WANTED asks for: an entry made with the same
 // sites, steps and frames, with the timeline and the largest allocations if WANTED asks for them
@@ -39,7 +43,8 @@ bool write_summary(const std::string& path, const std::vector<SummaryEntry>& ent
 bool read_summary(const std::string& path, const AnalysisOptions& wanted, ProcessAnalysis& out, std::string& error);
 
 // Analyzes the trace at TRACE_PATH once for each of OPTIONS and writes its summary beside it;
-// false with ERROR set. BYTES: the summary's size.
+// false with ERROR set. BYTES: the summary's size. The summary has the trace's mode: who cannot
+// read the trace cannot read its summary.
 bool summarize_trace(const std::string& trace_path, const std::vector<AnalysisOptions>& options, size_t& bytes,
                      std::string& error);
 
