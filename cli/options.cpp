@@ -120,16 +120,28 @@ std::FILE* ReportFile::open(const char* command, const std::string& path) {
   if (exists && ::fstat(STDOUT_FILENO, &out) == 0 && st.st_dev == out.st_dev && st.st_ino == out.st_ino)
     return stdout;  // /dev/stdout, /dev/fd/1, or the file standard output goes to: one stream, in order
   to_stdout_ = false;
-  if ((exists && !S_ISREG(st.st_mode)) || path.rfind("/dev/", 0) == 0 || path.rfind("/proc/", 0) == 0) {
-    if (exists && S_ISDIR(st.st_mode)) {
-      std::fprintf(stderr, "memtrace %s: %s is a folder: give a file to write\n", command, path.c_str());
+  // Written in place only when named as such: a path under /dev or /proc, or a pipe or device of
+  // the user's own at the path itself. A link there to one (planted in a shared folder: another
+  // user's FIFO, a disk) is replaced like any link, never written through.
+  struct stat at;
+  const bool link = ::lstat(path.c_str(), &at) == 0 && S_ISLNK(at.st_mode);
+  const bool system_path = path.rfind("/dev/", 0) == 0 || path.rfind("/proc/", 0) == 0;
+  if (exists && S_ISDIR(st.st_mode)) {
+    std::fprintf(stderr, "memtrace %s: %s is a folder: give a file to write\n", command, path.c_str());
+    return nullptr;
+  }
+  if (system_path || (exists && !S_ISREG(st.st_mode) && !link)) {
+    if (!system_path && st.st_uid != ::geteuid()) {
+      std::fprintf(stderr,
+                   "memtrace %s: %s is another user's pipe or device: memtrace writes only into its user's own\n",
+                   command, path.c_str());
       return nullptr;
     }
     file_ = std::fopen(path.c_str(), "w");
     if (!file_) std::fprintf(stderr, "memtrace %s: cannot write %s: %s\n", command, path.c_str(), std::strerror(errno));
     return file_;
   }
-  if (run_folder::is_memtrace_file(path)) {
+  if (exists && S_ISREG(st.st_mode) && run_folder::is_memtrace_file(path)) {
     std::fprintf(stderr, "memtrace %s: %s is a memtrace trace: it is not written over\n", command, path.c_str());
     return nullptr;
   }

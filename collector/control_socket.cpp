@@ -61,6 +61,9 @@ std::optional<Introduction> ControlSocket::accept(std::string& why) {
   ucred cred{};
   socklen_t len = sizeof cred;
   if (::getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return reject("no peer credentials");
+  if (cred.uid != peer_uid_ || (peer_pid_ && cred.pid != peer_pid_))
+    return reject("process " + std::to_string(cred.pid) + " (user " + std::to_string(cred.uid) +
+                  ") is not the one recorded; its connection was refused");
 
   pollfd p{sock, POLLIN, 0};
   if (::poll(&p, 1, 5000) != 1) return reject("process " + std::to_string(cred.pid) + " never introduced itself");

@@ -119,6 +119,20 @@ bool make_output_dir(const RunOptions& options, std::string& dir, bool& created,
     dir = options.output_dir;
     std::error_code ec;
     if (fs::is_directory(dir, ec)) {
+      // Another user who owns the folder, or may write in it, could swap the traces, plant
+      // history that gets merged, or leave a link where memtrace writes.
+      struct stat st {};
+      ::stat(dir.c_str(), &st);
+      const bool group_shared = options.umask && !(*options.umask & 020);  // --umask asked the group to write
+      if (st.st_uid != ::geteuid())
+        return error = "output folder " + dir + " belongs to another user (uid " + std::to_string(st.st_uid) +
+                       "), who could change what memtrace writes there; choose a folder of your own",
+               false;
+      if ((st.st_mode & 002) || ((st.st_mode & 020) && !group_shared))
+        return error = "output folder " + dir + " may be written by " + ((st.st_mode & 002) ? "anyone" : "its group") +
+                       ", who could change what memtrace writes there; choose a private folder (or chmod go-w it" +
+                       ((st.st_mode & 002) ? "" : ", or share it with --umask 002") + ")",
+               false;
       if (::access(dir.c_str(), W_OK | X_OK) != 0)
         return error = "cannot write to output folder " + dir + ": " + std::strerror(errno), false;
       if (!options.append && run_folder::holds_traces(dir))
@@ -619,6 +633,11 @@ int record_command(const RunOptions& options, int pid) {
   bool created = false;
   std::unique_ptr<ControlSocket> control = open_output(options, "memtrace", dir, created);
   if (!control) return kExitMemtraceFailed;
+  // The process and (memtrace.record) its children, of its user: root's collector of another
+  // user's process (memtrace attach) takes no one else.
+  struct stat process {};
+  if (::stat(("/proc/" + std::to_string(pid)).c_str(), &process) == 0)
+    control->accept_only(process.st_uid, options.attached ? pid : 0);
   std::signal(SIGPIPE, SIG_IGN);
   std::printf("socket %s\nfolder %s\n", control->path().c_str(), fs::absolute(dir).c_str());
   std::fflush(stdout);

@@ -407,7 +407,7 @@ void* open_cupti() {
   for (const char* soname : {"libcupti.so.13", "libcupti.so.12"})
     if (void* l = ::dlopen(soname, RTLD_NOW | RTLD_LOCAL)) return l;
   // Where the toolkit keeps it, when nothing put it on the library path.
-  std::string roots[] = {std::getenv("CUDA_HOME") ? std::getenv("CUDA_HOME") : "", "/usr/local/cuda"};
+  std::string roots[] = {::secure_getenv("CUDA_HOME") ? ::secure_getenv("CUDA_HOME") : "", "/usr/local/cuda"};
   for (const std::string& root : roots) {
     if (root.empty()) continue;
     for (const char* dir : {"/lib64/", "/extras/CUPTI/lib64/"})
@@ -617,6 +617,7 @@ __attribute__((constructor)) void install_cupti_fork_handler() {
 std::atomic<bool> g_cupti_started{false};
 
 void start_cupti() {
+  if (secure_program()) return;  // nothing loaded into a set-user-ID program
   if (backend() == Backend::kPreload && !verify_requested()) return;
   if (g_cupti_started.exchange(true)) return;
   std::lock_guard lock(g_cupti_mutex);

@@ -1,5 +1,8 @@
 #include "settings.h"
 
+#include <sys/auxv.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -20,7 +23,24 @@ std::atomic<const List*> g_list{nullptr};
 
 }  // namespace
 
+bool secure_program() {
+  static const bool secure = ::getauxval(AT_SECURE) != 0;
+  return secure;
+}
+
+// Said once, as the injector loads: a set-user-ID or set-group-ID program runs with rights its
+// user does not have, and its environment is its user's. Nothing of that environment is taken
+// (no collector, no CUPTI, no library named), nothing recorded.
+__attribute__((constructor)) void say_secure_program_is_not_recorded() {
+  if (!secure_program()) return;
+  static const char text[] =
+      "memtrace: not recording this program: it runs set-user-ID or set-group-ID (AT_SECURE), and memtrace "
+      "neither records nor loads anything into such a program\n";
+  [[maybe_unused]] ssize_t n = ::write(STDERR_FILENO, text, sizeof text - 1);
+}
+
 const char* setting(const char* name) {
+  if (secure_program()) return nullptr;
   if (const List* list = g_list.load(std::memory_order_acquire))
     for (size_t i = 0; i < list->count; ++i)
       if (std::strcmp(list->names[i], name) == 0) return list->values[i];

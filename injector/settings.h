@@ -6,7 +6,12 @@
 
 namespace memtrace::inject {
 
-// NAME's value: attach's, else the environment's; null when neither has it.
+// Whether this process runs with raised rights (set-user-ID, set-group-ID, capabilities: the
+// kernel's AT_SECURE): then no setting is taken and nothing recorded or loaded.
+bool secure_program();
+
+// NAME's value: attach's, else the environment's; null when neither has it, and in a secure
+// program (secure_program()).
 const char* setting(const char* name);
 
 // Takes TEXT's "NAME=VALUE" lines as attach's list, replacing the last one (on the thread memtrace

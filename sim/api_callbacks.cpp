@@ -13,7 +13,7 @@ std::atomic<memtrace_sim_memory_activity> g_activity{nullptr};
 // MEMTRACE_SIM_SILENT_API: function names, separated by commas.
 bool silent(const char* name) {
   static const std::string silenced = [] {
-    const char* v = std::getenv("MEMTRACE_SIM_SILENT_API");
+    const char* v = ::secure_getenv("MEMTRACE_SIM_SILENT_API");
     return v ? "," + std::string(v) + "," : std::string();
   }();
   return name && !silenced.empty() && silenced.find("," + std::string(name) + ",") != std::string::npos;
@@ -21,7 +21,7 @@ bool silent(const char* name) {
 
 uint64_t unreported_bytes() {
   static const uint64_t bytes = [] {
-    const char* v = std::getenv("MEMTRACE_SIM_NO_ACTIVITY_BYTES");
+    const char* v = ::secure_getenv("MEMTRACE_SIM_NO_ACTIVITY_BYTES");
     return v ? std::strtoull(v, nullptr, 10) : 0;
   }();
   return bytes;

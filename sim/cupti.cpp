@@ -59,7 +59,7 @@ std::atomic<uint32_t> g_correlation{0};
 
 uint32_t version() {
   static const uint32_t v = [] {
-    const char* text = std::getenv("MEMTRACE_SIM_CUPTI_VERSION");
+    const char* text = ::secure_getenv("MEMTRACE_SIM_CUPTI_VERSION");
     return text && *text ? static_cast<uint32_t>(std::strtoul(text, nullptr, 10)) : uint32_t{CUPTI_API_VERSION};
   }();
   return v;
@@ -96,7 +96,7 @@ const sim::SimCuptiHooks* driver() {
 
 bool refused_before_init() {
   static const bool refuse = [] {
-    const char* v = std::getenv("MEMTRACE_SIM_CUPTI_REFUSE_BEFORE_INIT");
+    const char* v = ::secure_getenv("MEMTRACE_SIM_CUPTI_REFUSE_BEFORE_INIT");
     return v && std::strcmp(v, "1") == 0;
   }();
   return refuse && !(driver() && driver()->initialized());

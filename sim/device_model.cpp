@@ -40,7 +40,7 @@ constexpr uint64_t kUnbackedBase = 0x6000'0000'0000ull, kUnbackedEnd = 0x7000'00
 
 // A size from the environment, read as memtrace's options read sizes; FALLBACK when unset or not one.
 uint64_t size_from_environment(const char* name, uint64_t fallback) {
-  const char* text = std::getenv(name);
+  const char* text = ::secure_getenv(name);
   return text && *text ? memtrace::parse_size(text).value_or(fallback) : fallback;
 }
 
@@ -91,7 +91,7 @@ struct Model {
 
   Model() { configure(); }
   void configure() {
-    const char* count = std::getenv("MEMTRACE_SIM_DEVICES");
+    const char* count = ::secure_getenv("MEMTRACE_SIM_DEVICES");
     devices = count ? std::atoi(count) : 1;
     if (devices < 0) devices = 0;
     if (devices > 64) devices = 64;
@@ -101,7 +101,7 @@ struct Model {
     other_processes = size_from_environment("MEMTRACE_SIM_OTHER_PROCESSES_BYTES", 0);
     if (other_processes > capacity / 4) other_processes = capacity / 4;
     state.assign(static_cast<size_t>(devices), DeviceState());
-    const char* unbacked_env = std::getenv("MEMTRACE_SIM_UNBACKED");
+    const char* unbacked_env = ::secure_getenv("MEMTRACE_SIM_UNBACKED");
     unbacked = unbacked_env && std::strcmp(unbacked_env, "1") == 0;
   }
 };
@@ -452,7 +452,7 @@ Status pointer_device(uint64_t addr, int* device) {
 }
 
 int physical_index(int ordinal) {
-  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  const char* visible = ::secure_getenv("CUDA_VISIBLE_DEVICES");
   if (!visible || !*visible) return ordinal;
   std::string list(visible);
   size_t at = 0;

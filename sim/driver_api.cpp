@@ -213,7 +213,7 @@ __attribute__((constructor)) void install_pools_fork_handler() {
 // With the pools' mutex held.
 bool pools_keep_freed_memory(int device) {
   static const bool keep = [] {
-    const char* v = std::getenv("MEMTRACE_SIM_POOL_HOLDS");
+    const char* v = ::secure_getenv("MEMTRACE_SIM_POOL_HOLDS");
     return v && std::strcmp(v, "1") == 0;
   }();
   return keep || pools().release_threshold[device] > 0;
@@ -297,7 +297,7 @@ CUresult free_stream_ordered(const char* api, CUdeviceptr dptr, CUstream stream,
 // As NVIDIA's driver does on its first cuInit: the library CUDA_INJECTION64_PATH names (a profiler,
 // memtrace) is loaded and its InitializeInjection called, once.
 void load_injection_library() {
-  const char* path = std::getenv("CUDA_INJECTION64_PATH");
+  const char* path = ::secure_getenv("CUDA_INJECTION64_PATH");
   if (!path || !*path) return;
   void* library = ::dlopen(path, RTLD_NOW);
   auto initialize = library ? reinterpret_cast<int (*)()>(::dlsym(library, "InitializeInjection")) : nullptr;
@@ -331,7 +331,7 @@ CUresult cuInit(unsigned int flags) {
 CUresult cuDriverGetVersion(int* version) {
   if (!version) return CUDA_ERROR_INVALID_VALUE;
   static const int v = [] {
-    const char* text = std::getenv("MEMTRACE_SIM_DRIVER_VERSION");
+    const char* text = ::secure_getenv("MEMTRACE_SIM_DRIVER_VERSION");
     return text && *text ? std::atoi(text) : CUDA_VERSION;
   }();
   *version = v;
@@ -346,7 +346,7 @@ CUresult cuDeviceGetCount(int* count) {
   if (!count) return CUDA_ERROR_INVALID_VALUE;
   if (!g_initialized.load()) return CUDA_ERROR_NOT_INITIALIZED;
   if (g_count_failures.load() < 0) {
-    const char* n = std::getenv("MEMTRACE_SIM_DEVICE_COUNT_FAILURES");
+    const char* n = ::secure_getenv("MEMTRACE_SIM_DEVICE_COUNT_FAILURES");
     long expected = -1;
     g_count_failures.compare_exchange_strong(expected, n ? std::atol(n) : 0);
   }

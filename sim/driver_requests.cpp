@@ -33,7 +33,7 @@ int log_fd() {
 
 // A forked child writes its own log where the name has the pid in it (and none of its parent's).
 void reopen_in_child() {
-  const char* pattern = std::getenv("MEMTRACE_SIM_DRIVER_REQUESTS");
+  const char* pattern = ::secure_getenv("MEMTRACE_SIM_DRIVER_REQUESTS");
   if (!pattern || !std::strstr(pattern, "%p")) return;
   const int fd = g_fd.exchange(-2);
   if (fd >= 0) ::close(fd);

@@ -81,7 +81,7 @@ void reset_after_fork() {
   new (&l.mutex) std::mutex;
   if (l.map) ::munmap(l.map, kFileBytes);
   l.map = nullptr;
-  const char* pattern = std::getenv("MEMTRACE_SIM_LEDGER");
+  const char* pattern = ::secure_getenv("MEMTRACE_SIM_LEDGER");
   l.tried_open = !(pattern && std::strstr(pattern, "%p"));
   for (auto& a : l.apis) a = ApiCounts();
 }

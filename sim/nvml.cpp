@@ -74,7 +74,7 @@ NvmlReturn nvmlDeviceGetComputeRunningProcesses_v3(Handle device, unsigned int* 
   if (!g_initialized) return kUninitialized;
   const int ordinal = ordinal_of(device);
   if (!count || !sim::valid_device(ordinal)) return kInvalidArgument;
-  const char* offset = std::getenv("MEMTRACE_SIM_NVML_PID_OFFSET");
+  const char* offset = ::secure_getenv("MEMTRACE_SIM_NVML_PID_OFFSET");
   ProcessInfo listed[2];
   unsigned int n = 0;
   listed[n++] = ProcessInfo{static_cast<unsigned int>(::getpid() + (offset ? std::atoi(offset) : 0)),

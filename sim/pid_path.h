@@ -12,7 +12,7 @@ namespace sim {
 
 // The path the variable NAME gives, `%p` replaced by this process's pid; empty when it is not set.
 inline std::string path_from_environment(const char* name) {
-  const char* pattern = std::getenv(name);
+  const char* pattern = ::secure_getenv(name);
   if (!pattern || !*pattern) return {};
   std::string path;
   for (const char* p = pattern; *p; ++p) {

@@ -216,7 +216,7 @@ const UnnamedEntry kUnnamed[] = {
 
 void* unnamed_if_asked(void* fn) {
   static const bool unnamed = [] {
-    const char* v = std::getenv("MEMTRACE_SIM_UNNAMED_PROC_ADDRESSES");
+    const char* v = ::secure_getenv("MEMTRACE_SIM_UNNAMED_PROC_ADDRESSES");
     return v && std::strcmp(v, "1") == 0;
   }();
   if (!unnamed || !fn) return fn;

@@ -3,7 +3,6 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <poll.h>
-#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -157,22 +156,58 @@ int connect_to(const std::string& path) {
   return -1;
 }
 
-// The folder where each memtrace attach of this user listens for `memtrace detach PID` (PID's
-// socket) and holds PID.lock while attached: made 0700 when missing; empty, with WHY, when it is
-// another user's or open to others (anyone could then tell memtrace to detach).
-std::string attached_folder(bool make, std::string& why) {
-  const char* tmp = std::getenv("TMPDIR");
-  std::string folder = std::string(tmp && *tmp ? tmp : "/tmp") + "/memtrace-attached-" + std::to_string(::geteuid());
-  if (make) ::mkdir(folder.c_str(), 0700);
+// Whether PATH is a folder of this user's that no one else may enter or change.
+bool private_folder(const std::string& path) {
   struct stat st;
-  if (::lstat(folder.c_str(), &st) != 0) {
-    why = "cannot make " + folder + ": " + std::strerror(errno);
+  return ::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == ::geteuid() && !(st.st_mode & 077);
+}
+
+std::string temp_root() {
+  const char* tmp = std::getenv("TMPDIR");
+  return tmp && *tmp ? tmp : "/tmp";
+}
+
+// Where memtrace attach listens for `memtrace detach PID` (a socket named PID): a rendezvous no
+// other user can take, read or block. $XDG_RUNTIME_DIR/memtrace-attached where the session has a
+// runtime folder of the user's own; else each attach makes a private folder of its own,
+// TMPDIR/memtrace-attached-UID-XXXXXX (a random name: another user cannot make it first), which
+// detach finds by its owner and mode.
+std::string runtime_folder(bool make) {
+  const char* runtime = std::getenv("XDG_RUNTIME_DIR");
+  struct stat st;
+  if (!runtime || !*runtime || ::stat(runtime, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() ||
+      (st.st_mode & 022))
+    return {};
+  std::string folder = std::string(runtime) + "/memtrace-attached";
+  if (make) ::mkdir(folder.c_str(), 0700);
+  return private_folder(folder) ? folder : std::string();
+}
+
+std::string temp_folder_prefix() { return "memtrace-attached-" + std::to_string(::geteuid()) + "-"; }
+
+// Every folder where a memtrace attach of this user may listen.
+std::vector<std::string> rendezvous_folders() {
+  std::vector<std::string> out;
+  if (std::string runtime = runtime_folder(false); !runtime.empty()) out.push_back(runtime);
+  std::error_code ec;
+  const std::string prefix = temp_folder_prefix();
+  for (const auto& entry : fs::directory_iterator(temp_root(), ec))
+    if (entry.path().filename().string().rfind(prefix, 0) == 0 && private_folder(entry.path().string()))
+      out.push_back(entry.path().string());
+  return out;
+}
+
+// A rendezvous folder for this attach (MADE: a temporary one of its own, removed at its end);
+// empty, with WHY, when none can be had.
+std::string make_rendezvous_folder(bool& made, std::string& why) {
+  made = false;
+  if (std::string runtime = runtime_folder(true); !runtime.empty()) return runtime;
+  std::string folder = temp_root() + "/" + temp_folder_prefix() + "XXXXXX";
+  if (!::mkdtemp(folder.data())) {
+    why = "cannot make a private folder in " + temp_root() + ": " + std::strerror(errno);
     return {};
   }
-  if (!S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 077)) {
-    why = folder + " is not a private folder of this user's (remove it)";
-    return {};
-  }
+  made = true;
   return folder;
 }
 
@@ -297,14 +332,23 @@ struct Collector {
   }
 };
 
-// Lets the process's user reach a socket folder memtrace (as root) made for it.
-void hand_to(const std::string& folder, int pid) {
+// Lets process PID's user connect to SOCKET, which memtrace made in a private folder of its own
+// (mkdtemp): as root, for another user's process, the socket becomes that user's and the folder
+// root's still, entered but never listed or changed by anyone else (0711). Nothing there can be
+// swapped for a link, and no other user reaches the socket.
+void let_connect(const std::string& socket, int pid) {
   struct stat target;
   if (::geteuid() != 0 || ::stat(("/proc/" + std::to_string(pid)).c_str(), &target) != 0 || target.st_uid == 0) return;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(folder, ec))
-    ::chown(entry.path().c_str(), target.st_uid, target.st_gid);
-  ::chown(folder.c_str(), target.st_uid, target.st_gid);
+  ::chmod(fs::path(socket).parent_path().c_str(), 0711);
+  ::fchownat(AT_FDCWD, socket.c_str(), target.st_uid, target.st_gid, AT_SYMLINK_NOFOLLOW);
+  ::chmod(socket.c_str(), 0600);
+}
+
+// Whether the peer connected at SOCK is process PID.
+bool peer_is(int sock, int pid) {
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  return ::getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.pid == pid;
 }
 
 // Loads the injector into PID and calls memtrace_attach(SETTINGS) there; empty, or why not.
@@ -376,39 +420,39 @@ int attach_command(const AttachOptions& o, std::string* snapshot_path) {
     return kFailed;
   }
 
-  // One memtrace attached to a process at a time: it holds PID.lock, and listens for detach.
+  // One memtrace attached to a process at a time (its injector refuses a second one too): each
+  // listens for detach at PID in its rendezvous folder.
+  for (const std::string& folder : rendezvous_folders())
+    if (int fd = connect_to(folder + "/" + std::to_string(pid)); fd >= 0) {
+      ::close(fd);
+      std::fprintf(stderr,
+                   "memtrace attach: cannot join process %d: memtrace is attached to it already (memtrace detach %d "
+                   "ends that)\n",
+                   pid, pid);
+      return kCannotJoin;
+    }
   std::string why;
-  const std::string folder = attached_folder(true, why);
+  bool made_folder = false;
+  const std::string folder = make_rendezvous_folder(made_folder, why);
   if (folder.empty()) {
     std::fprintf(stderr, "memtrace attach: %s\n", why.c_str());
     return kFailed;
   }
-  const std::string detach_path = folder + "/" + std::to_string(pid), lock_path = detach_path + ".lock";
-  int lock = ::open(lock_path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (lock < 0 || ::flock(lock, LOCK_EX | LOCK_NB) != 0) {
-    if (lock >= 0) ::close(lock);
-    std::fprintf(stderr,
-                 "memtrace attach: cannot join process %d: memtrace is attached to it already (memtrace detach %d "
-                 "ends that)\n",
-                 pid, pid);
-    return kCannotJoin;
-  }
+  const std::string detach_path = folder + "/" + std::to_string(pid);
   ::unlink(detach_path.c_str());  // left by a memtrace attach that was killed
   int detach_listener = listen_at(detach_path, why);
   if (detach_listener < 0) {
     std::fprintf(stderr, "memtrace attach: %s\n", why.c_str());
-    ::close(lock);
+    if (made_folder) ::rmdir(folder.c_str());
     return kFailed;
   }
-  const char* tmp = std::getenv("TMPDIR");
-  std::string report_folder = std::string(tmp && *tmp ? tmp : "/tmp") + "/memtrace-attach-XXXXXX";
+  std::string report_folder = temp_root() + "/memtrace-attach-XXXXXX";
   int report_listener = -1;
   if (::mkdtemp(report_folder.data())) report_listener = listen_at(report_folder + "/report", why);
   auto cleanup = [&] {
     ::close(detach_listener);
     ::unlink(detach_path.c_str());
-    ::unlink(lock_path.c_str());
-    ::close(lock);
+    if (made_folder) ::rmdir(folder.c_str());
     if (report_listener >= 0) ::close(report_listener);
     ::unlink((report_folder + "/report").c_str());
     ::rmdir(report_folder.c_str());
@@ -427,8 +471,8 @@ int attach_command(const AttachOptions& o, std::string* snapshot_path) {
     cleanup();
     return kFailed;
   }
-  hand_to(fs::path(collector.socket).parent_path().string(), pid);
-  hand_to(report_folder, pid);
+  let_connect(collector.socket, pid);
+  let_connect(report_folder + "/report", pid);
   std::string settings;
   auto set = [&settings](const std::string& name, const std::string& value) { settings += name + "=" + value + "\n"; };
   set(env::kSocket, collector.socket);
@@ -464,7 +508,15 @@ int attach_command(const AttachOptions& o, std::string* snapshot_path) {
   for (uint64_t waited = 0; report < 0; waited += 100) {
     pollfd p{report_listener, POLLIN, 0};
     if (::poll(&p, 1, 100) == 1) report = ::accept4(report_listener, nullptr, nullptr, SOCK_CLOEXEC);
-    if (report >= 0) break;
+    if (report >= 0 && !peer_is(report, pid)) {  // only memtrace's thread in the process speaks here
+      ::close(report);
+      report = -1;
+    }
+    if (report >= 0) {  // no one else is heard there
+      ::close(report_listener);
+      report_listener = -1;
+      break;
+    }
     if (!running(pid)) return give_up("it ended while memtrace was loading");
     if (g_stop_signal.load()) return give_up("interrupted while memtrace's thread in it was starting");
     if (waited == 10'000)
@@ -544,9 +596,9 @@ int attach_command(const AttachOptions& o, std::string* snapshot_path) {
 }
 
 int detach_command(int pid) {
-  std::string why;
-  const std::string folder = attached_folder(false, why);
-  int fd = folder.empty() ? -1 : connect_to(folder + "/" + std::to_string(pid));
+  int fd = -1;
+  for (const std::string& folder : rendezvous_folders())
+    if ((fd = connect_to(folder + "/" + std::to_string(pid))) >= 0) break;
   if (fd < 0) {
     std::fprintf(stderr,
                  "memtrace detach: memtrace is not attached to process %d (as this user: a memtrace attach run with "

@@ -62,7 +62,7 @@ constexpr size_t kMinBlockSize = 512, kSmallSize = 1048576, kSmallBuffer = 20971
 const AllocatorConfig& config() {
   static const AllocatorConfig c = [] {
     AllocatorConfig c;
-    const char* env = std::getenv("PYTORCH_CUDA_ALLOC_CONF");
+    const char* env = ::secure_getenv("PYTORCH_CUDA_ALLOC_CONF");
     std::string text = env ? env : "";
     text.erase(std::remove(text.begin(), text.end(), ' '), text.end());
     size_t at = 0;
@@ -142,7 +142,7 @@ Fn driver(const char* name) {
 // For the test of a TraceEntry memtrace reads wrong: segments reported off by some bytes.
 uint64_t segment_skew() {
   static const uint64_t skew = [] {
-    const char* s = std::getenv("SIM_TORCH_SKEW_SEGMENTS");
+    const char* s = ::secure_getenv("SIM_TORCH_SKEW_SEGMENTS");
     return s ? std::strtoull(s, nullptr, 10) : 0ull;
   }();
   return skew;
@@ -856,7 +856,7 @@ void NativeCachingAllocator::attachOutOfMemoryObserver(OutOfMemoryObserver obser
 #if SIM_TORCH_MINOR >= 2
 void NativeCachingAllocator::attachAllocatorTraceTracker(AllocatorTraceTracker tracker) {
   // For the test of a tracker that throws where memtrace calls it (SIM_TORCH_ATTACH_THROWS=1).
-  if (const char* v = std::getenv("SIM_TORCH_ATTACH_THROWS"); v && *v == '1')
+  if (const char* v = ::secure_getenv("SIM_TORCH_ATTACH_THROWS"); v && *v == '1')
     throw std::runtime_error("attachAllocatorTraceTracker refused (SIM_TORCH_ATTACH_THROWS)");
   for (auto* d : devices) d->attach_tracker(tracker);
 }

@@ -1,7 +1,9 @@
 // A real trace (stacks, frames, strings, devices, compressed chunks) cut at every chunk boundary
 // and around it, at random bytes, and with random bits flipped: the reader gives back a prefix
-// of the events, or stops with a message; it never crashes.
+// of the events, or stops with a message; it never crashes. A crafted trace that asks for more
+// memory than memtrace is given ends the command with one line, never an abort.
 #include <gtest/gtest.h>
+#include <zstd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -11,6 +13,7 @@
 #include "harness.h"
 #include "memtrace/format/framing.h"
 #include "memtrace/format/trace_reader.h"
+#include "memtrace/format/trace_writer.h"
 
 namespace {
 
@@ -112,6 +115,56 @@ TEST_F(DamagedTrace, RandomBitFlipsAreFoundOrHarmless) {
       EXPECT_EQ(r.problem.rfind("byte ", 0), 0u) << r.problem;
     }
   }
+}
+
+// A trace whose stack chunks, a few kilobytes of zstd each, unpack to the deepest stacks a reader
+// takes, up to the tables' bound: given less memory than that (prlimit), memtrace report says so
+// in one line and exits 2 (std::bad_alloc used to escape: SIGABRT).
+TEST(CraftedTrace, OutOfMemoryIsOneLineAndExitTwo) {
+  const std::string dir = e2e::temp_dir("crafted"), path = dir + "/crafted.memtrace";
+  std::string error;
+  uint64_t stacks = 0;
+  {  // a process's first chunks, as a trace read while it is written has them
+    auto writer = TraceWriter::create(path, error);
+    ASSERT_TRUE(writer) << error;
+    writer->write_header(pb::TraceHeader());
+    FrameInfo frame;
+    frame.address = 0x401000;
+    frame.function = "main";
+    Event e;
+    e.api = Api::kCudaMalloc;
+    e.addr = 0x1000;
+    e.size = 1 << 20;
+    e.stack_id = writer->intern_stack({writer->intern_frame(frame)});
+    stacks = e.stack_id + 1;
+    writer->add(e);
+    writer->flush();
+  }
+  std::ofstream out(path, std::ios::binary | std::ios::app);
+  for (int c = 0; c < 2; ++c) {
+    pb::Chunk chunk;
+    for (uint64_t i = 0; i < (framing::kMaxChunkBytes - 1024) / (framing::kMaxStackFrames + 16); ++i) {
+      pb::Stack* s = chunk.mutable_stacks()->add_stacks();
+      s->set_id(stacks++);
+      s->mutable_frame_ids()->Resize(framing::kMaxStackFrames, 1);
+    }
+    const std::string body = chunk.SerializeAsString();
+    std::string packed(ZSTD_compressBound(body.size()), '\0');
+    packed.resize(ZSTD_compress(packed.data(), packed.size(), body.data(), body.size(), 3));
+    unsigned char head[framing::kChunkHeaderBytes] = {};
+    framing::put_u32(head, static_cast<uint32_t>(packed.size()));
+    head[4] = framing::kCodecZstd;
+    framing::put_u32(head + 8, framing::crc32c(packed.data(), packed.size()));
+    out.write(reinterpret_cast<const char*>(head), sizeof head);
+    out.write(packed.data(), static_cast<std::streamsize>(packed.size()));
+  }
+  out.close();
+  e2e::Result r =
+      e2e::run({"/usr/bin/prlimit", "--as=" + std::to_string(768ull << 20), e2e::kMemtrace, "report", path});
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_EQ(r.err,
+            "memtrace report: out of memory: what it read needs more memory than this machine gives it (free some, or "
+            "read fewer traces at once)\n");
 }
 
 }  // namespace

@@ -1,12 +1,16 @@
 // A traced "program" that attacks its collector: malformed introductions, a ring that lies about
 // itself, records with impossible sizes and garbage. Run under `memtrace run`, it must leave the
 // collector standing, writing nothing outside its folder, and exit with its own status.
+// `hostile_client --introduce` and `--silent` are another process that reaches a collector's
+// socket (MEMTRACE_SOCKET): one introduces itself properly, one says nothing; each prints what the
+// collector did ("welcomed", "turned away") and exits 0.
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -34,8 +38,29 @@ int make_ring(size_t data_bytes, memtrace::ring::Mapping& m) {
 
 }  // namespace
 
-int main() {
+// Another process at the socket: what the collector answers an introduction, or silence.
+int intrude(bool introduce) {
   using namespace memtrace::ring;
+  int s = connect_collector();
+  if (introduce) {
+    Mapping m;
+    int fd = make_ring(64u << 10, m);
+    m.header->magic = kMagic;
+    m.header->version = kVersion;
+    m.header->slot_bytes = kSlotBytes;
+    m.header->slot_count = (64u << 10) / kSlotBytes;
+    Hello hello{kMagic, kVersion, static_cast<int32_t>(::getpid()), kHeaderBytes + (64u << 10)};
+    (void)!send_with_fd(s, &hello, sizeof hello, fd);
+  }
+  char answer = 0;
+  ssize_t n = ::read(s, &answer, 1);  // the collector's welcome, or the end of the connection
+  std::printf("%s\n", n == 1 && answer == kHelloAccepted ? "welcomed" : "turned away");
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  using namespace memtrace::ring;
+  if (argc > 1) return intrude(std::strcmp(argv[1], "--introduce") == 0);
   // 1. Garbage instead of an introduction, then silence, then a short one.
   int s = connect_collector();
   (void)!::write(s, "GET / HTTP/1.0\r\n\r\n", 18);

@@ -45,10 +45,19 @@ class History:
                 "memtrace_clock": {"realtime_ns": time.time_ns(), "monotonic_ns": time.monotonic_ns()},
                 "memtrace_when": when,
                 "memtrace_ring_wrapped": lost}
-        name = os.path.join(self.folder, f"{os.getpid()}.torch-history-{self.collections}.pickle")
-        with open(name + ".part", "wb") as f:
-            pickle.dump(data, f, protocol=4)
-        os.rename(name + ".part", name)
+        name = f"{os.getpid()}.torch-history-{self.collections}.pickle"
+        # Made new (O_EXCL, no link followed, 0600 meanwhile), given the trace's mode (the folder's
+        # less execute: memtrace makes both from one umask), then renamed into place.
+        part = os.path.join(self.folder, f"{name}.{os.urandom(6).hex()}.part")
+        fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            os.fchmod(fd, os.stat(self.folder).st_mode & 0o666)
+            with os.fdopen(fd, "wb") as f:
+                pickle.dump(data, f, protocol=4)
+            os.rename(part, os.path.join(self.folder, name))
+        except BaseException:
+            os.unlink(part)
+            raise
 
 
 def start(torch, injector):
