@@ -51,12 +51,7 @@ int write_job(HtmlCli& c, std::vector<ProcessAnalysis>& processes, const Analysi
   std::string why_without;  // the first process's reason
   if (c.output != "-") {
     const std::string folder = pages_folder(c.output);
-    std::error_code ec;
-    std::filesystem::create_directory(folder, ec);  // beside the page: its folder must be there
-    if (ec) {
-      std::fprintf(stderr, "memtrace html: cannot make %s: %s\n", folder.c_str(), ec.message().c_str());
-      return 1;
-    }
+    if (!make_report_folder("html", folder)) return 1;  // beside the page: its folder must be there
     std::set<std::string> taken;
     std::vector<std::string> names;
     for (const ProcessAnalysis& p : processes) names.push_back(page_name(p, taken));

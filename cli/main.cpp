@@ -153,6 +153,8 @@ int main(int argc, char** argv) {
   }
   for (const Command& c : commands) {
     if (!*c.app) continue;
+    if (const CLI::Option* path = c.app->get_option_no_throw("path"); path && path->count() > 0)
+      report_files_from(path->as<std::string>());
     try {
       return c.run();
     } catch (const std::bad_alloc&) {

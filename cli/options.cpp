@@ -97,6 +97,8 @@ mode_t current_umask() {
   return mask;
 }
 
+mode_t g_report_mode = 0644;  // report_files_from's cap
+
 }  // namespace
 
 ReportFile::~ReportFile() {
@@ -149,7 +151,7 @@ std::FILE* ReportFile::open(const char* command, const std::string& path) {
   // is replaced, not followed.
   temporary_ = path + ".memtrace-tmp-XXXXXX";
   int fd = ::mkstemp(temporary_.data());
-  if (fd >= 0) ::fchmod(fd, 0644 & ~current_umask());
+  if (fd >= 0) ::fchmod(fd, g_report_mode & ~current_umask());
   file_ = fd >= 0 ? ::fdopen(fd, "w") : nullptr;
   if (!file_) {
     std::fprintf(stderr, "memtrace %s: cannot write %s: %s\n", command, path.c_str(), std::strerror(errno));
@@ -182,6 +184,32 @@ bool write_report_file(const char* command, const std::string& path, const std::
   if (!out) return false;
   std::fwrite(text.data(), 1, text.size(), out);
   return file.commit();
+}
+
+void report_files_from(const std::string& input) {
+  struct stat st;
+  if (::stat(input.c_str(), &st) == 0) g_report_mode = 0644 & st.st_mode;
+}
+
+bool make_report_folder(const char* command, const std::string& path) {
+  const mode_t files = g_report_mode & ~current_umask();
+  if (::mkdir(path.c_str(), 0700) == 0) return ::chmod(path.c_str(), 0700 | files | ((files & 0044) >> 2)) == 0;
+  struct stat st;
+  if (errno != EEXIST || ::lstat(path.c_str(), &st) != 0) {
+    std::fprintf(stderr, "memtrace %s: cannot make %s: %s\n", command, path.c_str(), std::strerror(errno));
+    return false;
+  }
+  if (!S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 022)) {
+    std::fprintf(stderr,
+                 "memtrace %s: %s is %s: memtrace writes its pages only into a folder of the user's own that no one "
+                 "else may write in (remove it, or choose another -o)\n",
+                 command, path.c_str(),
+                 !S_ISDIR(st.st_mode)       ? "not a folder"
+                 : st.st_uid != ::geteuid() ? "another user's folder"
+                                            : "a folder others may write in");
+    return false;
+  }
+  return true;
 }
 
 }  // namespace memtrace::cli

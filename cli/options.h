@@ -85,5 +85,13 @@ class ReportFile {
 };
 // TEXT as a report file at PATH. False after saying why.
 bool write_report_file(const char* command, const std::string& path, const std::string& text);
+// Report files hold what their input holds (command lines, paths, stacks): from now on none is
+// more open than INPUT (a trace, or a run's folder, whose execute bits are left out), and none
+// more than 0644 less the umask.
+void report_files_from(const std::string& input);
+// A folder for report files at PATH (the HTML page's process pages): made with the reports' mode
+// (and execute where they read), or, when there, used only if it is the user's own, no link, and
+// writable by no one else. False after saying why.
+bool make_report_folder(const char* command, const std::string& path);
 
 }  // namespace memtrace::cli

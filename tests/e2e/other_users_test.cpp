@@ -295,7 +295,9 @@ TEST(AnotherUser, ASummaryHasItsTracesMode) {
 TEST(AnotherUser, AReportFileNeverWritesThroughALinkToAnotherUsersPipe) {
   NEEDS_TWO_USERS();
   const std::string dir = e2e::temp_dir("report-file"), tmp = shared_folder("tmp");
-  std::string traces = recorded_run(dir);
+  e2e::Result job = e2e::run_sample(dir, "processes");  // several processes: the HTML page has a folder of pages
+  ASSERT_EQ(job.status, 0) << job.err;
+  const std::string traces = dir + "/traces";
   ASSERT_EQ(sh_as_nobody("mkfifo -m 666 " + tmp + "/fifo && ln -s " + tmp + "/fifo " + tmp + "/report.xml").status, 0);
   int reader = ::open((tmp + "/fifo").c_str(), O_RDONLY | O_NONBLOCK);  // the other user listening
   ASSERT_GE(reader, 0);
@@ -305,6 +307,17 @@ TEST(AnotherUser, AReportFileNeverWritesThroughALinkToAnotherUsersPipe) {
   EXPECT_NE(read_file(tmp + "/report.xml").find("<testsuite"), std::string::npos);
   char byte;
   EXPECT_LE(::read(reader, &byte, 1), 0) << "the report went into the other user's pipe";
+
+  // A report holds what its traces hold: never more open than they are (0600 in a 0700 folder).
+  e2e::Result exported = e2e::run({e2e::kMemtrace, "export", "--format", "jsonl", "-o", tmp + "/events.jsonl", traces});
+  EXPECT_EQ(exported.status, 0) << exported.err;
+  EXPECT_EQ(stat_of(tmp + "/events.jsonl").st_mode & 0777, 0600u);
+  EXPECT_NE(sh_as_nobody("cat " + tmp + "/events.jsonl >/dev/null").status, 0) << "the other user read the events";
+  // The HTML page's folder of process pages, made first by the other user: not written into.
+  ASSERT_EQ(sh_as_nobody("mkdir -m 777 " + tmp + "/page-processes").status, 0);
+  e2e::Result page = e2e::run({e2e::kMemtrace, "html", "-o", tmp + "/page.html", traces});
+  EXPECT_NE(page.err.find(tmp + "/page-processes is another user's folder"), std::string::npos) << page.err;
+  EXPECT_TRUE(fs::is_empty(tmp + "/page-processes"));
 
   // The other user's pipe named itself: refused.
   e2e::Result direct = e2e::run({e2e::kMemtrace, "check", traces, "--max-peak", "1TiB", "--junit", tmp + "/fifo"});
