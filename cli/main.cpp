@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <new>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -157,9 +158,10 @@ int main(int argc, char** argv) {
       report_files_from(path->as<std::string>());
     try {
       return c.run();
-    } catch (const std::bad_alloc&) {
-      // A file that asks for more than the machine has, past the readers' bounds: one line, not
-      // an abort.
+    } catch (const std::exception& e) {
+      if (!dynamic_cast<const std::bad_alloc*>(&e) && !dynamic_cast<const std::length_error*>(&e)) throw;
+      // A file that asks for more than the machine has, past the readers' bounds (or a size past
+      // what a vector can be): one line, not an abort.
       std::fprintf(stderr,
                    "memtrace %s: out of memory: what it read needs more memory than this machine gives it (free "
                    "some, or read fewer traces at once)\n",

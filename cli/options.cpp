@@ -9,6 +9,7 @@
 #include <cstring>
 #include <regex>
 
+#include "memtrace/base/folder_trust.h"
 #include "memtrace/format/framing.h"
 #include "memtrace/format/run_folder.h"
 
@@ -113,18 +114,18 @@ std::FILE* ReportFile::open(const char* command, const std::string& path) {
   path_ = path;
   to_stdout_ = true;
   if (path.empty() || path == "-") return stdout;
-  // What is not a file (/dev/null, a pipe, a process substitution's /dev/fd/N), and anything under
-  // /dev or /proc (/dev/stdout: whatever standard output is, a file too), is written to as it is:
-  // nothing put beside it and renamed over the link, nothing read first (reading /dev/stdout
-  // inside $(...) waits on the pipe memtrace itself writes).
+  // What is not a file (/dev/null, a pipe, a process substitution's /dev/fd/N) is written to as it
+  // is (below); standard output by any name (/dev/stdout, a file it goes to) is standard output:
+  // nothing read first (reading /dev/stdout inside $(...) waits on the pipe memtrace writes).
   struct stat st, out;
   bool exists = ::stat(path.c_str(), &st) == 0;
   if (exists && ::fstat(STDOUT_FILENO, &out) == 0 && st.st_dev == out.st_dev && st.st_ino == out.st_ino)
     return stdout;  // /dev/stdout, /dev/fd/1, or the file standard output goes to: one stream, in order
   to_stdout_ = false;
-  // Written in place only when named as such: a path under /dev or /proc, or a pipe or device of
-  // the user's own at the path itself. A link there to one (planted in a shared folder: another
-  // user's FIFO, a disk) is replaced like any link, never written through.
+  // Written in place only what is there and is no file, named as such: under /dev or /proc, or a
+  // pipe or device of the user's own at the path itself. A link to one (planted in a shared
+  // folder: another user's FIFO, a disk) is replaced like any link, never written through; a new
+  // or regular file (under /dev/shm too) is made beside and renamed.
   struct stat at;
   const bool link = ::lstat(path.c_str(), &at) == 0 && S_ISLNK(at.st_mode);
   const bool system_path = path.rfind("/dev/", 0) == 0 || path.rfind("/proc/", 0) == 0;
@@ -132,7 +133,7 @@ std::FILE* ReportFile::open(const char* command, const std::string& path) {
     std::fprintf(stderr, "memtrace %s: %s is a folder: give a file to write\n", command, path.c_str());
     return nullptr;
   }
-  if (system_path || (exists && !S_ISREG(st.st_mode) && !link)) {
+  if (exists && !S_ISREG(st.st_mode) && (system_path || !link)) {
     if (!system_path && st.st_uid != ::geteuid()) {
       std::fprintf(stderr,
                    "memtrace %s: %s is another user's pipe or device: memtrace writes only into its user's own\n",
@@ -188,25 +189,34 @@ bool write_report_file(const char* command, const std::string& path, const std::
 
 void report_files_from(const std::string& input) {
   struct stat st;
-  if (::stat(input.c_str(), &st) == 0) g_report_mode = 0644 & st.st_mode;
+  if (::stat(input.c_str(), &st) != 0) return;
+  g_report_mode = 0644 & st.st_mode;
+  if (!S_ISDIR(st.st_mode)) return;
+  std::string error;  // a folder: as closed as the most closed of its traces and summaries
+  for (const std::string& file : run_folder::find_traces_and_summaries(input, error))
+    if (::stat(file.c_str(), &st) == 0) g_report_mode &= st.st_mode;
 }
 
 bool make_report_folder(const char* command, const std::string& path) {
   const mode_t files = g_report_mode & ~current_umask();
-  if (::mkdir(path.c_str(), 0700) == 0) return ::chmod(path.c_str(), 0700 | files | ((files & 0044) >> 2)) == 0;
+  if (::mkdir(path.c_str(), 0700) == 0) {  // made now: given its mode through itself, nothing followed
+    int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    bool ok = fd >= 0 && ::fchmod(fd, 0700 | files | ((files & 0044) >> 2)) == 0;
+    if (fd >= 0) ::close(fd);
+    if (!ok) std::fprintf(stderr, "memtrace %s: cannot make %s: %s\n", command, path.c_str(), std::strerror(errno));
+    return ok;
+  }
   struct stat st;
   if (errno != EEXIST || ::lstat(path.c_str(), &st) != 0) {
     std::fprintf(stderr, "memtrace %s: cannot make %s: %s\n", command, path.c_str(), std::strerror(errno));
     return false;
   }
-  if (!S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 022)) {
+  const std::string why = S_ISDIR(st.st_mode) ? why_folder_is_not_private(st) : "is not a folder";
+  if (!why.empty()) {
     std::fprintf(stderr,
-                 "memtrace %s: %s is %s: memtrace writes its pages only into a folder of the user's own that no one "
+                 "memtrace %s: %s %s: memtrace writes its pages only into a folder of the user's own that no one "
                  "else may write in (remove it, or choose another -o)\n",
-                 command, path.c_str(),
-                 !S_ISDIR(st.st_mode)       ? "not a folder"
-                 : st.st_uid != ::geteuid() ? "another user's folder"
-                                            : "a folder others may write in");
+                 command, path.c_str(), why.c_str());
     return false;
   }
   return true;

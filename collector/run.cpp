@@ -1,5 +1,6 @@
 #include "memtrace/collector/run.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -21,6 +22,7 @@
 
 #include "control_socket.h"
 #include "launcher.h"
+#include "memtrace/base/folder_trust.h"
 #include "memtrace/base/units.h"
 #include "memtrace/format/run_folder.h"
 #include "memtrace/ring/environment.h"
@@ -112,6 +114,15 @@ fs::path library_dir() {
 // Creates the output folder (0700, or as --umask says). For the default name, finds one not taken
 // yet. An existing folder is used only when it holds no traces, or when asked to add to them: the
 // analyses take a folder's traces as one job's processes.
+// Sets the folder memtrace just made at DIR to MODE exactly (whatever the umask), through a
+// descriptor of the folder itself: nothing swapped in since is followed.
+void set_made_folder_mode(const std::string& dir, mode_t mode) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return;
+  ::fchmod(fd, mode);
+  ::close(fd);
+}
+
 bool make_output_dir(const RunOptions& options, std::string& dir, bool& created, std::string& error) {
   created = false;
   const mode_t dir_mode = options.umask ? 0777 & ~*options.umask : 0700;
@@ -122,16 +133,14 @@ bool make_output_dir(const RunOptions& options, std::string& dir, bool& created,
       // Another user who owns the folder, or may write in it, could swap the traces, plant
       // history that gets merged, or leave a link where memtrace writes.
       struct stat st {};
-      ::stat(dir.c_str(), &st);
+      if (::stat(dir.c_str(), &st) != 0)
+        return error = "cannot use output folder " + dir + ": " + std::strerror(errno), false;
       const bool group_shared = options.umask && !(*options.umask & 020);  // --umask asked the group to write
-      if (st.st_uid != ::geteuid())
-        return error = "output folder " + dir + " belongs to another user (uid " + std::to_string(st.st_uid) +
-                       "), who could change what memtrace writes there; choose a folder of your own",
-               false;
-      if ((st.st_mode & 002) || ((st.st_mode & 020) && !group_shared))
-        return error = "output folder " + dir + " may be written by " + ((st.st_mode & 002) ? "anyone" : "its group") +
-                       ", who could change what memtrace writes there; choose a private folder (or chmod go-w it" +
-                       ((st.st_mode & 002) ? "" : ", or share it with --umask 002") + ")",
+      if (std::string why = why_folder_is_not_private(st, group_shared); !why.empty())
+        return error = "output folder " + dir + " " + why +
+                       ", who could change what memtrace writes there; choose a folder of your own that no one else "
+                       "may write in" +
+                       (why == "may be written by its group" ? " (or share it with --umask 002)" : ""),
                false;
       if (::access(dir.c_str(), W_OK | X_OK) != 0)
         return error = "cannot write to output folder " + dir + ": " + std::strerror(errno), false;
@@ -149,7 +158,7 @@ bool make_output_dir(const RunOptions& options, std::string& dir, bool& created,
       return false;
     }
     created = true;
-    ::chmod(dir.c_str(), dir_mode);  // exactly, whatever the process's umask
+    set_made_folder_mode(dir, dir_mode);
     return true;
   }
   std::time_t now = std::time(nullptr);
@@ -159,7 +168,7 @@ bool make_output_dir(const RunOptions& options, std::string& dir, bool& created,
     dir = i == 1 ? stamp : std::string(stamp) + "-" + std::to_string(i);
     if (::mkdir(dir.c_str(), dir_mode) == 0) {
       created = true;
-      ::chmod(dir.c_str(), dir_mode);
+      set_made_folder_mode(dir, dir_mode);
       return true;
     }
     if (errno != EEXIST) break;
@@ -566,6 +575,9 @@ int run_command(const RunOptions& options, std::string* output_dir) {
     set_env(environment, "LD_PRELOAD", first, true);
   set_env(environment, env::kSocket, control->path());
   set_env(environment, env::kOutputDir, std::filesystem::absolute(dir).string());
+  char file_mode[8];
+  std::snprintf(file_mode, sizeof file_mode, "%o", options.umask ? 0666 & ~*options.umask : 0600);
+  set_env(environment, env::kFileMode, file_mode);
   // NVTX marks, ranges and memory regions: the injector is also an NVTX tool. A tool the user
   // already attached (Nsight Systems) keeps its place: NVTX takes one.
   if (!std::getenv("NVTX_INJECTION64_PATH")) set_env(environment, "NVTX_INJECTION64_PATH", injector.string());
@@ -635,9 +647,8 @@ int record_command(const RunOptions& options, int pid) {
   if (!control) return kExitMemtraceFailed;
   // The process and (memtrace.record) its children, of its user: root's collector of another
   // user's process (memtrace attach) takes no one else.
-  struct stat process {};
-  if (::stat(("/proc/" + std::to_string(pid)).c_str(), &process) == 0)
-    control->accept_only(process.st_uid, options.attached ? pid : 0);
+  if (const std::optional<ProcessIds> process = process_ids(pid))
+    control->accept_only(process->uid, options.attached ? pid : 0);
   std::signal(SIGPIPE, SIG_IGN);
   std::printf("socket %s\nfolder %s\n", control->path().c_str(), fs::absolute(dir).c_str());
   std::fflush(stdout);

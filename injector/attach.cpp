@@ -218,8 +218,10 @@ void* attach_main(void*) {
 
 // Called by memtrace attach on the thread it stopped: takes SETTINGS ("NAME=VALUE" lines) and
 // starts the attach thread. 0 when it started; 1 when one runs already; 2 when the settings do not
-// fit or no thread could be started. Makes no CUDA call and takes no lock of its own.
+// fit or no thread could be started; 3 in a set-user-ID program (AT_SECURE), which memtrace never
+// records. Makes no CUDA call and takes no lock of its own.
 MEMTRACE_EXPORT int memtrace_attach(const char* settings) {
+  if (secure_program()) return 3;
   if (g_attached.exchange(true)) return 1;
   if (!settings || !set_attach_settings(settings)) {
     g_attached.store(false);

@@ -243,13 +243,34 @@ void trim_to(const AnalysisOptions& wanted, ProcessAnalysis& a) {
   }
 }
 
+// A summary is a regular file of at most this size (a real one is kilobytes to megabytes); its
+// options are JSON of at most kMaxOptionsBytes.
+constexpr uint64_t kMaxSummaryBytes = 1ull << 30;
+constexpr size_t kMaxOptionsBytes = 64 << 10;
+
 bool read_file(const std::string& path, std::string& bytes, std::string& error) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO planted there does not hold us
+  struct stat st {};
+  if (fd < 0 || ::fstat(fd, &st) != 0) {
     error = "cannot read " + path + ": " + std::strerror(errno);
+    if (fd >= 0) ::close(fd);
     return false;
   }
-  bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  if (!S_ISREG(st.st_mode) || uint64_t(st.st_size) > kMaxSummaryBytes) {
+    error = path + (S_ISREG(st.st_mode) ? " is larger than the 1 GiB a summary may be" : " is not a file");
+    ::close(fd);
+    return false;
+  }
+  bytes.resize(static_cast<size_t>(st.st_size));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+  bytes.resize(done);
+  ::close(fd);
   return true;
 }
 
@@ -301,7 +322,10 @@ bool write_summary(const std::string& path, const std::vector<SummaryEntry>& ent
     ok = n > 0;
     if (ok) done += static_cast<size_t>(n);
   }
-  if (fd >= 0) ok = ::fchmod(fd, mode & 0666) == 0 && ::close(fd) == 0 && ok;
+  if (fd >= 0) {
+    ok = ::fchmod(fd, mode & 0666) == 0 && ok;
+    ok = ::close(fd) == 0 && ok;
+  }
   ok = ok && ::rename(temporary.c_str(), path.c_str()) == 0;
   if (!ok) {
     error = "cannot write " + path + ": " + std::strerror(errno);
@@ -328,7 +352,8 @@ bool read_summary(const std::string& path, const AnalysisOptions& wanted, Proces
   try {
     while (!rest.empty()) {
       std::string_view options_text, packed_analysis, packed_timeline;
-      if (!take_sized(rest, options_text) || !take_sized(rest, packed_analysis) || !take_sized(rest, packed_timeline)) {
+      if (!take_sized(rest, options_text) || !take_sized(rest, packed_analysis) || !take_sized(rest, packed_timeline) ||
+          options_text.size() > kMaxOptionsBytes) {
         error = damaged;
         return false;
       }

@@ -16,6 +16,7 @@
 #include <iterator>
 #include <mutex>
 #include <new>
+#include <stdexcept>
 #include <system_error>
 #include <thread>
 
@@ -87,6 +88,7 @@ std::unique_ptr<TraceReader> open_torch_snapshot(const std::string& path, std::s
     std::unique_ptr<TorchSnapshotImport> import;
     std::thread thread;
     bool written = false;
+    bool out_of_memory = false;
   };
   auto state = std::make_shared<Import>();
   state->path = path;
@@ -103,11 +105,19 @@ std::unique_ptr<TraceReader> open_torch_snapshot(const std::string& path, std::s
     return nullptr;
   }
   s->thread = std::thread([s] {
-    s->written = s->import->write();
+    try {
+      s->written = s->import->write();
+    } catch (const std::bad_alloc&) {
+      s->out_of_memory = true;  // said as the import's problem
+    } catch (const std::length_error&) {
+      s->out_of_memory = true;
+    }
     s->writer.reset();  // the end of the trace, for the reader
   });
   auto finish = [state]() -> std::string {
     if (state->thread.joinable()) state->thread.join();
+    if (state->out_of_memory)  // said, not thrown: this runs in the reader's destructor too
+      return "out of memory importing the snapshot: it needs more memory than this machine gives memtrace";
     return state->written ? std::string() : state->import->error();
   };
   std::unique_ptr<TraceReader> reader = TraceReader::open(channel, path, error);
@@ -168,6 +178,9 @@ size_t for_each_on_cores(size_t count, unsigned jobs, const std::function<bool(s
       try {
         done = work(i);
       } catch (const std::bad_alloc&) {
+        std::lock_guard<std::mutex> lock(thrown_mutex);
+        if (!thrown) thrown = std::current_exception();
+      } catch (const std::length_error&) {  // a size past what a vector can be: out of memory too
         std::lock_guard<std::mutex> lock(thrown_mutex);
         if (!thrown) thrown = std::current_exception();
       }

@@ -6,7 +6,11 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <limits>
+#include <mutex>
+#include <new>
+#include <stdexcept>
 #include <system_error>
 #include <thread>
 #include <unordered_set>
@@ -526,7 +530,19 @@ struct MemoReads {
   static bool in_pieces(size_t size, const std::vector<size_t>& starts, Walk&& walk) {
     std::vector<WalkEnd> ends(starts.size() + 1);
     std::vector<std::thread> threads;
-    auto piece = [&](size_t i) { ends[i] = walk(i, i == 0 ? 0 : starts[i - 1], i < starts.size() ? starts[i] : size); };
+    std::mutex thrown_mutex;
+    std::exception_ptr thrown;  // out of memory in a piece: thrown again here, once all are joined
+    auto piece = [&](size_t i) {
+      try {
+        ends[i] = walk(i, i == 0 ? 0 : starts[i - 1], i < starts.size() ? starts[i] : size);
+      } catch (const std::bad_alloc&) {
+        std::lock_guard<std::mutex> lock(thrown_mutex);
+        thrown = std::current_exception();
+      } catch (const std::length_error&) {
+        std::lock_guard<std::mutex> lock(thrown_mutex);
+        thrown = std::current_exception();
+      }
+    };
     try {
       for (size_t i = 1; i < ends.size(); ++i) threads.emplace_back(piece, i);
     } catch (const std::system_error&) {  // no thread to be had: the rest here, one after the other
@@ -534,6 +550,7 @@ struct MemoReads {
     }
     piece(0);
     for (std::thread& t : threads) t.join();
+    if (thrown) std::rethrow_exception(thrown);
     for (size_t i = 0; i < starts.size(); ++i)
       if (!ends[i].whole || ends[i].end != starts[i]) return false;
     return true;

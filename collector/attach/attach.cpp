@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <csignal>
@@ -168,17 +169,28 @@ std::string temp_root() {
 }
 
 // Where memtrace attach listens for `memtrace detach PID` (a socket named PID): a rendezvous no
-// other user can take, read or block. $XDG_RUNTIME_DIR/memtrace-attached where the session has a
-// runtime folder of the user's own; else each attach makes a private folder of its own,
+// other user can take, read or block. In the user's runtime folder where there is one
+// ($XDG_RUNTIME_DIR, else /run/user/UID: one that is the user's own and writable by no one else),
+// memtrace-attached; else each attach makes a private folder of its own,
 // TMPDIR/memtrace-attached-UID-XXXXXX (a random name: another user cannot make it first), which
-// detach finds by its owner and mode.
-std::string runtime_folder(bool make) {
+// detach finds by its owner and mode, in TMPDIR and /tmp (detach may be run from a shell with
+// another environment than attach's: ssh, sudo, cron).
+std::vector<std::string> runtime_roots() {
+  std::vector<std::string> roots;
   const char* runtime = std::getenv("XDG_RUNTIME_DIR");
-  struct stat st;
-  if (!runtime || !*runtime || ::stat(runtime, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() ||
-      (st.st_mode & 022))
-    return {};
-  std::string folder = std::string(runtime) + "/memtrace-attached";
+  for (std::string root : {std::string(runtime ? runtime : ""), "/run/user/" + std::to_string(::geteuid())}) {
+    struct stat st;
+    if (!root.empty() && ::stat(root.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == ::geteuid() &&
+        !(st.st_mode & 022) && std::find(roots.begin(), roots.end(), root) == roots.end())
+      roots.push_back(root);
+  }
+  return roots;
+}
+
+std::string runtime_folder(bool make) {
+  std::vector<std::string> roots = runtime_roots();
+  if (roots.empty()) return {};
+  std::string folder = roots.front() + "/memtrace-attached";
   if (make) ::mkdir(folder.c_str(), 0700);
   return private_folder(folder) ? folder : std::string();
 }
@@ -188,12 +200,16 @@ std::string temp_folder_prefix() { return "memtrace-attached-" + std::to_string(
 // Every folder where a memtrace attach of this user may listen.
 std::vector<std::string> rendezvous_folders() {
   std::vector<std::string> out;
-  if (std::string runtime = runtime_folder(false); !runtime.empty()) out.push_back(runtime);
-  std::error_code ec;
+  for (const std::string& root : runtime_roots())
+    if (private_folder(root + "/memtrace-attached")) out.push_back(root + "/memtrace-attached");
   const std::string prefix = temp_folder_prefix();
-  for (const auto& entry : fs::directory_iterator(temp_root(), ec))
-    if (entry.path().filename().string().rfind(prefix, 0) == 0 && private_folder(entry.path().string()))
-      out.push_back(entry.path().string());
+  for (const std::string& tmp : {temp_root(), std::string("/tmp")}) {
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(tmp, ec))
+      if (entry.path().filename().string().rfind(prefix, 0) == 0 && private_folder(entry.path().string()) &&
+          std::find(out.begin(), out.end(), entry.path().string()) == out.end())
+        out.push_back(entry.path().string());
+  }
   return out;
 }
 
@@ -337,10 +353,10 @@ struct Collector {
 // root's still, entered but never listed or changed by anyone else (0711). Nothing there can be
 // swapped for a link, and no other user reaches the socket.
 void let_connect(const std::string& socket, int pid) {
-  struct stat target;
-  if (::geteuid() != 0 || ::stat(("/proc/" + std::to_string(pid)).c_str(), &target) != 0 || target.st_uid == 0) return;
+  const std::optional<ProcessIds> target = process_ids(pid);
+  if (::geteuid() != 0 || !target || target->uid == 0) return;
   ::chmod(fs::path(socket).parent_path().c_str(), 0711);
-  ::fchownat(AT_FDCWD, socket.c_str(), target.st_uid, target.st_gid, AT_SYMLINK_NOFOLLOW);
+  ::fchownat(AT_FDCWD, socket.c_str(), target->uid, target->gid, AT_SYMLINK_NOFOLLOW);
   ::chmod(socket.c_str(), 0600);
 }
 
@@ -400,6 +416,8 @@ std::string inject(int pid, const std::vector<attach::MappedModule>& modules, co
   uint64_t answer = 0;
   if (!thread->call(*start, {thread->push_string(settings)}, answer, why)) return "starting memtrace failed: " + why;
   if (static_cast<int>(answer) == 1) return "another memtrace attach is joining it right now";
+  if (static_cast<int>(answer) == 3)
+    return "it runs set-user-ID or set-group-ID (AT_SECURE), and memtrace records no such program";
   if (static_cast<int>(answer) != 0) return "memtrace's thread could not be started in it";
   return {};
 }
@@ -446,12 +464,18 @@ int attach_command(const AttachOptions& o, std::string* snapshot_path) {
     if (made_folder) ::rmdir(folder.c_str());
     return kFailed;
   }
+  struct stat listening {};
+  ::lstat(detach_path.c_str(), &listening);
   std::string report_folder = temp_root() + "/memtrace-attach-XXXXXX";
   int report_listener = -1;
   if (::mkdtemp(report_folder.data())) report_listener = listen_at(report_folder + "/report", why);
   auto cleanup = [&] {
     ::close(detach_listener);
-    ::unlink(detach_path.c_str());
+    // Only our own socket: another attach of this user (to the same process, refused by its
+    // injector) may have put its own there since.
+    struct stat now {};
+    if (::lstat(detach_path.c_str(), &now) == 0 && now.st_ino == listening.st_ino && now.st_dev == listening.st_dev)
+      ::unlink(detach_path.c_str());
     if (made_folder) ::rmdir(folder.c_str());
     if (report_listener >= 0) ::close(report_listener);
     ::unlink((report_folder + "/report").c_str());

@@ -20,64 +20,11 @@ using nlohmann::json;
 
 namespace {
 
+using e2e::Background;
+using e2e::read_file;
+using e2e::wait_for_text;
+
 const std::string kStandIn = MEMTRACE_SIM_DIR "/torch/site-packages";
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-// Waits until FILE holds TEXT, or PID (when given) ended first; false then. The two minutes are
-// only there so that a broken build fails instead of hanging.
-bool wait_for_text(const std::string& file, const std::string& text, pid_t pid = 0) {
-  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
-       std::chrono::steady_clock::now() < deadline;) {
-    if (read_file(file).find(text) != std::string::npos) return true;
-    if (pid > 0 && ::waitpid(pid, nullptr, WNOHANG) == pid) return read_file(file).find(text) != std::string::npos;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return false;
-}
-
-// A program started in the background, its stdout and stderr in files of DIR.
-struct Background {
-  pid_t pid = -1;
-  std::string out, err;
-
-  Background(const std::string& dir, const std::string& name, const std::vector<std::string>& argv,
-             const std::vector<std::string>& env = {}) {
-    out = dir + "/" + name + ".out";
-    err = dir + "/" + name + ".err";
-    pid = ::fork();
-    if (pid == 0) {
-      if (!freopen(out.c_str(), "w", stdout) || !freopen(err.c_str(), "w", stderr)) _exit(126);
-      for (const std::string& e : env) ::putenv(const_cast<char*>(e.c_str()));
-      std::vector<char*> args;
-      for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-      args.push_back(nullptr);
-      ::execv(args[0], args.data());
-      _exit(127);
-    }
-  }
-  // A test that stopped early (a failed assertion) leaves no job running behind it.
-  ~Background() {
-    if (pid > 0 && ::waitpid(pid, nullptr, WNOHANG) == 0) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-    }
-  }
-  // Its exit code, or 128+signal.
-  int wait() {
-    int status = 0;
-    if (::waitpid(pid, &status, 0) != pid) return -1;
-    pid = -1;  // waited for: nothing for the destructor to do
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-  std::string output() const { return read_file(out); }
-  std::string errors() const { return read_file(err); }
-};
 
 // A job's output with its pid taken out: what must be the same attached or not.
 std::string without_pid(std::string text) { return std::regex_replace(text, std::regex("pid \\d+"), "pid P"); }

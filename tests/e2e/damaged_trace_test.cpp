@@ -10,6 +10,7 @@
 #include <fstream>
 #include <random>
 
+#include "../unit/crafted_chunk.h"
 #include "harness.h"
 #include "memtrace/format/framing.h"
 #include "memtrace/format/trace_reader.h"
@@ -148,15 +149,7 @@ TEST(CraftedTrace, OutOfMemoryIsOneLineAndExitTwo) {
       s->set_id(stacks++);
       s->mutable_frame_ids()->Resize(framing::kMaxStackFrames, 1);
     }
-    const std::string body = chunk.SerializeAsString();
-    std::string packed(ZSTD_compressBound(body.size()), '\0');
-    packed.resize(ZSTD_compress(packed.data(), packed.size(), body.data(), body.size(), 3));
-    unsigned char head[framing::kChunkHeaderBytes] = {};
-    framing::put_u32(head, static_cast<uint32_t>(packed.size()));
-    head[4] = framing::kCodecZstd;
-    framing::put_u32(head + 8, framing::crc32c(packed.data(), packed.size()));
-    out.write(reinterpret_cast<const char*>(head), sizeof head);
-    out.write(packed.data(), static_cast<std::streamsize>(packed.size()));
+    memtrace::testing::append_crafted_chunk(out, chunk);
   }
   out.close();
   e2e::Result r =

@@ -1,14 +1,17 @@
 #include "harness.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
+#include <thread>
 
 #include "memtrace/format/api.h"
 
@@ -60,6 +63,48 @@ std::string slurp(const std::string& path) {
   return s.str();
 }
 }  // namespace
+
+std::string read_file(const std::string& path) { return slurp(path); }
+
+bool wait_for_text(const std::string& file, const std::string& text, int pid) {
+  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
+       std::chrono::steady_clock::now() < deadline;) {
+    if (slurp(file).find(text) != std::string::npos) return true;
+    if (pid > 0 && ::waitpid(pid, nullptr, WNOHANG) == pid) return slurp(file).find(text) != std::string::npos;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+Background::Background(const std::string& dir, const std::string& name, const std::vector<std::string>& argv,
+                       const std::vector<std::string>& env) {
+  out = dir + "/" + name + ".out";
+  err = dir + "/" + name + ".err";
+  pid = ::fork();
+  if (pid == 0) {
+    if (!freopen(out.c_str(), "w", stdout) || !freopen(err.c_str(), "w", stderr)) _exit(126);
+    for (const std::string& e : env) ::putenv(const_cast<char*>(e.c_str()));
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    _exit(127);
+  }
+}
+
+Background::~Background() {
+  if (pid > 0 && ::waitpid(pid, nullptr, WNOHANG) == 0) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+  }
+}
+
+int Background::wait() {
+  int status = 0;
+  if (::waitpid(pid, &status, 0) != pid) return -1;
+  pid = -1;  // waited for: nothing for the destructor to do
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
 
 Result run(const std::vector<std::string>& argv, const std::vector<std::string>& env) {
   std::string base = fs::temp_directory_path() / ("memtrace-e2e-out-" + std::to_string(::getpid()));

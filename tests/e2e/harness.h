@@ -76,6 +76,29 @@ nlohmann::json report_json(const std::string& path);
 // What a memtrace command printed with --json in ARGV; fails the test unless it exits 0 with JSON.
 nlohmann::json command_json(const std::vector<std::string>& argv);
 
+// The text of the file at PATH (empty when there is none).
+std::string read_file(const std::string& path);
+// Waits until FILE holds TEXT, or PID (when given) ended first; false then. The two minutes are
+// only there so that a broken build fails instead of hanging.
+bool wait_for_text(const std::string& file, const std::string& text, int pid = 0);
+
+// A program started in the background (ARGV, with the extra environment ENV), its stdout and
+// stderr in DIR/NAME.out and DIR/NAME.err. A test that stopped early (a failed assertion) leaves
+// no program running behind it.
+struct Background {
+  int pid = -1;
+  std::string out, err;
+  Background(const std::string& dir, const std::string& name, const std::vector<std::string>& argv,
+             const std::vector<std::string>& env = {});
+  ~Background();
+  Background(const Background&) = delete;
+  Background& operator=(const Background&) = delete;
+  // Its exit code, or 128+signal.
+  int wait();
+  std::string output() const { return read_file(out); }
+  std::string errors() const { return read_file(err); }
+};
+
 // A fresh folder under the test's temporary directory.
 std::string temp_dir(const std::string& name);
 

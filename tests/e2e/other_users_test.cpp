@@ -22,6 +22,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using e2e::Background;
+using e2e::read_file;
+using e2e::wait_for_text;
+
 constexpr uid_t kNobody = 65534;
 
 bool can_be_two_users() { return ::geteuid() == 0 && ::access("/usr/bin/setpriv", X_OK) == 0; }
@@ -46,56 +50,6 @@ struct stat stat_of(const std::string& path) {
   ::lstat(path.c_str(), &st);
   return st;
 }
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-bool wait_for_text(const std::string& file, const std::string& text, pid_t pid) {
-  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
-       std::chrono::steady_clock::now() < deadline;) {
-    if (read_file(file).find(text) != std::string::npos) return true;
-    if (::waitpid(pid, nullptr, WNOHANG) == pid) return read_file(file).find(text) != std::string::npos;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return false;
-}
-
-// A program in the background, its output in files of DIR.
-struct Background {
-  pid_t pid = -1;
-  std::string out, err;
-  Background(const std::string& dir, const std::string& name, const std::vector<std::string>& argv,
-             const std::vector<std::string>& env = {}) {
-    out = dir + "/" + name + ".out";
-    err = dir + "/" + name + ".err";
-    pid = ::fork();
-    if (pid == 0) {
-      if (!freopen(out.c_str(), "w", stdout) || !freopen(err.c_str(), "w", stderr)) _exit(126);
-      for (const std::string& e : env) ::putenv(const_cast<char*>(e.c_str()));
-      std::vector<char*> args;
-      for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-      args.push_back(nullptr);
-      ::execv(args[0], args.data());
-      _exit(127);
-    }
-  }
-  ~Background() {
-    if (pid > 0 && ::waitpid(pid, nullptr, WNOHANG) == 0) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-    }
-  }
-  int wait() {
-    int status = 0;
-    if (::waitpid(pid, &status, 0) != pid) return -1;
-    pid = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-};
 
 std::vector<std::string> sim_env(std::vector<std::string> env = {}) {
   env.push_back("LD_LIBRARY_PATH=" MEMTRACE_SIM_DIR);
@@ -215,7 +169,8 @@ TEST(AnotherUser, AnOutputFolderAnotherUserOwnsOrMayWriteInIsRefused) {
   EXPECT_NE(open.status, 0);
   EXPECT_NE(open.err.find("may be written by anyone"), std::string::npos) << open.err;
 
-  fs::create_directory(dir + "/team");
+  fs::create_directory(dir + "/team");  // a group others are in (a user's private group is the user's own)
+  ASSERT_EQ(::chown((dir + "/team").c_str(), 0, kNobody), 0);
   ::chmod((dir + "/team").c_str(), 0770);
   e2e::Result team = run_into(dir + "/team");
   EXPECT_NE(team.status, 0);
@@ -232,10 +187,11 @@ TEST(AnotherUser, AnOutputFolderAnotherUserOwnsOrMayWriteInIsRefused) {
 // never through a link planted at its name, with the trace's mode.
 TEST(AnotherUser, PyTorchsHistoryIsWrittenNewWithTheTracesMode) {
   const std::string dir = e2e::temp_dir("history");
-  for (mode_t folder_mode : {0700, 0750}) {
-    const std::string out = dir + "/out" + std::to_string(folder_mode);
+  // The traces' mode, as memtrace run says it (none: 0600).
+  for (const auto& [given, expected] : {std::pair<std::string, std::string>{"", "0o100600"}, {"640", "0o100640"}}) {
+    const std::string out = dir + "/out" + given;
     fs::create_directory(out);
-    ::chmod(out.c_str(), folder_mode);
+    ::chmod(out.c_str(), 0755);
     std::ofstream(dir + "/victim") << "untouched\n";
     const std::string script = R"(
 import os, sys, types
@@ -250,10 +206,10 @@ name = os.path.join(sys.argv[2], f"{os.getpid()}.torch-history-1.pickle")
 print(oct(os.lstat(name).st_mode), os.path.islink(name), sorted(os.listdir(sys.argv[2])) == [os.path.basename(name)])
 )";
     e2e::Result r =
-        e2e::run({MEMTRACE_PYTHON, "-c", script, MEMTRACE_SOURCE_DIR "/injector/python", out, dir + "/victim"});
+        e2e::run({MEMTRACE_PYTHON, "-c", script, MEMTRACE_SOURCE_DIR "/injector/python", out, dir + "/victim"},
+                 {given.empty() ? "MEMTRACE_FILE_MODE_UNSET=1" : "MEMTRACE_FILE_MODE=" + given});
     ASSERT_EQ(r.status, 0) << r.err;
-    const std::string mode = folder_mode == 0700 ? "0o100600" : "0o100640";
-    EXPECT_EQ(r.out, mode + " False True\n") << "a regular file of the trace's mode, nothing else left";
+    EXPECT_EQ(r.out, expected + " False True\n") << "a regular file of the trace's mode, nothing else left";
     EXPECT_EQ(read_file(dir + "/victim"), "untouched\n");
   }
 }
@@ -316,7 +272,7 @@ TEST(AnotherUser, AReportFileNeverWritesThroughALinkToAnotherUsersPipe) {
   // The HTML page's folder of process pages, made first by the other user: not written into.
   ASSERT_EQ(sh_as_nobody("mkdir -m 777 " + tmp + "/page-processes").status, 0);
   e2e::Result page = e2e::run({e2e::kMemtrace, "html", "-o", tmp + "/page.html", traces});
-  EXPECT_NE(page.err.find(tmp + "/page-processes is another user's folder"), std::string::npos) << page.err;
+  EXPECT_NE(page.err.find(tmp + "/page-processes belongs to another user (uid 65534)"), std::string::npos) << page.err;
   EXPECT_TRUE(fs::is_empty(tmp + "/page-processes"));
 
   // The other user's pipe named itself: refused.

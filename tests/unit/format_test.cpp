@@ -8,6 +8,7 @@
 #include <fstream>
 #include <random>
 
+#include "crafted_chunk.h"
 #include "memtrace/format/framing.h"
 #include "memtrace/format/trace_reader.h"
 #include "memtrace/format/trace_writer.h"
@@ -408,19 +409,10 @@ TEST(Format, AFreeOfNoLiveAllocationIsRefused) {
   }
 }
 
-// Appends CHUNK to the trace at PATH, compressed (a crafted file packs its chunks as tightly as
-// zstd can).
+// Appends CHUNK to the trace at PATH, compressed.
 void append_chunk(const std::string& path, const pb::Chunk& chunk) {
-  const std::string body = chunk.SerializeAsString();
-  std::string packed(ZSTD_compressBound(body.size()), '\0');
-  packed.resize(ZSTD_compress(packed.data(), packed.size(), body.data(), body.size(), 3));
-  unsigned char head[framing::kChunkHeaderBytes] = {};
-  framing::put_u32(head, static_cast<uint32_t>(packed.size()));
-  head[4] = framing::kCodecZstd;
-  framing::put_u32(head + 8, framing::crc32c(packed.data(), packed.size()));
   std::ofstream out(path, std::ios::binary | std::ios::app);
-  out.write(reinterpret_cast<const char*>(head), sizeof head);
-  out.write(packed.data(), static_cast<std::streamsize>(packed.size()));
+  memtrace::testing::append_crafted_chunk(out, chunk);
 }
 
 // Reads the trace at PATH to its end; its problem.

@@ -20,6 +20,10 @@ DEFAULT_MAX_ENTRIES = 1_000_000
 class History:
     def __init__(self, torch, folder, max_entries):
         self.torch, self.folder = torch, folder
+        try:
+            self.mode = int(os.environ.get("MEMTRACE_FILE_MODE", "600"), 8) & 0o666
+        except ValueError:
+            self.mode = 0o600
         self.collections = 0
         self.last = {}  # device -> the last entry written
         torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="python",
@@ -46,17 +50,20 @@ class History:
                 "memtrace_when": when,
                 "memtrace_ring_wrapped": lost}
         name = f"{os.getpid()}.torch-history-{self.collections}.pickle"
-        # Made new (O_EXCL, no link followed, 0600 meanwhile), given the trace's mode (the folder's
-        # less execute: memtrace makes both from one umask), then renamed into place.
+        # Made new (O_EXCL, no link followed, 0600 meanwhile), given the traces' mode (memtrace
+        # says it; 0600 when it does not), then renamed into place.
         part = os.path.join(self.folder, f"{name}.{os.urandom(6).hex()}.part")
         fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
-            os.fchmod(fd, os.stat(self.folder).st_mode & 0o666)
             with os.fdopen(fd, "wb") as f:
+                os.fchmod(f.fileno(), self.mode)
                 pickle.dump(data, f, protocol=4)
             os.rename(part, os.path.join(self.folder, name))
         except BaseException:
-            os.unlink(part)
+            try:
+                os.unlink(part)
+            except OSError:
+                pass
             raise
 
 

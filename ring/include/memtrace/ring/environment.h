@@ -23,6 +23,8 @@ inline constexpr const char* kFrameWalk = "MEMTRACE_FRAME_WALK";
 // The run's output folder: where the Python shim writes what PyTorch's own recorder kept, for the
 // collector to merge into the process's trace (analysis/torch_history.cpp).
 inline constexpr const char* kOutputDir = "MEMTRACE_OUTPUT_DIR";
+// The traces' mode, in octal ("600"): the Python shim's files there have it (0600 when not given).
+inline constexpr const char* kFileMode = "MEMTRACE_FILE_MODE";
 // Read by memtrace run itself: a library to preload before the injector (a sanitizer's runtime),
 // and where its injector, simulated device and Python shim are (default: ../lib beside it).
 inline constexpr const char* kPreloadFirst = "MEMTRACE_PRELOAD_FIRST";
