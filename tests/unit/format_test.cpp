@@ -472,9 +472,10 @@ TEST(Format, AStackDeeperThanReadersTakeIsCutWhenWritten) {
   writer->write_header(pb::TraceHeader());
   std::vector<uint64_t> frames;
   for (int i = 0; i < 5000; ++i) {
+    const std::string name = "f" + std::to_string(i);  // outlives the view the writer reads
     FrameInfo info;
     info.address = 0x1000 + i;
-    info.function = "f" + std::to_string(i);
+    info.function = name;
     frames.push_back(writer->intern_frame(info));
   }
   const uint64_t stack = writer->intern_stack(frames);
