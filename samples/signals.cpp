@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <thread>
 #include <vector>
 
@@ -32,6 +33,10 @@ int main(int argc, char** argv) {
     account.call("cudaMalloc", true);
     account.live(0, 1 << 20);
     held.push_back(p);
+    if (held.size() == 1 && !g_stop) {  // a test interrupts it once it can
+      std::fputs("signals: running\n", stderr);
+      std::fflush(stderr);
+    }
     if (held.size() > 16) {
       SAMPLE_CHECK(cudaFree(held.front()));
       account.call("cudaFree", true);

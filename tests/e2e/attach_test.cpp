@@ -36,9 +36,7 @@ std::vector<std::string> long_running(const std::string& stop) {
 // first, which the instrumented injector attach loads needs.
 std::vector<std::string> job_env(std::vector<std::string> env = {}) {
   env.push_back("LD_LIBRARY_PATH=" MEMTRACE_SIM_DIR);
-  if (const char* first = std::getenv("MEMTRACE_PRELOAD_FIRST"); first && *first)
-    env.push_back(std::string("LD_PRELOAD=") + first);
-  return env;
+  return e2e::with_sanitizer_runtime(env);
 }
 const std::vector<std::string> kSimEnv = job_env();
 

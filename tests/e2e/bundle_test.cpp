@@ -15,7 +15,14 @@ namespace fs = std::filesystem;
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
-TEST(Bundle, RunsFromACopyInAnotherFolder) {
+class Bundle : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (e2e::kSanitized) GTEST_SKIP() << e2e::kNotShippedWhenSanitized;
+  }
+};
+
+TEST_F(Bundle, RunsFromACopyInAnotherFolder) {
   const std::string dir = e2e::temp_dir("bundle");
   e2e::Result made =
       e2e::run({MEMTRACE_SOURCE_DIR "/scripts/bundle", "--from", MEMTRACE_BUILD_DIR, dir + "/made/memtrace"});
@@ -65,7 +72,7 @@ TEST(Bundle, RunsFromACopyInAnotherFolder) {
 // exception the program's C++ runtime throws and memtrace catches is unwound by one unwinder, whose
 // context memtrace's copy of the personality routine then reads right. A private copy of the
 // unwinder aborted the program there.
-TEST(Bundle, TheInjectorSharesTheProgramsUnwinder) {
+TEST_F(Bundle, TheInjectorSharesTheProgramsUnwinder) {
   e2e::Result needed = e2e::run({"/usr/bin/readelf", "-d", MEMTRACE_INJECTOR});
   ASSERT_EQ(needed.status, 0) << needed.err;
   EXPECT_TRUE(contains(needed.out, "[libgcc_s.so.1]")) << needed.out;
@@ -76,7 +83,7 @@ TEST(Bundle, TheInjectorSharesTheProgramsUnwinder) {
 
 // PyTorch refusing the tracker (the cudaMallocAsync backend's attach throws; a native allocator's
 // that throws) leaves the program as it is without memtrace, from the bundle GPU machines get.
-TEST(Bundle, APyTorchThatRefusesTheTrackerRunsAsWithoutMemtrace) {
+TEST_F(Bundle, APyTorchThatRefusesTheTrackerRunsAsWithoutMemtrace) {
   const std::string dir = e2e::temp_dir("bundle-refusal");
   e2e::Result made = e2e::run({MEMTRACE_SOURCE_DIR "/scripts/bundle", "--from", MEMTRACE_BUILD_DIR, dir + "/memtrace"});
   ASSERT_EQ(made.status, 0) << made.out << made.err;

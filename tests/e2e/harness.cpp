@@ -106,6 +106,12 @@ int Background::wait() {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+std::vector<std::string> with_sanitizer_runtime(std::vector<std::string> env) {
+  if (const char* first = std::getenv("MEMTRACE_PRELOAD_FIRST"); first && *first)
+    env.push_back(std::string("LD_PRELOAD=") + first);
+  return env;
+}
+
 Result run(const std::vector<std::string>& argv, const std::vector<std::string>& env) {
   std::string base = fs::temp_directory_path() / ("memtrace-e2e-out-" + std::to_string(::getpid()));
   std::string out_path = base + ".out", err_path = base + ".err";

@@ -16,6 +16,21 @@ struct Result {
   std::string err;
 };
 
+// Built with a sanitizer (scripts/sanitize): the tests, memtrace and the injector are instrumented.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+// ENV, and under scripts/sanitize the sanitizer's runtime preloaded ("LD_PRELOAD=..."), which a
+// program that loads the instrumented injector itself (memtrace.record, attach) needs first.
+std::vector<std::string> with_sanitizer_runtime(std::vector<std::string> env = {});
+// Why the bundle and the wheel are not tested in a sanitizer's build: what ships is made from a
+// normal build, and an instrumented one's binaries need their runtime loaded first in every
+// program they enter (attach, memtrace.record, the pytest plugin), which only tests can arrange.
+constexpr const char* kNotShippedWhenSanitized =
+    "the bundle and the wheel are made from a normal build (its tests run them): this build is instrumented";
+
 // Runs ARGV with the extra environment ENV ("NAME=value"), capturing its output.
 Result run(const std::vector<std::string>& argv, const std::vector<std::string>& env = {});
 

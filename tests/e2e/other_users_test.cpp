@@ -54,9 +54,7 @@ struct stat stat_of(const std::string& path) {
 
 std::vector<std::string> sim_env(std::vector<std::string> env = {}) {
   env.push_back("LD_LIBRARY_PATH=" MEMTRACE_SIM_DIR);
-  if (const char* first = std::getenv("MEMTRACE_PRELOAD_FIRST"); first && *first)
-    env.push_back(std::string("LD_PRELOAD=") + first);
-  return env;
+  return e2e::with_sanitizer_runtime(env);
 }
 
 // The entries of DIR whose names begin with PREFIX.
@@ -229,7 +227,7 @@ print(oct(os.lstat(name).st_mode), os.path.islink(name), sorted(os.listdir(sys.a
 TEST(AnotherUser, ASummaryHasItsTracesMode) {
   NEEDS_TWO_USERS();
   const std::string dir = e2e::temp_dir("summaries");
-  for (const std::string& umask : {"077", "022"}) {
+  for (const std::string umask : {"077", "022"}) {
     const std::string run = dir + "/" + umask;
     fs::create_directory(run);
     std::string traces = recorded_run(run, {"--umask", umask});

@@ -19,9 +19,10 @@ e2e::Result pytest(const std::string& dir, std::vector<std::string> args) {
       "/usr/bin/python3", "-m",        "pytest", "-p", "memtrace.pytest_plugin", "-q", "-p",
       "no:cacheprovider", "--rootdir", kProject};
   argv.insert(argv.end(), args.begin(), args.end());
-  return e2e::run(argv, {"PYTHONPATH=" MEMTRACE_BUILD_DIR "/lib/python:" MEMTRACE_PYTHON_SAMPLES ":" MEMTRACE_SIM_DIR
-                         "/torch/site-packages",
-                         "LD_LIBRARY_PATH=" MEMTRACE_SIM_DIR, "MEMTRACE_TEST_OUT=" + dir});
+  return e2e::run(argv,
+                  e2e::with_sanitizer_runtime({"PYTHONPATH=" MEMTRACE_BUILD_DIR "/lib/python:" MEMTRACE_PYTHON_SAMPLES
+                                               ":" MEMTRACE_SIM_DIR "/torch/site-packages",
+                                               "LD_LIBRARY_PATH=" MEMTRACE_SIM_DIR, "MEMTRACE_TEST_OUT=" + dir}));
 }
 
 TEST(PytestPlugin, MarkersFailAndPassWhereTheyShould) {

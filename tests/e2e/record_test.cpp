@@ -32,7 +32,8 @@ class Record : public ::testing::TestWithParam<e2e::Python> {};
 
 TEST_P(Record, OnlyTheBlockIsRecordedWithItsPythonFrames) {
   const std::string dir = e2e::temp_dir("record"), out = dir + "/out";
-  e2e::Result r = e2e::run({GetParam().path, kSample, out, "--twice"}, {kPackage, kSimulated});
+  e2e::Result r =
+      e2e::run({GetParam().path, kSample, out, "--twice"}, e2e::with_sanitizer_runtime({kPackage, kSimulated}));
   ASSERT_EQ(r.status, 0) << r.out << r.err;
   auto accounts = e2e::sample_accounts(r.out);
   ASSERT_EQ(accounts.size(), 1u) << r.out;
@@ -76,7 +77,8 @@ GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Record);
 // Killed inside the block: the collector, a process of its own, still finishes the trace.
 TEST(RecordInProcess, AProgramKilledWhileRecordingLeavesACompleteTrace) {
   const std::string dir = e2e::temp_dir("record-killed"), out = dir + "/out";
-  e2e::Result r = e2e::run({MEMTRACE_PYTHON, kSample, out, "--die-inside"}, {kPackage, kSimulated});
+  e2e::Result r =
+      e2e::run({MEMTRACE_PYTHON, kSample, out, "--die-inside"}, e2e::with_sanitizer_runtime({kPackage, kSimulated}));
   EXPECT_EQ(r.status, 128 + 9) << r.out << r.err;
   ASSERT_TRUE(contains(r.out, "dying")) << r.out;
   // The collector finishes once it has seen the process go: wait for the trace's footer.
@@ -122,7 +124,7 @@ TEST(RecordInProcess, WithoutCuptiItSaysWhyAndLeavesNothing) {
                                 "except memtrace.MemtraceError as e:\n"
                                 "    print('refused:', e)\n"
                                 "print('went on')\n"},
-                           {kPackage, "MEMTRACE_CUPTI_LIBRARY=/nonexistent/libcupti.so"});
+                           e2e::with_sanitizer_runtime({kPackage, "MEMTRACE_CUPTI_LIBRARY=/nonexistent/libcupti.so"}));
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_TRUE(contains(r.out, "refused: memtrace cannot record this process: CUPTI")) << r.out;
   EXPECT_TRUE(contains(r.out, "went on")) << r.out;
@@ -132,9 +134,10 @@ TEST(RecordInProcess, WithoutCuptiItSaysWhyAndLeavesNothing) {
 // tensors, its steps and a leak among them are seen as under `memtrace run`.
 TEST(RecordInProcess, PyTorchsTensorsAndStepsInsideTheBlock) {
   const std::string dir = e2e::temp_dir("record-torch"), out = dir + "/out";
-  e2e::Result r =
-      e2e::run({MEMTRACE_PYTHON, MEMTRACE_PYTHON_SAMPLES "/torch_record.py", out},
-               {"PYTHONPATH=" MEMTRACE_BUILD_DIR "/lib/python:" MEMTRACE_SIM_DIR "/torch/site-packages", kSimulated});
+  e2e::Result r = e2e::run(
+      {MEMTRACE_PYTHON, MEMTRACE_PYTHON_SAMPLES "/torch_record.py", out},
+      e2e::with_sanitizer_runtime(
+          {"PYTHONPATH=" MEMTRACE_BUILD_DIR "/lib/python:" MEMTRACE_SIM_DIR "/torch/site-packages", kSimulated}));
   ASSERT_EQ(r.status, 0) << r.out << r.err;
   json p = report(out);
   EXPECT_GT(p["events"]["torch.alloc"]["calls"].get<uint64_t>(), 0u) << p["events"].dump();
@@ -158,7 +161,8 @@ TEST(RecordInProcess, PyTorchsTensorsAndStepsInsideTheBlock) {
 // parent's recording goes on to the end of the block.
 TEST(RecordInProcess, AChildForkedInsideTheBlockLeavesTheRecordingAlone) {
   const std::string dir = e2e::temp_dir("record-fork"), out = dir + "/out";
-  e2e::Result r = e2e::run({MEMTRACE_PYTHON, kSample, out, "--fork-inside"}, {kPackage, kSimulated});
+  e2e::Result r =
+      e2e::run({MEMTRACE_PYTHON, kSample, out, "--fork-inside"}, e2e::with_sanitizer_runtime({kPackage, kSimulated}));
   ASSERT_EQ(r.status, 0) << r.out << r.err;
   auto accounts = e2e::sample_accounts(r.out);
   ASSERT_EQ(accounts.size(), 1u) << r.out;
@@ -181,7 +185,7 @@ TEST(RecordInProcess, ALateAnswerIsNotTakenForTheNextOne) {
                                 "kept = cuda.malloc(3 << 20)\n"
                                 "print('kept', memtrace.end_window()['reserved']['kept_bytes'])\n"
                                 "memtrace.stop()\n"},
-                           {kPackage, kSimulated});
+                           e2e::with_sanitizer_runtime({kPackage, kSimulated}));
   ASSERT_EQ(r.status, 0) << r.out << r.err;
   EXPECT_TRUE(contains(r.out, "kept 3145728")) << r.out;
 }

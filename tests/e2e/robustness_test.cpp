@@ -131,11 +131,12 @@ TEST(Run, SignalSentToMemtraceReachesTheProgram) {
   if (pid == 0) {
     std::string out = dir + "/log";
     if (!freopen(out.c_str(), "w", stderr)) _exit(126);
-    ::execl(e2e::kMemtrace.c_str(), e2e::kMemtrace.c_str(), "run", "-o", (dir + "/out").c_str(), "--", "/bin/sleep",
-            "30", static_cast<char*>(nullptr));
+    ::execl(e2e::kMemtrace.c_str(), e2e::kMemtrace.c_str(), "run", "-o", (dir + "/out").c_str(), "--", "/bin/sh", "-c",
+            "echo started >&2; exec sleep 30", static_cast<char*>(nullptr));
     _exit(127);
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // memtrace sets its handlers before it starts the program: the program's line says they are set.
+  ASSERT_TRUE(e2e::wait_for_text(dir + "/log", "started")) << e2e::read_file(dir + "/log");
   ::kill(pid, SIGTERM);
   int status = 0;
   ::waitpid(pid, &status, 0);
@@ -241,6 +242,28 @@ int wait_status(pid_t pid) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+// The traced program's pid, once it has made its first CUDA call: the simulated device's ledger,
+// made then, is named after it. Waits as long as that takes (a sanitizer's build starts slowly).
+pid_t wait_for_program(const std::string& dir) {
+  for (;;) {
+    for (const auto& e : fs::directory_iterator(dir))
+      if (const std::string name = e.path().filename().string(); name.rfind("ledger-", 0) == 0)
+        return std::stoi(name.substr(7));
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+// Waits until PID has ended (gone, or a zombie nobody reaped yet), as long as that takes.
+void wait_until_ended(pid_t pid) {
+  const std::string stat = "/proc/" + std::to_string(pid) + "/stat";
+  for (;;) {
+    const std::string text = e2e::read_file(stat);
+    const size_t paren = text.rfind(')');
+    if (paren == std::string::npos || text.compare(paren, 4, ") Z ") == 0) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
 uint64_t ledger_calls(const std::string& dir) {
   uint64_t calls = 0;
   for (const auto& [pid, ledger] : e2e::read_ledgers(dir))
@@ -251,10 +274,13 @@ uint64_t ledger_calls(const std::string& dir) {
 TEST(Collector, StalledPastTheBoundTheProgramRunsOnAndLossesAreCounted) {
   std::string dir = e2e::temp_dir("stalled");
   pid_t memtrace = start_threads(dir, {"--max-stall", "0.3s"}, "60000");
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  wait_for_program(dir);
+  // Stopped from the program's first call to its end: its ring (512 slots) fills, it waits 0.3 s,
+  // then runs on, counting what it cannot publish.
   ::kill(memtrace, SIGSTOP);
-  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  const bool ended = e2e::wait_for_text(dir + "/out", "memtrace-sample:");
   ::kill(memtrace, SIGCONT);
+  ASSERT_TRUE(ended) << e2e::read_file(dir + "/err");
   ASSERT_EQ(wait_status(memtrace), 0);
   json p = e2e::report_json(dir + "/traces")["processes"][0];
   uint64_t dropped = p["dropped_events"], recorded = p["events_total"];
@@ -267,7 +293,7 @@ TEST(Collector, StalledPastTheBoundTheProgramRunsOnAndLossesAreCounted) {
 TEST(Collector, ResumedWithinTheBoundNothingIsLost) {
   std::string dir = e2e::temp_dir("resumed");
   pid_t memtrace = start_threads(dir, {"--max-stall", "20s"}, "30000");
-  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  wait_for_program(dir);
   ::kill(memtrace, SIGSTOP);
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   ::kill(memtrace, SIGCONT);
@@ -280,17 +306,13 @@ TEST(Collector, ResumedWithinTheBoundNothingIsLost) {
 TEST(Collector, KilledTheProgramRunsToItsEndUnharmed) {
   std::string dir = e2e::temp_dir("collectorkilled");
   pid_t memtrace = start_threads(dir, {}, "60000");
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const pid_t program = wait_for_program(dir);
   ::kill(memtrace, SIGKILL);
   wait_status(memtrace);
   // The program, now an orphan, finishes on its own (it does not wait --max-stall per event)
   // and prints its account as it would have without memtrace.
-  std::string out;
-  for (int i = 0; i < 300 && out.find("memtrace-sample:") == std::string::npos; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    std::ifstream in(dir + "/out");
-    out.assign(std::istreambuf_iterator<char>(in), {});
-  }
+  wait_until_ended(program);
+  const std::string out = e2e::read_file(dir + "/out");
   EXPECT_NE(out.find("\"cudaMalloc\":30000"), std::string::npos) << out;  // 2 threads × 60000 / 4
 }
 
@@ -309,7 +331,8 @@ TEST(Signals, InterruptReachesTheProgramItsHandlersRunAndTheTraceIsFinished) {
             e2e::sample_path("signals").c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  // The program says when its handlers are set and it holds memory.
+  ASSERT_TRUE(e2e::wait_for_text(dir + "/err", "signals: running")) << e2e::read_file(dir + "/err");
   ::kill(pid, SIGINT);  // as `kill -INT`; Ctrl-C signals the whole group and reaches the program itself
   int status = 0;
   ::waitpid(pid, &status, 0);
@@ -451,16 +474,8 @@ TEST(Endings, KilledAtRandomMomentsNothingTheDeviceCountedIsMissing) {
   for (int round = 0; round < 6; ++round) {
     std::string dir = e2e::temp_dir("random-" + std::to_string(round));
     pid_t memtrace = start_threads(dir, {}, "1000000");
-    std::this_thread::sleep_for(std::chrono::milliseconds(100 + rng() % 400));
-    pid_t program = 0;  // the ledger's name says the program's pid
-    for (int i = 0; i < 100 && !program; ++i) {
-      for (const auto& e : fs::directory_iterator(dir)) {
-        std::string name = e.path().filename().string();
-        if (name.rfind("ledger-", 0) == 0) program = std::stoi(name.substr(7));
-      }
-      if (!program) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    ASSERT_GT(program, 0);
+    const pid_t program = wait_for_program(dir);
+    std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 400));  // a random moment of its run
     ::kill(program, SIGKILL);
     ASSERT_EQ(wait_status(memtrace), 128 + SIGKILL);
     const e2e::Ledger ledger = e2e::read_ledgers(dir).begin()->second;
@@ -486,13 +501,7 @@ TEST(Endings, KilledAtRandomMomentsNothingTheDeviceCountedIsMissing) {
 // interrupted, and no call more.
 void kill_while_every_thread_waits(const std::string& dir, const std::string& threads, uint64_t& interrupted) {
   pid_t memtrace = start_threads(dir, {"--max-stall", "600s"}, "100000000", threads, {"--together", "1"});
-  std::string ledger_path;
-  while (ledger_path.empty()) {
-    for (const auto& e : fs::directory_iterator(dir))
-      if (e.path().filename().string().rfind("ledger-", 0) == 0) ledger_path = e.path().string();
-    if (ledger_path.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  const pid_t program = std::stoi(fs::path(ledger_path).filename().string().substr(7));
+  const pid_t program = wait_for_program(dir);
   ::kill(memtrace, SIGSTOP);
   // Waits until every thread waits for room in the ring: all of them started, and each seen once
   // sleeping in clock_nanosleep, as memtrace's producer does between looks for room (nothing else

@@ -19,6 +19,7 @@ bool contains(const std::string& text, const std::string& part) { return text.fi
 class Wheel : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
+    if (e2e::kSanitized) return;
     dir_ = new std::string(e2e::temp_dir("wheel"));
     e2e::Result made = e2e::run({MEMTRACE_SOURCE_DIR "/scripts/wheel", "--from", MEMTRACE_BUILD_DIR, *dir_ + "/dist"});
     made_ = new e2e::Result(made);
@@ -26,7 +27,10 @@ class Wheel : public ::testing::Test {
     if (std::regex_search(made.out, m, std::regex("wheel: (\\S+\\.whl) .*needs GLIBC_2\\.([0-9]+) or newer")))
       wheel_ = new std::string(m[1]), floor_ = std::stoi(m[2]);
   }
-  void SetUp() override { ASSERT_TRUE(wheel_) << made_->out << made_->err; }
+  void SetUp() override {
+    if (e2e::kSanitized) GTEST_SKIP() << e2e::kNotShippedWhenSanitized;
+    ASSERT_TRUE(wheel_) << made_->out << made_->err;
+  }
 
   // Runs SCRIPT with sh in FOLDER, with only VENV's bin, /usr/bin and /bin on PATH and nothing else
   // of this environment.
