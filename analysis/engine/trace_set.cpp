@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <locale>
 #include <mutex>
 #include <new>
 #include <stdexcept>
@@ -166,6 +167,24 @@ unsigned usable_cores() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
+namespace {
+
+// libstdc++ fills std::ctype<char>'s narrow() cache one character at a time, from whichever thread
+// asks (bits/locale_facets.h, GCC 12: ctype<char>::narrow(char, char)), and every std::regex
+// compiled narrows its pattern: workers compiling one each (the step pattern) write it at once
+// (ThreadSanitizer says so). The range narrow() fills the whole cache first (_M_narrow_init);
+// done before any worker starts, the workers only read it.
+void fill_narrow_cache() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const char from[1] = {'a'};
+    char to[1];
+    std::use_facet<std::ctype<char>>(std::locale()).narrow(from, from + 1, '?', to);
+  });
+}
+
+}  // namespace
+
 size_t for_each_on_cores(size_t count, unsigned jobs, const std::function<bool(size_t)>& work) {
   std::atomic<size_t> next{0};
   std::atomic<size_t> first_failed{count};  // nothing after one that failed is begun
@@ -191,6 +210,7 @@ size_t for_each_on_cores(size_t count, unsigned jobs, const std::function<bool(s
   };
   if (jobs == 0) jobs = usable_cores();
   jobs = static_cast<unsigned>(std::min<size_t>(jobs, count));
+  if (jobs > 1) fill_narrow_cache();
   std::vector<std::thread> workers;
   for (unsigned w = 1; w < jobs; ++w) workers.emplace_back(worker);
   worker();
