@@ -144,10 +144,14 @@ std::string to_text(const FragView& view) {
     }
     for (const FragView::FreeInHeaps& f : p.free_in_heaps) {  // the allocator's cache over time
       // While the program allocates: once it only frees (at its end, Python shutting down), free
-      // space asks nothing of anyone.
+      // space asks nothing of anyone. A point is a bucket's highest: one that ends after the last
+      // allocation may hold the frees after it, so only buckets that end by then count (those
+      // that begin by then, where none ends by then).
+      const uint64_t width = f.points.size() > 1 ? f.points[1][0] - f.points[0][0] : 0;
+      const bool whole = !f.points.empty() && f.points[0][0] + width <= p.last_alloc_ns;
       uint64_t most = 0, at = 0;
       for (const auto& point : f.points)
-        if (point[1] > most && point[0] <= p.last_alloc_ns) {
+        if (point[1] > most && point[0] + (whole ? width : 0) <= p.last_alloc_ns) {
           most = point[1];
           at = point[0];
         }
