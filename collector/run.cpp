@@ -151,7 +151,10 @@ bool make_output_dir(const RunOptions& options, std::string& dir, bool& created,
                false;
       return true;
     }
-    fs::path parent = fs::path(dir).parent_path();
+    // The folders above it, made as needed ("out/" names out itself: its parent is the current one).
+    fs::path folder(dir);
+    if (!folder.has_filename()) folder = folder.parent_path();
+    fs::path parent = folder.parent_path();
     if (!parent.empty()) fs::create_directories(parent, ec);
     if (::mkdir(dir.c_str(), dir_mode) != 0) {
       error = "cannot create output folder " + dir + ": " + std::strerror(errno);

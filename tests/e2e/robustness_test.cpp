@@ -108,6 +108,21 @@ TEST(Run, DefaultOutputFolderIsPrivate) {
   }
 }
 
+// `-o out/` (as people type it, and as memtrace.record("out/") passes it) is the new folder out,
+// private as memtrace makes it, its parents made as needed; not "out exists" (it did not).
+TEST(Run, AnOutputFolderNamedWithATrailingSlashIsMade) {
+  const std::string base = e2e::temp_dir("slash");
+  for (const std::string dir : {base + "/out/", base + "/a/b/out//"}) {
+    e2e::Result r =
+        e2e::run({e2e::kMemtrace, "run", "--sim", "-o", dir, "--", e2e::sample_path("leak"), "--iterations", "2"});
+    ASSERT_EQ(r.status, 0) << dir << ": " << r.err;
+    struct stat st {};
+    ASSERT_EQ(::stat(dir.c_str(), &st), 0) << dir;
+    EXPECT_EQ(st.st_mode & 0777, 0700u) << dir;
+    EXPECT_EQ(e2e::report_json(dir)["processes"].size(), 1u) << dir;
+  }
+}
+
 // The injector without a collector (no socket, or one nobody listens on) changes nothing.
 TEST(Injector, WithoutCollectorIsPassThrough) {
   const std::string sim = std::string("LD_LIBRARY_PATH=") + MEMTRACE_SIM_DIR;
