@@ -1,7 +1,6 @@
 #include "memtrace/importers/pickle.h"
 
 #include <algorithm>
-#include <bit>
 #include <charconv>
 #include <cstddef>
 #include <cstdlib>
@@ -18,6 +17,20 @@
 namespace memtrace::pickle {
 
 namespace {
+
+// A pickle's BINFLOAT holds a double's bits big-endian (memcpy, not std::bit_cast: the bundle's
+// build root has g++ 10).
+double double_from_big_endian(uint64_t n) {
+  n = __builtin_bswap64(n);
+  double d;
+  std::memcpy(&d, &n, sizeof d);
+  return d;
+}
+uint64_t big_endian_bits(double d) {
+  uint64_t n;
+  std::memcpy(&n, &d, sizeof n);
+  return __builtin_bswap64(n);
+}
 const std::vector<Ref> kNoItems;
 const std::vector<std::pair<Ref, Ref>> kNoEntries;
 
@@ -1089,7 +1102,7 @@ class Parser {
         case kBinFloat:
           if (!uint(8, n)) return false;
           v.kind = Kind::kFloat;
-          v.number = std::bit_cast<double>(__builtin_bswap64(n));  // stored big-endian
+          v.number = double_from_big_endian(n);
           return true;
         case kNone: return true;
         case kEmptyList: {          // a list of memo values (a stack's frames, shared by every entry that has it)
@@ -1401,7 +1414,7 @@ class Parser {
       }
       case kBinFloat: {
         if (!take_uint(8, n)) return false;
-        return push_float(std::bit_cast<double>(__builtin_bswap64(n)));  // stored big-endian
+        return push_float(double_from_big_endian(n));
       }
       case kShortBinUnicode: return take_uint(1, n) && take(n, b) && push_text(b, Kind::kString);
       case kBinUnicode: return take_uint(4, n) && take(n, b) && push_text(b, Kind::kString);
@@ -1646,7 +1659,7 @@ void Writer::integer(int64_t v) {
 void Writer::real(double v) {
   item();
   out_ += static_cast<char>(kBinFloat);
-  uint64_t u = __builtin_bswap64(std::bit_cast<uint64_t>(v));
+  uint64_t u = big_endian_bits(v);
   out_.append(reinterpret_cast<const char*>(&u), 8);
 }
 

@@ -13,4 +13,6 @@ foreach(name file IN ZIP_LISTS NAMES FILES)
 endforeach()
 string(APPEND content "}  // namespace memtrace::html_assets\n")
 file(WRITE "${OUT}.tmp" "${content}")
-file(COPY_FILE "${OUT}.tmp" "${OUT}" ONLY_IF_DIFFERENT)
+# copy_if_different, not file(COPY_FILE): CMake 3.18 (the bundle's build root) builds it too.
+execute_process(COMMAND "${CMAKE_COMMAND}" -E copy_if_different "${OUT}.tmp" "${OUT}")
+file(REMOVE "${OUT}.tmp")
