@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <vector>
 
 namespace memtrace::cli {
 
@@ -30,5 +31,8 @@ Command add_attach_command(CLI::App& app);
 Command add_detach_command(CLI::App& app);
 Command add_summarize_command(CLI::App& app);
 Command add_record_command(CLI::App& app);  // hidden: memtrace.record's collector
+
+// Groups the commands in `memtrace --help` and ends each command's help with an example.
+void add_help_guide(CLI::App& app, const std::vector<Command>& commands);
 
 }  // namespace memtrace::cli

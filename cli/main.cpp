@@ -107,12 +107,14 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "memtrace " MEMTRACE_VERSION);
   app.require_subcommand(1);
   const std::vector<Command> commands = {
-      add_run_command(app),       add_report_command(app), add_snapshot_command(app), add_export_command(app),
-      add_peak_command(app),      add_leaks_command(app),  add_frag_command(app),     add_timeline_command(app),
-      add_diff_command(app),      add_check_command(app),  add_estimate_command(app), add_explain_command(app),
-      add_verify_command(app),    add_html_command(app),   add_attach_command(app),   add_detach_command(app),
+      // in the order --help lists them, by group (help_guide.cpp)
+      add_run_command(app),       add_attach_command(app),   add_detach_command(app),  add_report_command(app),
+      add_snapshot_command(app),  add_peak_command(app),     add_leaks_command(app),   add_frag_command(app),
+      add_timeline_command(app),  add_estimate_command(app), add_explain_command(app), add_diff_command(app),
+      add_check_command(app),     add_verify_command(app),   add_html_command(app),    add_export_command(app),
       add_summarize_command(app), add_record_command(app),
   };
+  add_help_guide(app, commands);
   if (argc < 2) {  // nothing asked: what there is to ask
     std::fprintf(stderr, "%s", app.help().c_str());
     return kExitUsage;

@@ -49,7 +49,7 @@ TEST_F(Bundle, RunsFromACopyInAnotherFolder) {
   uint64_t recorded = nlohmann::json::parse(peak.out)["processes"][0]["devices"][0]["peak_bytes"];
   EXPECT_EQ(recorded, e2e::read_ledgers(dir).begin()->second.peak.at(0));
 
-  // As the README gives it: the bundle brings the stand-in PyTorch --sim runs on (a CPU-only
+  // As docs/install.md gives it: the bundle brings the stand-in PyTorch --sim runs on (a CPU-only
   // PyTorch installed is passed over); the traces are kept.
   e2e::Result check =
       e2e::run({"/usr/bin/env", "-u", "PYTHONPATH", dir + "/elsewhere/memtrace/samples/gpu/check.sh", "--sim"},

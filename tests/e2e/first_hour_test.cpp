@@ -378,7 +378,7 @@ TEST(Help, MistakesAreAnsweredWithWhatWasMeant) {
   e2e::Result typo = e2e::run({e2e::kMemtrace, "reprot", "x"});
   EXPECT_EQ(typo.status, 2);
   EXPECT_TRUE(contains(typo.err, "'reprot' is not a memtrace command; did you mean 'report'?")) << typo.err;
-  EXPECT_TRUE(contains(typo.err, "run, report, snapshot")) << typo.err;
+  EXPECT_TRUE(contains(typo.err, "run, attach, detach, report, snapshot")) << typo.err;
   e2e::Result nothing = e2e::run({e2e::kMemtrace});
   EXPECT_EQ(nothing.status, 2);
   EXPECT_TRUE(contains(nothing.err, "Usage: memtrace [OPTIONS] SUBCOMMAND")) << nothing.err;
@@ -391,6 +391,29 @@ TEST(Help, MistakesAreAnsweredWithWhatWasMeant) {
   EXPECT_TRUE(contains(gpu.err, "A100-40GB A100-80GB")) << gpu.err;
   EXPECT_TRUE(contains(gpu.err, "H100-80GB")) << gpu.err;
   EXPECT_EQ(e2e::run({e2e::kMemtrace, "estimate", "--model", "gpt2", "--gpu", "h100"}).status, 0);  // one H100
+}
+
+// 12. The help is a guide: the commands by what they are for, and each command's help ends with
+// an example (tests/docs/examples.py runs them).
+TEST(Help, CommandsAreGroupedAndEachEndsWithAnExample) {
+  e2e::Result help = e2e::run({e2e::kMemtrace, "--help"});
+  EXPECT_EQ(help.status, 0);
+  size_t at = 0;
+  for (const char* group : {"Record:", "Analyse:", "Compare and gate:", "Export:", "Jobs:", "Examples:"}) {
+    size_t found = help.out.find(std::string("\n") + group + "\n", at);
+    EXPECT_NE(found, std::string::npos) << group << " not after the one before it in:\n" << help.out;
+    if (found != std::string::npos) at = found;
+  }
+  for (const char* command : {"run", "attach", "detach", "report", "snapshot", "peak", "leaks", "frag", "timeline",
+                              "estimate", "explain", "diff", "check", "verify", "html", "export", "summarize"}) {
+    e2e::Result one = e2e::run({e2e::kMemtrace, command, "--help"});
+    EXPECT_EQ(one.status, 0) << command;
+    size_t example = one.out.rfind("Example:\n  memtrace ");
+    EXPECT_NE(example, std::string::npos) << command << ":\n" << one.out;
+    if (example != std::string::npos)
+      EXPECT_EQ(one.out.find('\n', one.out.find("memtrace ", example)), one.out.size() - 1)
+          << command << " ends otherwise";
+  }
 }
 
 // 10. A CI rerun replaces its JUnit file and still prints its verdict.

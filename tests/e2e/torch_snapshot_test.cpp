@@ -408,7 +408,7 @@ std::pair<int, long> run_measured(const std::vector<std::string>& argv, const st
   return {r.status == 0 ? status : 128, max_kib};
 }
 
-// People's snapshots run to gigabytes: one is read in the memory the README states (made here by
+// People's snapshots run to gigabytes: one is read in the memory docs/snapshots.md states (made here by
 // exporting a generated recording; nothing stored).
 // A snapshot is imported by a thread of its own into a pipe while it is read. A reader that goes
 // before the end lets that thread go: it neither waits on the full pipe nor dies of SIGPIPE (this
@@ -459,7 +459,7 @@ TEST(LargeSnapshots, AGigabyteSnapshotIsReadInBoundedMemory) {
   ASSERT_EQ(status, 0);
   std::cout << "memtrace report of a " << size / (1 << 20) << " MiB snapshot: at most " << max_kib / 1024
             << " MiB in memory\n";
-  // README: "memory stays under 256 MiB whatever the file's size" (this one: about 64 MiB), where
+  // docs/snapshots.md: "memory stays under 256 MiB whatever the file's size" (this one: about 64 MiB), where
   // reading it whole took 8 times the file.
   EXPECT_LT(max_kib, 256 * 1024) << "of a " << size / (1 << 20) << " MiB snapshot";
   nlohmann::json p = nlohmann::json::parse(std::ifstream(dir + "/report.json"))["processes"][0];

@@ -15,8 +15,8 @@ __all__ = ["__version__", "executable", "bundle_dir", "MemtraceError", "Recordin
 
 def bundle_dir():
     """The folder holding bin/memtrace and lib/: the wheel's bundle, or the build tree this package
-    was copied into (<build>/lib/python/memtrace)."""
-    here = os.path.dirname(os.path.abspath(__file__))
+    was copied into (<build>/lib/python/memtrace), wherever a link to the package stands."""
+    here = os.path.dirname(os.path.realpath(__file__))
     bundled = os.path.join(here, "_bundle")
     if os.path.isdir(bundled):
         return bundled
