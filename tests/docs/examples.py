@@ -76,7 +76,14 @@ def sh(command, cwd, env, status=0):
 def make_fixtures(folder):
     bin_dir = os.path.join(folder, "bin")
     os.makedirs(bin_dir)
-    os.symlink(sys.executable if sys.executable else "/usr/bin/python3", os.path.join(bin_dir, "python"))
+    python = sys.executable or "/usr/bin/python3"
+    first = os.environ.get("MEMTRACE_PRELOAD_FIRST")
+    if first:  # scripts/sanitize: a Python that loads the instrumented injector itself needs its runtime first
+        with open(os.path.join(bin_dir, "python"), "w") as f:
+            f.write(f'#!/bin/sh\nLD_PRELOAD="{first}${{LD_PRELOAD:+:$LD_PRELOAD}}" exec "{python}" "$@"\n')
+        os.chmod(os.path.join(bin_dir, "python"), 0o755)
+    else:
+        os.symlink(python, os.path.join(bin_dir, "python"))
     os.makedirs(os.path.join(folder, "site"))
     os.symlink(os.path.join(build, "lib", "python", "memtrace"), os.path.join(folder, "site", "memtrace"))
     env = environment(bin_dir)
