@@ -94,10 +94,14 @@ async function samplePage(b, memtrace, name, command, out, options = []) {
   // Hovering an allocation shows its stack.
   // Below the findings and the leak table: scrolled to, clear of the sticky header.
   await page.$eval('#allocations', (e) => e.scrollIntoView({ block: 'center' }));
+  const canvasWidths = await page.$eval('#allocations canvas', (c) => [c.width / devicePixelRatio, c.getBoundingClientRect().width]);
+  check(Math.abs(canvasWidths[0] - canvasWidths[1]) < 1, `${name}: the allocations drawn at the width shown (${canvasWidths.join(' and ')})`);
   const inView = await page.evaluate(() => window.memtrace.inView());
   check(inView.length > 0, `${name}: ${inView.length} allocations drawn`);
   if (inView.length) {
-    const target = inView.reduce((a, b) => (b.span[2] > a.span[2] ? b : a));  // the largest: surely under the mouse
+    // The one drawn largest, hovered at its centre: a short allocation is a pixel wide, where the
+    // mouse's whole-pixel position can fall beside it.
+    const target = inView.reduce((a, b) => (b.width * b.height > a.width * a.height ? b : a));
     await page.mouse.move(target.x, target.y);
     const tip = await page.$eval('#tooltip', (e) => ({ hidden: e.hidden, text: e.innerText }));
     const stackData = await page.evaluate((s) => window.memtrace.data.processes[window.memtrace.state.process].stacks[s], target.span[5]);

@@ -43,6 +43,23 @@
     return p.devices.find((d) => d.device === device && d.layer === layer);
   }
 
+  // ---- Canvas coordinates --------------------------------------------------------------------
+  // What was drawn is placed in CSS pixels at the width the canvas had then; the page may have
+  // stretched it since (its CSS width is 100%): a point on screen maps through the ratio.
+  function drawnPoint(canvas, clientX, clientY) {
+    const r = canvas.getBoundingClientRect(), dpr = window.devicePixelRatio || 1;
+    return { x: ((clientX - r.left) * canvas.width) / dpr / (r.width || 1),
+      y: ((clientY - r.top) * canvas.height) / dpr / (r.height || 1) };
+  }
+  function clientPoint(canvas, x, y) {
+    const r = canvas.getBoundingClientRect(), dpr = window.devicePixelRatio || 1;
+    return { x: r.left + (x * dpr * r.width) / (canvas.width || 1), y: r.top + (y * dpr * r.height) / (canvas.height || 1) };
+  }
+  const canvasStale = (canvas) => {
+    const shown = canvas.parentElement.clientWidth;
+    return shown > 0 && Math.abs(canvas.width / (window.devicePixelRatio || 1) - shown) >= 1;
+  };
+
   // ---- Tooltip -------------------------------------------------------------------------------
   const tip = $('tooltip');
   function showTip(ev, lines, stack) {
@@ -315,7 +332,8 @@
   function allocationAt(x, y) {
     for (let i = drawn.length - 1; i >= 0; i--) {
       const d = drawn[i];
-      if (x >= d.x0 && x <= d.x1 && y >= d.y0 && y <= d.y1) return d;
+      // Half a pixel either side: the mouse moves in whole pixels, a short allocation is one wide.
+      if (x >= d.x0 - 0.5 && x <= d.x1 + 0.5 && y >= d.y0 && y <= d.y1) return d;
     }
     return null;
   }
@@ -550,8 +568,8 @@
     });
     const allocCanvas = $('allocations').querySelector('canvas');
     allocCanvas.addEventListener('mousemove', (ev) => {
-      const r = allocCanvas.getBoundingClientRect();
-      const hit = allocationAt(ev.clientX - r.left, ev.clientY - r.top);
+      const at = drawnPoint(allocCanvas, ev.clientX, ev.clientY);
+      const hit = allocationAt(at.x, at.y);
       if (!hit) return hideTip();
       const d = describeAllocation(proc(), hit.span);
       showTip(ev, d.lines, d.stack);
@@ -559,8 +577,7 @@
     allocCanvas.addEventListener('mouseleave', hideTip);
     const flameCanvas = $('flame').querySelector('canvas');
     flameCanvas.addEventListener('mousemove', (ev) => {
-      const r = flameCanvas.getBoundingClientRect();
-      const x = ev.clientX - r.left, y = ev.clientY - r.top;
+      const { x, y } = drawnPoint(flameCanvas, ev.clientX, ev.clientY);
       const hit = flameBoxes.find((b) => x >= b.x0 && x < b.x1 && y >= b.y0 && y < b.y1);
       if (!hit) return hideTip();
       const p = proc(), share = flameRoot.bytes ? (100 * hit.node.bytes) / flameRoot.bytes : 0;
@@ -570,6 +587,14 @@
     flameCanvas.addEventListener('mouseleave', hideTip);
     let resizing = null;
     window.addEventListener('resize', () => { clearTimeout(resizing); resizing = setTimeout(render, 100); });
+    // The page can narrow without the window resizing (a scroll bar appears as the tables fill):
+    // the canvases are drawn again at their new width rather than left stretched.
+    new ResizeObserver(() => {
+      const p = data.processes.length ? proc() : null;
+      if (!p) return;
+      if (canvasStale(allocCanvas)) allocations(p);
+      if (canvasStale(flameCanvas)) { if (state.at === null) flameAtPeak(p); else showAt(state.at); }
+    }).observe(document.body);
     ranks();
     if (data.processes.length) choose(0);
     else $('summary').appendChild(text('p', 'No process in this report.', 'hint'));
@@ -584,10 +609,13 @@
     select,
     flameTotal: () => (flameRoot ? flameRoot.bytes : 0),
     // The allocations in view: [start, end, bytes, device, layer, stack, api, address], and where
-    // each one is drawn, in the page's coordinates.
+    // each one is drawn, in the page's coordinates: its centre (x, y) and its width and height.
     inView() {
-      const r = $('allocations').querySelector('canvas').getBoundingClientRect();
-      return drawn.map((d) => ({ span: d.span, x: r.left + (d.x0 + d.x1) / 2, y: r.top + (d.y0 + d.y1) / 2 }));
+      const canvas = $('allocations').querySelector('canvas');
+      return drawn.map((d) => {
+        const a = clientPoint(canvas, d.x0, d.y0), z = clientPoint(canvas, d.x1, d.y1);
+        return { span: d.span, x: (a.x + z.x) / 2, y: (a.y + z.y) / 2, width: z.x - a.x, height: z.y - a.y };
+      });
     },
   };
   start();
