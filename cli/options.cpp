@@ -19,8 +19,10 @@ void add_by_option(CLI::App* cmd, std::string& by) {
   cmd->add_option("--by", by,
                   "Group sites by: user (the innermost frame of your code, Python if any, one site per function "
                   "of yours that called it; default), python, "
-                  "native, stack, api; peak also by category (PyTorch's parameters, gradients, ...)")
-      ->check(CLI::IsMember({"user", "python", "native", "stack", "api", "category"}));
+                  "native, stack, api, owner (the library whose code called CUDA: NCCL, cuBLAS, PyTorch, the "
+                  "program; peak shows who held the whole device); peak also by category (PyTorch's parameters, "
+                  "gradients, ...)")
+      ->check(CLI::IsMember({"user", "python", "native", "stack", "api", "owner", "category"}));
 }
 
 void add_jobs_option(CLI::App* cmd, unsigned& jobs) {
@@ -48,6 +50,7 @@ SiteGrouping grouping_named(const std::string& name) {
          : name == "native" ? SiteGrouping::kNative
          : name == "stack"  ? SiteGrouping::kStack
          : name == "api"    ? SiteGrouping::kApi
+         : name == "owner"  ? SiteGrouping::kOwner
                             : SiteGrouping::kUser;
 }
 
@@ -58,6 +61,7 @@ bool apply_analysis_cli(const char* command, AnalysisCli& a, std::string* why) {
     return false;
   }
   a.options.grouping = grouping_named(a.by);
+  if (a.options.grouping == SiteGrouping::kOwner) a.options.owners = true;
   if (!a.step.empty()) {
     try {
       std::regex check(a.step);

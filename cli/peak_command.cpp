@@ -22,6 +22,12 @@ int peak(PeakCli& c) {
   options.layer = c.layer == "allocated" ? Layer::kAllocated : c.layer == "device" ? Layer::kDevice : Layer::kReserved;
   if (*c.device_option) options.device = c.device;
   options.by_category = c.analysis.by == "category";
+  options.by_owner = c.analysis.by == "owner";
+  if (options.by_owner && options.layer != Layer::kReserved) {
+    std::fprintf(stderr,
+                 "memtrace peak: --by owner shows who held the whole device at the reserved peak: leave out --layer\n");
+    return kExitUsage;
+  }
   // Categories are the allocated layer's, shown with it or grouped by.
   c.analysis.options.categories = options.by_category || options.layer == Layer::kAllocated;
   std::vector<ProcessAnalysis> processes;

@@ -28,6 +28,7 @@ int summarize(SummarizeCli& c) {
   if (a.by == "category") a.by = "user";  // peak's --by category reads the user sites' analysis
   if (!apply_analysis_cli("summarize", a)) return kExitUsage;
   a.options.timeline = true;
+  a.options.owners = true;
   std::vector<AnalysisOptions> options{a.options};
   if (c.html) {
     HtmlOptions html;

@@ -254,6 +254,7 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
       },
       kCallEvents | kAllocatedLayerEvents);
   TimelinePass timeline(out);
+  OwnerTracker owners(stacks, !report.imported_from.empty());
 
   std::vector<std::unique_ptr<AnalysisPass>> analyses = make_analysis_passes(options);
 
@@ -263,6 +264,7 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
   driver.add(phase_pass);
   if (options.largest_allocations) driver.add(largest_pass);
   if (options.timeline) driver.add(timeline);
+  if (options.owners) driver.add(owners);
   for (auto& analysis : analyses) driver.add(*analysis);
   report.end_time_ns = driver.run(*reader);
   for (auto& analysis : analyses) analysis->report(out);
@@ -287,6 +289,8 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
     out.categories_known = categories.known();
     for (DeviceReport& d : out.allocated.devices) d.peak_categories = categories.at_peak(d.device);
   }
+  if (options.owners)
+    for (DeviceReport& d : report.devices) d.owners_at_peak = owners.at_peak(d, out.pytorch);
   report.snapshots = run_folder::snapshots_of(path, report.pid);
   report.pytorch_counters = torch_counters.finish();
 

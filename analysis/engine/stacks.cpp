@@ -63,6 +63,13 @@ bool StackView::is_cuda_entry_point(const std::string& function) {
   return true;
 }
 
+std::vector<FrameView> StackView::all_frames(uint64_t stack_id) const {
+  std::vector<FrameView> out;
+  if (const std::vector<uint64_t>* ids = reader_.stack(stack_id))
+    for (uint64_t id : *ids) out.push_back(frame(id));
+  return out;
+}
+
 std::vector<FrameView> StackView::frames(uint64_t stack_id) const {
   std::vector<FrameView> out;
   const std::vector<uint64_t>* ids = reader_.stack(stack_id);
@@ -102,6 +109,7 @@ bool StackView::is_python_library(const std::string& file) {
 
 std::optional<FrameView> StackView::site_frame(uint64_t stack_id, SiteGrouping grouping) const {
   if (grouping == SiteGrouping::kStack || grouping == SiteGrouping::kApi) return std::nullopt;
+  if (grouping == SiteGrouping::kOwner) grouping = SiteGrouping::kNative;  // the frame that called CUDA
   const std::vector<uint64_t>* ids = reader_.stack(stack_id);
   if (!ids) return std::nullopt;
   // The CUDA libraries' frames on top, then a static runtime's, are never a site.
@@ -134,6 +142,14 @@ std::optional<FrameView> StackView::site_frame(uint64_t stack_id, SiteGrouping g
 uint64_t StackView::site_key(uint64_t stack_id, SiteGrouping grouping) {
   if (grouping == SiteGrouping::kStack) return stack_id;
   if (grouping == SiteGrouping::kApi) return 0;
+  if (grouping == SiteGrouping::kOwner) {
+    auto [it, fresh] = keys_.try_emplace(stack_id, 0);
+    if (fresh) {
+      std::string label = owner_label(all_frames(stack_id));
+      it->second = owners_.try_emplace(label, owners_.size()).first->second | (uint64_t(1) << 61);
+    }
+    return it->second;
+  }
   auto [it, fresh] = keys_.try_emplace(stack_id, 0);
   if (fresh) {
     std::optional<FrameView> f = site_frame(stack_id, grouping);

@@ -61,10 +61,12 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SiteTotal, site, group, bytes, c
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(OutsideParts, pools_held, graphs_reserved, other_processes,
                                                 other_processes_known)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(CategoryTotal, category, bytes, count)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(OwnerPart, name, bytes, count)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(OwnerShare, kind, owner, bytes, count, parts, why)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(DeviceReport, device, name, total_bytes, uuid, peak_bytes, peak_time_ns,
                                                 live_at_exit_bytes, live_at_exit_count, peak_sites, exit_sites,
-                                                peak_tid, peak_step, peak_phase, peak_categories, device_samples,
-                                                outside_reserved_at_peak_bytes, outside_sampled_at_ns,
+                                                peak_tid, peak_step, peak_phase, peak_categories, owners_at_peak,
+                                                device_samples, outside_reserved_at_peak_bytes, outside_sampled_at_ns,
                                                 device_used_max_sampled_bytes, outside_parts_at_peak,
                                                 first_sample_bytes, first_sample_ns, first_sampled,
                                                 before_recording_bytes, before_recording_count)
@@ -96,13 +98,14 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ProcessAnalysis, report, allocat
                                                 last_device_sample_ns, timeline_bucket_ns, largest, allocations_seen,
                                                 stacks)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(AnalysisOptions, top_sites, grouping, keep_cuda_frames, step_pattern,
-                                                timeline, fragmentation, categories, labels, largest_allocations)
+                                                timeline, fragmentation, categories, owners, labels,
+                                                largest_allocations)
 
 namespace {
 
 // The sizes of the structs listed above as they were when their fields were listed (x86-64,
 // libstdc++): a new field changes a size and stops the build here.
-static_assert(sizeof(FrameView) == 144 && sizeof(SiteTotal) == 112 && sizeof(DeviceReport) == 336 &&
+static_assert(sizeof(FrameView) == 144 && sizeof(SiteTotal) == 112 && sizeof(DeviceReport) == 360 &&
                   sizeof(ProcessReport) == 568 && sizeof(ProcessAnalysis) == 1520 && sizeof(SiteGrowth) == 136 &&
                   sizeof(AnalysisOptions) == 72 && sizeof(TorchCounters) == 128 && sizeof(OomEvent) == 48 &&
                   sizeof(FragmentationPoint) == 96 && sizeof(AllocationSpan) == 56 && sizeof(ShownStack) == 88,
@@ -112,7 +115,7 @@ static_assert(sizeof(FrameView) == 144 && sizeof(SiteTotal) == 112 && sizeof(Dev
 // bytes, little-endian): its options as JSON; its analysis but the timeline, and the timeline's
 // fields, each as MessagePack compressed with zstd. A command unpacks only the entry it reads, and
 // its timeline only when it draws one.
-constexpr char kMagic[8] = {'M', 'E', 'M', 'S', 'U', 'M', '\0', '\3'};
+constexpr char kMagic[8] = {'M', 'E', 'M', 'S', 'U', 'M', '\0', '\4'};
 
 void append_sized(std::string& out, std::string_view part) {
   uint64_t size = part.size();
@@ -206,6 +209,7 @@ std::string grouping_name(SiteGrouping g) {
     case SiteGrouping::kNative: return "native";
     case SiteGrouping::kStack: return "stack";
     case SiteGrouping::kApi: return "api";
+    case SiteGrouping::kOwner: return "owner";
     case SiteGrouping::kUser: break;
   }
   return "user";
@@ -235,6 +239,9 @@ void trim_to(const AnalysisOptions& wanted, ProcessAnalysis& a) {
   }
   if (!wanted.categories) {
     for (DeviceReport& d : a.allocated.devices) d.peak_categories.clear();
+  }
+  if (!wanted.owners) {
+    for (DeviceReport& d : a.report.devices) d.owners_at_peak.clear();
   }
   if (!wanted.largest_allocations) {
     a.largest.clear();
@@ -361,7 +368,7 @@ bool read_summary(const std::string& path, const AnalysisOptions& wanted, Proces
       made_with.push_back(describe(options));
       const bool serves = same_sites(options, wanted) && options.step_pattern == wanted.step_pattern &&
                           (options.timeline || !wanted.timeline) && (options.fragmentation || !wanted.fragmentation) &&
-                          (options.categories || !wanted.categories) &&
+                          (options.categories || !wanted.categories) && (options.owners || !wanted.owners) &&
                           (!wanted.largest_allocations || options.largest_allocations == wanted.largest_allocations);
       if (!serves) continue;
       std::vector<uint8_t> analysis_bytes, timeline_bytes;

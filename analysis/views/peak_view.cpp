@@ -37,6 +37,7 @@ DeviceReport device_layer_of(const DeviceReport& reserved) {
 PeakView peak_view(const std::vector<ProcessAnalysis>& processes, const PeakOptions& options) {
   PeakView view;
   view.by_category = options.by_category;
+  view.by_owner = options.by_owner;
   // Categories are the allocated layer's: --by category looks there whatever --layer says.
   view.layer = options.by_category ? Layer::kAllocated : options.layer;
   uint64_t sum = 0, max = 0;
@@ -95,6 +96,7 @@ nlohmann::json to_json(const PeakView& view) {
              {"share", d.peak_bytes ? static_cast<double>(c.bytes) / static_cast<double>(d.peak_bytes) : 0.0}});
       nlohmann::json json = device_json(d);
       if (view.layer == Layer::kAllocated) json["categories"] = categories;
+      if (view.by_owner) json.update(owners_json(d));
       if (device.pytorch_counters) json["pytorch_counters"] = torch_counters_json(*device.pytorch_counters);
       json.update({{"peak_bytes", d.peak_bytes},
                    {"peak_time_ns", d.peak_time_ns},
@@ -146,6 +148,10 @@ std::string to_text(const PeakView& view) {
         out +=
             torch_counters_text(*device.pytorch_counters, 4, view.layer,
                                 view.layer == Layer::kReserved ? std::optional<uint64_t>(d.peak_bytes) : std::nullopt);
+      if (view.by_owner) {
+        out += "    who held the device then:\n" + owners_text(d, 4);
+        continue;
+      }
       if (view.by_category) {
         out += "    " + pad("bytes", 11, true) + pad("share", 8, true) + pad("count", 8, true) + "  category\n";
         for (const CategoryTotal& c : d.peak_categories)

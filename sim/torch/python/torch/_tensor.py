@@ -107,6 +107,9 @@ class Tensor:
         return self.shape if dim is None else self.shape[dim]
 
     def __matmul__(self, other):
+        if self.is_cuda:  # at::cuda::blas::gemm: the thread's cuBLAS handle, its workspace
+            from . import _cublas
+            _cublas.current_handle(self.device.index)
         return autograd._op((self.shape[0], other.shape[-1]), (self, other))
 
     def relu(self):

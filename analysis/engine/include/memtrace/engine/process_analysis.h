@@ -34,6 +34,9 @@ struct AnalysisOptions {
   // summaries read it; leaks, report, check, frag, timeline, diff and the HTML page leave it out,
   // a quarter of the replay of a PyTorch snapshot.
   bool categories = true;
+  // Who held each device at its reserved peak (DeviceReport::owners_at_peak): peak --by owner,
+  // report, diff and the HTML page read it.
+  bool owners = false;
   // How sites are named, when not as they are grouped (sites by stack, named by the user's frame).
   std::optional<SiteGrouping> labels;
   // Keep this many of the largest allocations with their lifetimes and stacks (the HTML report).

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "memtrace/engine/categories.h"
+#include "memtrace/engine/owners.h"
 #include "memtrace/engine/pass.h"
 #include "memtrace/engine/replay.h"
 #include "memtrace/engine/stacks.h"
@@ -89,6 +90,8 @@ struct DeviceReport {
   std::string peak_phase;
   // The allocated layer's peak by category (parameters, gradients, ...), when the trace tells.
   std::vector<CategoryTotal> peak_categories;
+  // Who held the device at the reserved peak (AnalysisOptions::owners), largest first.
+  std::vector<OwnerShare> owners_at_peak;
   // The device layer, from memtrace's samples of the device's memory in use (and the figures an
   // out-of-memory reported): what lay outside the reserved layer (the CUDA context, library
   // workspaces, other processes) by the sample nearest before the peak (else the first after),

@@ -28,7 +28,8 @@ struct FrameView {
 // How report sites are grouped: by the innermost frame of the user's code (the innermost Python
 // frame outside the standard library and installed packages, if there is one), by the innermost
 // Python frame, by the innermost native frame, by the whole stack, or by API alone.
-enum class SiteGrouping { kUser, kPython, kNative, kStack, kApi };
+// By owner: the library whose code called CUDA, one site per call into it (owners.h).
+enum class SiteGrouping { kUser, kPython, kNative, kStack, kApi, kOwner };
 
 class StackView {
  public:
@@ -36,6 +37,8 @@ class StackView {
 
   // The shown stack, innermost first.
   std::vector<FrameView> frames(uint64_t stack_id) const;
+  // Every frame, the CUDA libraries' too, innermost first.
+  std::vector<FrameView> all_frames(uint64_t stack_id) const;
   uint32_t flags(uint64_t stack_id) const { return reader_.stack_flags(stack_id); }
   // The frame a site is named by under GROUPING (none for kStack, or an empty stack).
   std::optional<FrameView> site_frame(uint64_t stack_id, SiteGrouping grouping) const;
@@ -73,10 +76,14 @@ class StackView {
   std::map<std::vector<uint64_t>, uint64_t> chains_;        // a site's frame and its user callers -> key
   std::unordered_map<std::string, uint64_t> functions_;     // a caller's module, file and function -> number
   std::unordered_map<uint64_t, uint32_t> chains_per_site_;  // a site's frame id -> its caller chains
+  std::unordered_map<std::string, uint64_t> owners_;        // an owner and its part -> number
 };
 
 // "train.py:88 in forward", "forward(int) at model.cpp:42", "libfoo.so+0x1a2b".
 std::string frame_label(const FrameView& frame);
+// A site grouped by owner: "NCCL: ncclCommInitRank ← setup at train.py:40", "the program".
+// STACK: every frame (StackView::all_frames).
+std::string owner_label(const std::vector<FrameView>& stack);
 // A function's name as a chain of callers shows it: "device_alloc" for
 // "(anonymous namespace)::device_alloc(unsigned long)"; module+offset when it has none.
 std::string short_function(const FrameView& frame);
@@ -122,9 +129,10 @@ void resolve_site(SiteLike& s, uint64_t stack_id, const StackView& stacks, SiteG
       s.named_frame = k;
       break;
     }
-  s.location = grouping == SiteGrouping::kApi ? "every " + std::string(api_name(s.site.api)) + " call"
-               : named                        ? frame_label(*named)
-                                              : "(no stack)";
+  s.location = grouping == SiteGrouping::kApi     ? "every " + std::string(api_name(s.site.api)) + " call"
+               : grouping == SiteGrouping::kOwner ? owner_label(stacks.all_frames(stack_id))
+               : named                            ? frame_label(*named)
+                                                  : "(no stack)";
   if (named && grouping == SiteGrouping::kUser && stacks.has_several_callers(stack_id))
     s.location = with_caller(s.stack, s.named_frame);
 }

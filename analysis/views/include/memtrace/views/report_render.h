@@ -66,5 +66,10 @@ std::string process_label(const ProcessId& process);
 // {"device","name","uuid","total_bytes"}.
 nlohmann::json process_json(const ProcessId& process);
 nlohmann::json device_json(const DeviceReport& device);
+// Who held the device at its reserved peak (DeviceReport::owners_at_peak): the rows, their sum,
+// and what they add up to.
+uint64_t owners_total(const DeviceReport& device);
+nlohmann::json owners_json(const DeviceReport& device);
+std::string owners_text(const DeviceReport& device, int indent);
 
 }  // namespace memtrace

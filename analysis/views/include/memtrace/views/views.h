@@ -30,6 +30,7 @@ struct PeakOptions {
   Layer layer = Layer::kReserved;  // or kAllocated, kDevice
   std::optional<int32_t> device;   // all devices when unset
   bool by_category = false;        // what was live by category (the allocated layer), not by site
+  bool by_owner = false;           // who held the device at the reserved peak (owners_at_peak)
 };
 struct PeakView {
   struct Device {
@@ -51,6 +52,7 @@ struct PeakView {
   };
   Layer layer = Layer::kReserved;
   bool by_category = false;
+  bool by_owner = false;
   std::vector<Process> processes;
   std::optional<AllProcesses> all;
 };

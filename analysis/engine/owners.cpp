@@ -1,0 +1,227 @@
+#include "memtrace/engine/owners.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "memtrace/engine/report.h"
+
+namespace memtrace {
+
+const char* owner_kind_name(OwnerKind kind) {
+  switch (kind) {
+    case OwnerKind::kProgram: return "program";
+    case OwnerKind::kLibrary: return "library";
+    case OwnerKind::kPyTorch: return "pytorch";
+    case OwnerKind::kPyTorchTensors: return "pytorch_tensors";
+    case OwnerKind::kPyTorchCache: return "pytorch_cache";
+    case OwnerKind::kGraphs: return "graphs";
+    case OwnerKind::kPools: return "pools";
+    case OwnerKind::kOtherProcesses: return "other_processes";
+    case OwnerKind::kContext: return "context";
+    case OwnerKind::kUnexplained: return "unexplained";
+    case OwnerKind::kUnplaced: break;
+  }
+  return "unplaced";
+}
+
+namespace {
+
+constexpr const char* kProgram = "the program";
+constexpr const char* kPyTorch = "PyTorch's allocator";
+
+bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+// A library by its file name: NVIDIA's by their product names, the rest as "libfoo".
+Owner library_named(const std::string& module) {
+  const std::string file = std::filesystem::path(module).filename().string();
+  static const std::pair<const char*, const char*> kKnown[] = {
+      {"libnccl", "NCCL"},       {"libcublasLt", "cuBLASLt"}, {"libcublas", "cuBLAS"},     {"libcudnn", "cuDNN"},
+      {"libcufft", "cuFFT"},     {"libcusparse", "cuSPARSE"}, {"libcusolver", "cuSOLVER"}, {"libcurand", "cuRAND"},
+      {"libnvshmem", "NVSHMEM"}, {"libnvrtc", "NVRTC"},
+  };
+  for (const auto& [prefix, name] : kKnown)
+    if (starts_with(file, prefix)) return {OwnerKind::kLibrary, name, ""};
+  // PyTorch's C++ (its caching allocator lives in libc10_cuda; libtorch_cuda calls CUDA too).
+  if (starts_with(file, "libc10") || starts_with(file, "libtorch")) return {OwnerKind::kPyTorch, kPyTorch, ""};
+  const size_t so = file.find(".so");
+  if (so == std::string::npos) return {OwnerKind::kProgram, kProgram, ""};  // an executable: the program
+  return {OwnerKind::kLibrary, file.substr(0, so), ""};
+}
+
+// A frame with no module (a PyTorch snapshot's C++ frames): PyTorch's by its namespaces.
+bool pytorch_function(const std::string& function) {
+  for (const char* prefix : {"c10::", "at::", "torch::", "void c10::", "void at::"})
+    if (starts_with(function, prefix)) return true;
+  return false;
+}
+
+}  // namespace
+
+Owner owner_of(const std::vector<FrameView>& stack) {
+  size_t k = 0;
+  while (k < stack.size() && StackView::is_library_frame(stack[k])) ++k;
+  if (k == stack.size()) return {OwnerKind::kUnplaced, "", ""};
+  const FrameView& f = stack[k];
+  // Python code calling CUDA (through ctypes, through the interpreter's frames) is the program.
+  if (f.python || is_interpreter_frame(f)) return {OwnerKind::kProgram, kProgram, ""};
+  if (f.module.empty()) {
+    if (pytorch_function(f.function)) return {OwnerKind::kPyTorch, kPyTorch, ""};
+    return {OwnerKind::kUnplaced, "", ""};
+  }
+  Owner owner = library_named(f.module);
+  if (owner.kind != OwnerKind::kLibrary) return owner;
+  // The call into the library: its outermost frame of that module, and who called it.
+  size_t entry = k;
+  while (entry + 1 < stack.size() && !stack[entry + 1].python && stack[entry + 1].module == f.module) ++entry;
+  owner.part = with_caller(stack, entry);
+  return owner;
+}
+
+std::string owner_label(const std::vector<FrameView>& stack) {
+  Owner o = owner_of(stack);
+  if (o.kind == OwnerKind::kUnplaced) return "not placed (no module in its stack)";
+  return o.part.empty() ? o.name : o.name + ": " + o.part;
+}
+
+uint32_t OwnerTracker::slot_of(uint64_t stack_id) {
+  auto [it, fresh] = by_stack_.try_emplace(stack_id, 0);
+  if (fresh) {
+    Owner owner = owner_of(stacks_.all_frames(stack_id));
+    if (all_pytorch_ && owner.kind != OwnerKind::kUnplaced) owner = {OwnerKind::kPyTorch, kPyTorch, ""};
+    std::string key = std::string(owner_kind_name(owner.kind)) + '\0' + owner.name + '\0' + owner.part;
+    auto [slot, made] = slots_.try_emplace(std::move(key), static_cast<uint32_t>(owners_.size()));
+    if (made) owners_.push_back(std::move(owner));
+    it->second = slot->second;
+  }
+  return it->second;
+}
+
+void OwnerTracker::on_event(const Event& event, const ReplayStep& step, const Replay&) {
+  if (event.api == Api::kDeviceUsed) {
+    if (event.device < 0) return;
+    DeviceState& d = devices_[event.device];
+    if (!d.sampled) {
+      d.sampled = true;
+      d.outside_at_first_sample = event.size > d.live ? event.size - d.live : 0;
+    }
+    return;
+  }
+  for (const MemoryChange& change : step.memory_changes) {
+    DeviceState& d = devices_[change.device];
+    if (change.layer == Layer::kAllocated) {
+      d.allocated_live += static_cast<uint64_t>(change.bytes);
+      // The tensors that made the peak arrive after the segment they came for: the allocated
+      // layer's most while the reserved peak stands.
+      if (d.standing) d.allocated_at_peak = std::max(d.allocated_at_peak, d.allocated_live);
+      continue;
+    }
+    if (change.layer != Layer::kReserved) continue;
+    if (!change.arrived && d.peak_unsaved) {  // as ReportBuilder: copied at the first decrease after a peak
+      d.at_peak = d.slots;
+      d.peak_unsaved = false;
+    }
+    const uint32_t slot = slot_of(change.site.stack_id);
+    if (d.slots.size() <= slot) d.slots.resize(slot + 1);
+    d.slots[slot].bytes += static_cast<uint64_t>(change.bytes);
+    if (change.arrived)
+      ++d.slots[slot].count;
+    else
+      --d.slots[slot].count;
+    d.live += static_cast<uint64_t>(change.bytes);
+    if (d.live > d.peak) {
+      d.peak = d.live;
+      d.peak_unsaved = true;
+      d.standing = true;
+      d.allocated_at_peak = d.allocated_live;
+    } else if (!change.arrived && change.bytes) {
+      d.standing = false;
+    }
+  }
+}
+
+void OwnerTracker::finish(uint64_t) {
+  for (auto& [device, d] : devices_)
+    if (d.peak_unsaved) {
+      d.at_peak = d.slots;
+      d.peak_unsaved = false;
+    }
+}
+
+std::vector<OwnerShare> OwnerTracker::at_peak(const DeviceReport& device, bool pytorch) const {
+  std::vector<OwnerShare> rows;
+  auto it = devices_.find(device.device);
+  if (it == devices_.end()) return rows;
+  const DeviceState& d = it->second;
+  // The reserved layer by owner, a library's parts beneath it.
+  auto row_of = [&](const Owner& o) -> OwnerShare& {
+    for (OwnerShare& r : rows)
+      if (r.kind == o.kind && r.owner == o.name) return r;
+    OwnerShare r;
+    r.kind = o.kind;
+    r.owner = o.name;
+    if (o.kind == OwnerKind::kUnplaced) {
+      r.owner = "not placed";
+      r.why = "reserved by calls whose stacks name no module (no stack was recorded, or an older memtrace)";
+    }
+    rows.push_back(std::move(r));
+    return rows.back();
+  };
+  for (size_t slot = 0; slot < d.at_peak.size(); ++slot) {
+    const Live& live = d.at_peak[slot];
+    if (!live.bytes) continue;
+    const Owner& o = owners_[slot];
+    OwnerShare& r = row_of(o);
+    r.bytes += live.bytes;
+    r.count += live.count;
+    if (!o.part.empty()) r.parts.push_back({o.part, live.bytes, live.count});
+  }
+  // PyTorch's segments: its tensors, and its cache (reserved less allocated).
+  if (pytorch) {
+    auto torch =
+        std::find_if(rows.begin(), rows.end(), [](const OwnerShare& r) { return r.kind == OwnerKind::kPyTorch; });
+    if (torch != rows.end()) {
+      const uint64_t reserved = torch->bytes, count = torch->count;
+      const uint64_t tensors = std::min(d.allocated_at_peak, reserved);
+      rows.erase(torch);
+      OwnerShare t{OwnerKind::kPyTorchTensors,          "PyTorch's tensors", tensors, 0, {},
+                   "the allocated layer at this moment"};
+      OwnerShare c{OwnerKind::kPyTorchCache,
+                   "PyTorch's cache",
+                   reserved - tensors,
+                   count,
+                   {},
+                   "its segments less its tensors: free cached blocks, rounding, fragments"};
+      rows.push_back(std::move(t));
+      rows.push_back(std::move(c));
+    }
+  }
+  // The device layer: what lay outside the reserved layer by the sample the peak goes with.
+  if (device.device_samples) {
+    const uint64_t outside = device.outside_reserved_at_peak_bytes;
+    const OutsideParts parts = device.outside_parts_at_peak.within(outside);
+    auto add = [&](OwnerKind kind, const char* owner, uint64_t bytes, std::string why) {
+      if (bytes) rows.push_back({kind, owner, bytes, 0, {}, std::move(why)});
+    };
+    add(OwnerKind::kGraphs, "CUDA graphs", parts.graphs_reserved, "reserved for their memory nodes");
+    add(OwnerKind::kPools, "stream-ordered pools", parts.pools_held, "kept beyond their allocations");
+    add(OwnerKind::kOtherProcesses, "other processes", parts.other_processes, "on the device, by NVML");
+    const uint64_t rest = outside - parts.total();
+    const uint64_t context = std::min(d.outside_at_first_sample, rest);
+    add(OwnerKind::kContext, "the CUDA context", context,
+        "with its loaded modules, as the device's first sample found it");
+    add(OwnerKind::kUnexplained, "not explained", rest - context,
+        parts.other_processes_known
+            ? "held beyond the context since: modules loaded later, library workspaces no allocation API made"
+            : "held beyond the context since: modules loaded later, library workspaces no allocation API made, "
+              "other processes (NVML did not say)");
+  }
+  for (OwnerShare& r : rows)
+    std::sort(r.parts.begin(), r.parts.end(), [](const OwnerPart& a, const OwnerPart& b) {
+      return a.bytes != b.bytes ? a.bytes > b.bytes : a.name < b.name;
+    });
+  std::stable_sort(rows.begin(), rows.end(),
+                   [](const OwnerShare& a, const OwnerShare& b) { return a.bytes > b.bytes; });
+  return rows;
+}
+
+}  // namespace memtrace

@@ -1,0 +1,56 @@
+"""Data-parallel training as torchrun runs it: without RANK in its environment the script starts
+one worker process per rank (as torch.distributed.run does, RANK, LOCAL_RANK and WORLD_SIZE set)
+and waits for them; each worker trains a two-layer model, its matmuls through cuBLAS (a handle and
+a workspace per thread and stream) and its gradients all-reduced through NCCL (the communicator
+made on the first collective, as ProcessGroupNCCL does). It uses only the PyTorch API that
+memtrace's stand-in (sim/torch, with its NCCL and cuBLAS) has, so the same script runs on GPUs.
+
+  ddp_train.py [--ranks N] [--steps N] [--width W]
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+
+import torch
+import torch.distributed as dist
+
+
+def worker(args):
+    dist.init_process_group("nccl")
+    w = args.width
+    model = torch.nn.Sequential(torch.nn.Linear(w, 4 * w, bias=False, device="cuda"), torch.nn.ReLU(),
+                                torch.nn.Linear(4 * w, w, bias=False, device="cuda"))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    for _ in range(args.steps):
+        batch = torch.randn(64, w, device="cuda")
+        loss = model(batch).sum()
+        loss.backward()
+        for p in model.parameters():  # DistributedDataParallel's all-reduce of the gradients
+            dist.all_reduce(p.grad)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        del batch, loss
+    torch.cuda.synchronize()
+    os.write(1, b"ddp_train: rank %d of %d done\n" % (dist.get_rank(), dist.get_world_size()))
+    dist.destroy_process_group()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--width", type=int, default=1024)
+    args = parser.parse_args()
+    if "RANK" in os.environ:
+        worker(args)
+        return
+    workers = [subprocess.Popen([sys.executable] + sys.argv,
+                                env={**os.environ, "RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(args.ranks)})
+               for r in range(args.ranks)]
+    sys.exit(max(w.wait() for w in workers))
+
+
+if __name__ == "__main__":
+    main()
