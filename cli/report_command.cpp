@@ -11,6 +11,7 @@ namespace memtrace::cli {
 Command add_report_command(CLI::App& app) {
   auto a = std::make_shared<AnalysisCli>();
   a->options.fragmentation = a->options.categories = false;  // what report does not show
+  a->options.owners = true;                                  // its first table: who held each device
   CLI::App* cmd = app.add_subcommand("report", "Summarize traces: events, peaks, largest sites");
   cmd->add_option("path", a->path, kRunPathHelp)->required();
   cmd->add_flag("--json", a->json, "Print JSON instead of text");

@@ -183,8 +183,12 @@ std::vector<OwnerShare> OwnerTracker::at_peak(const DeviceReport& device, bool p
       const uint64_t reserved = torch->bytes, count = torch->count;
       const uint64_t tensors = std::min(d.allocated_at_peak, reserved);
       rows.erase(torch);
-      OwnerShare t{OwnerKind::kPyTorchTensors,          "PyTorch's tensors", tensors, 0, {},
-                   "the allocated layer at this moment"};
+      OwnerShare t{OwnerKind::kPyTorchTensors,
+                   "PyTorch's tensors",
+                   tensors,
+                   0,
+                   {},
+                   "the allocated layer at its most while the peak stood"};
       OwnerShare c{OwnerKind::kPyTorchCache,
                    "PyTorch's cache",
                    reserved - tensors,

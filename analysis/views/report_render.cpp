@@ -270,6 +270,11 @@ nlohmann::json report_json(const std::vector<ProcessReport>& processes) {
                      {"graph_reserved_at_peak_bytes", d.outside_parts_at_peak.graphs_reserved},
                      {"other_processes_at_peak_bytes", d.outside_parts_at_peak.other_processes},
                      {"other_processes_known", d.outside_parts_at_peak.other_processes_known}});
+      if (!d.owners_at_peak.empty()) {
+        nlohmann::json owners = owners_json(d);
+        device["owners"] = owners["owners"];
+        device["owners_total_bytes"] = owners["owners_total_bytes"];
+      }
       if (!p.joined_by.empty())  // what the device held when recording began, and what of it is known
         device["at_recording_start"] = {
             {"device_used_bytes", d.first_sampled ? nlohmann::json(d.first_sample_bytes) : nlohmann::json()},
@@ -374,6 +379,7 @@ std::string report_text(const std::vector<ProcessReport>& processes) {
              " in " + counted(d.live_at_exit_count, "allocation") + "\n";
       if (joined) out += "    " + joined_line(p, d) + "\n";
       out += "    " + device_layer_line(d, joined) + "\n";
+      if (!d.owners_at_peak.empty()) out += "    who held the device at the peak:\n" + owners_text(d, 4);
       for (const TorchCounters& c : p.pytorch_counters)
         if (c.device == d.device && c.when == "exit") out += torch_counters_text(c, 4, Layer::kUnknown, d.peak_bytes);
       if (d.peak_sites.empty()) continue;

@@ -25,10 +25,10 @@ def worker(args):
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     for _ in range(args.steps):
         batch = torch.randn(64, w, device="cuda")
-        loss = model(batch).sum()
+        loss = model(batch).sum()  # memtrace-test: forward
         loss.backward()
         for p in model.parameters():  # DistributedDataParallel's all-reduce of the gradients
-            dist.all_reduce(p.grad)
+            dist.all_reduce(p.grad)  # memtrace-test: all_reduce
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         del batch, loss

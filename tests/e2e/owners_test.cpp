@@ -1,0 +1,112 @@
+// Who holds the device, as a data-parallel job shows it: two ranks of samples/python/ddp_train.py
+// (torchrun's way: a launcher and a worker process per rank) with the stand-in PyTorch, NCCL and
+// cuBLAS on the simulated device. `peak --by owner` must name NCCL by the calls that made its
+// memory, cuBLAS, PyTorch's tensors and its cache and the CUDA context, each with the bytes the
+// stand-ins' rules give, adding up to the device layer; the reserved owners to the reserved peak
+// and to the simulated device's own ledger, to the byte.
+#include <gtest/gtest.h>
+
+#include "harness.h"
+
+namespace {
+
+const std::string kStandIn = MEMTRACE_SIM_DIR "/torch/site-packages";
+const std::string kScript = e2e::python_sample_path("ddp_train.py");
+constexpr uint64_t kMiB = 1 << 20;
+
+bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+
+const nlohmann::json* owner(const nlohmann::json& device, const std::string& name) {
+  for (const nlohmann::json& o : device["owners"])
+    if (o["owner"] == name) return &o;
+  return nullptr;
+}
+
+TEST(Owners, TwoRanksOfATrainingJobAddUpToTheDevice) {
+  const std::string dir = e2e::temp_dir("owners-ddp");
+  e2e::Result r =
+      e2e::run_traced(dir, {MEMTRACE_PYTHON, kScript, "--ranks", "2", "--steps", "3"}, {}, {"PYTHONPATH=" + kStandIn});
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  const auto ledgers = e2e::read_ledgers(dir);
+  nlohmann::json peak = e2e::command_json({e2e::kMemtrace, "peak", "--json", "--by", "owner", dir + "/traces"});
+  // The launcher allocates nothing: the two workers, rank 0 and rank 1.
+  std::set<int> ranks;
+  for (const nlohmann::json& p : peak["processes"]) {
+    if (p["devices"].empty()) continue;
+    ASSERT_TRUE(p.contains("rank")) << p.dump(1);
+    ranks.insert(p["rank"].get<int>());
+    const nlohmann::json& d = p["devices"][0];
+    SCOPED_TRACE("rank " + std::to_string(p["rank"].get<int>()));
+
+    // NCCL, by the calls that made its memory (init.cc's communicator, 2 MiB granules over cuMem:
+    // the device comm and per channel its peers and ring ranks; the rings on the first collective,
+    // per channel a receive buffer of every protocol, 10 MiB, and the send side's, 2 MiB).
+    const nlohmann::json* nccl = owner(d, "NCCL");
+    ASSERT_TRUE(nccl) << d.dump(1);
+    EXPECT_EQ((*nccl)["kind"], "library");
+    EXPECT_EQ((*nccl)["bytes"], 34 * kMiB);
+    const std::string at = " \u2190 worker at ddp_train.py:" + std::to_string(e2e::marked_line(kScript, "all_reduce"));
+    std::map<std::string, uint64_t> parts;
+    for (const nlohmann::json& part : (*nccl)["parts"]) parts[part["call"]] = part["bytes"];
+    EXPECT_EQ(parts["ncclCommInitRank" + at], 10 * kMiB) << (*nccl).dump(1);
+    EXPECT_EQ(parts["ncclAllReduce" + at], 24 * kMiB) << (*nccl).dump(1);
+
+    // cuBLAS: its default workspace pool, 32 MiB on sm 9.0, made by cublasCreate in the forward.
+    const nlohmann::json* cublas = owner(d, "cuBLAS");
+    ASSERT_TRUE(cublas) << d.dump(1);
+    EXPECT_EQ((*cublas)["bytes"], 32 * kMiB);
+    ASSERT_EQ((*cublas)["parts"].size(), 1u);
+    EXPECT_EQ((*cublas)["parts"][0]["call"],
+              "cublasCreate_v2 \u2190 worker at ddp_train.py:" + std::to_string(e2e::marked_line(kScript, "forward")));
+
+    // PyTorch's segments: its tensors (its cuBLAS workspace among them) and its cache.
+    const nlohmann::json* tensors = owner(d, "PyTorch's tensors");
+    const nlohmann::json* cache = owner(d, "PyTorch's cache");
+    ASSERT_TRUE(tensors && cache) << d.dump(1);
+    EXPECT_GT((*tensors)["bytes"].get<uint64_t>(), 32 * kMiB);
+
+    // The context, as the simulated device makes it (300 MiB), from the device layer.
+    const nlohmann::json* context = owner(d, "the CUDA context");
+    ASSERT_TRUE(context) << d.dump(1);
+    EXPECT_EQ((*context)["bytes"], 300 * kMiB);
+    EXPECT_FALSE(owner(d, "the program")) << "the program's own code called no CUDA";
+    EXPECT_FALSE(owner(d, "not placed")) << d.dump(1);
+
+    // They add up: to the device at the peak (within 1%), the reserved ones to the reserved peak
+    // and to the device's ledger, to the byte.
+    ASSERT_TRUE(d["device_sampled"]);
+    const double device = d["device_at_peak_bytes"].get<double>();
+    EXPECT_NEAR(d["owners_total_bytes"].get<double>(), device, device / 100);
+    uint64_t reserved = 0;
+    for (const nlohmann::json& o : d["owners"])
+      if (o["count"].get<uint64_t>() || o["kind"] == "pytorch_tensors") reserved += o["bytes"].get<uint64_t>();
+    EXPECT_EQ(reserved, d["peak_bytes"].get<uint64_t>()) << d.dump(1);
+    const auto ledger = ledgers.find(p["pid"].get<int>());
+    ASSERT_NE(ledger, ledgers.end());
+    EXPECT_EQ(ledger->second.peak.at(0), d["peak_bytes"].get<uint64_t>());
+  }
+  EXPECT_EQ(ranks, (std::set<int>{0, 1}));
+
+  // The text says who held the device, the parts beneath NCCL.
+  e2e::Result text = e2e::run({e2e::kMemtrace, "peak", "--by", "owner", dir + "/traces"});
+  ASSERT_EQ(text.status, 0) << text.err;
+  EXPECT_NE(text.out.find("who held the device then:"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("    ncclAllReduce \u2190 worker at ddp_train.py:"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("in all: the device at the peak"), std::string::npos) << text.out;
+}
+
+TEST(Owners, ByOwnerIsOfTheWholeDeviceNotOfALayer) {
+  const std::string dir = e2e::temp_dir("owners-layer");
+  e2e::Result r = e2e::run_sample(dir, "train_loop", {"--steps", "2"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  e2e::Result refused = e2e::run({e2e::kMemtrace, "peak", "--by", "owner", "--layer", "allocated", dir + "/traces"});
+  EXPECT_EQ(refused.status, 2);
+  EXPECT_NE(refused.err.find("--by owner shows who held the whole device"), std::string::npos) << refused.err;
+  // A C++ program's own code calling CUDA: the program.
+  nlohmann::json peak = e2e::command_json({e2e::kMemtrace, "peak", "--json", "--by", "owner", dir + "/traces"});
+  const nlohmann::json& d = peak["processes"][0]["devices"][0];
+  ASSERT_TRUE(owner(d, "the program")) << d.dump(1);
+  EXPECT_EQ((*owner(d, "the program"))["bytes"], d["peak_bytes"]);
+}
+
+}  // namespace
