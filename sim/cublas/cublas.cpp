@@ -6,7 +6,10 @@
 // cublasSetWorkspace, kernels use "the default workspace pool allocated during the cuBLAS context
 // creation", sized 32 MiB on Hopper (sm90) and Blackwell (sm10x, sm12x), 4 MiB on the others
 // (2.4.8's recommended sizes "based on the cuBLAS default workspace pool size"). Which CUDA call
-// makes the pool is not documented (cuBLAS is closed source): the stand-in uses cudaMalloc.
+// makes the pool, and when, is not documented (cuBLAS is closed source); PyTorch's PR #113994
+// (CublasHandlePool.cpp, Nov 2023) found cuBLAS 12.2 on taking its workspace with cudaMallocAsync
+// where none was set. The stand-in takes the pool so, on the first call that needs a workspace
+// with none set (PyTorch always sets one: cublasSetWorkspace after each cublasSetStream).
 // Like NVIDIA's, it carries the runtime linked statically and exports only the cuBLAS API.
 #include <cuda_runtime_api.h>
 
@@ -41,17 +44,13 @@ CUBLAS_API int cublasCreate_v2(Handle** handle) {
     delete h;
     return kNotInitialized;
   }
-  if (cudaMalloc(&h->pool, default_pool_bytes(h->device)) != cudaSuccess) {
-    delete h;
-    return kAllocFailed;
-  }
   *handle = h;
   return kSuccess;
 }
 
 CUBLAS_API int cublasDestroy_v2(Handle* handle) {
   if (!handle) return kNotInitialized;
-  cudaFree(handle->pool);
+  if (handle->pool) cudaFree(handle->pool);
   delete handle;
   return kSuccess;
 }
@@ -77,5 +76,11 @@ CUBLAS_API int cublasSetStream_v2(Handle* handle, cudaStream_t stream) {
 
 CUBLAS_API int cublasSgemm_v2(Handle* handle, int, int, int, int, int, const float*, const float*, int, const float*,
                               int, const float*, float*, int) {
-  return handle ? kSuccess : kNotInitialized;
+  if (!handle) return kNotInitialized;
+  if (!handle->workspace && !handle->pool &&
+      cudaMallocAsync(&handle->pool, default_pool_bytes(handle->device), handle->stream) != cudaSuccess) {
+    handle->pool = nullptr;
+    return kAllocFailed;
+  }
+  return kSuccess;
 }

@@ -1,7 +1,7 @@
 // Who holds the device, as a data-parallel job shows it: two ranks of samples/python/ddp_train.py
 // (torchrun's way: a launcher and a worker process per rank) with the stand-in PyTorch, NCCL and
 // cuBLAS on the simulated device. `peak --by owner` must name NCCL by the calls that made its
-// memory, cuBLAS, PyTorch's tensors and its cache and the CUDA context, each with the bytes the
+// memory, PyTorch's tensors (cuBLAS's workspace among them) and its cache and the CUDA context, each with the bytes the
 // stand-ins' rules give, adding up to the device layer; the reserved owners to the reserved peak
 // and to the simulated device's own ledger, to the byte.
 #include <gtest/gtest.h>
@@ -51,13 +51,9 @@ TEST(Owners, TwoRanksOfATrainingJobAddUpToTheDevice) {
     EXPECT_EQ(parts["ncclCommInitRank" + at], 10 * kMiB) << (*nccl).dump(1);
     EXPECT_EQ(parts["ncclAllReduce" + at], 24 * kMiB) << (*nccl).dump(1);
 
-    // cuBLAS: its default workspace pool, 32 MiB on sm 9.0, made by cublasCreate in the forward.
-    const nlohmann::json* cublas = owner(d, "cuBLAS");
-    ASSERT_TRUE(cublas) << d.dump(1);
-    EXPECT_EQ((*cublas)["bytes"], 32 * kMiB);
-    ASSERT_EQ((*cublas)["parts"].size(), 1u);
-    EXPECT_EQ((*cublas)["parts"][0]["call"],
-              "cublasCreate_v2 \u2190 worker at ddp_train.py:" + std::to_string(e2e::marked_line(kScript, "forward")));
+    // cuBLAS took no memory of its own: PyTorch gave its handle a workspace (32 MiB on sm 9.0) from
+    // the caching allocator, among PyTorch's tensors.
+    EXPECT_FALSE(owner(d, "cuBLAS")) << d.dump(1);
 
     // PyTorch's segments: its tensors (its cuBLAS workspace among them) and its cache.
     const nlohmann::json* tensors = owner(d, "PyTorch's tensors");

@@ -77,7 +77,9 @@ TEST_P(TorchTraining, PeaksArePyTorchsToTheByte) {
   } else {
     EXPECT_EQ(events["torch.segment_alloc"]["calls"], events["cudaMalloc"]["calls"]);
   }
-  EXPECT_EQ(events["torch.alloc"]["calls"], events["torch.free"]["calls"]);  // everything went by the end
+  // Everything went by the end but cuBLAS's workspace, which PyTorch keeps for the process's life
+  // (CublasHandlePool.cpp: one per handle and stream, freed only by clearCublasWorkspaces).
+  EXPECT_EQ(events["torch.alloc"]["calls"].get<uint64_t>(), events["torch.free"]["calls"].get<uint64_t>() + 1);
   for (const auto& notice : report["processes"][0]["notices"]) ADD_FAILURE() << notice;
 }
 
