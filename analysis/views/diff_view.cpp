@@ -19,6 +19,7 @@ struct Totals {
   std::string growth_unmeasured;  // when no process has the steps to measure it: the first's reason
   std::map<std::pair<std::string, std::string>, const SiteTotal*> sites;  // at peak, (api, location)
   std::map<std::pair<std::string, std::string>, uint64_t> site_bytes;
+  std::map<std::string, uint64_t> owners;  // who held the devices at their peaks (--by owner)
   // For the words: the tensors' peak (PyTorch's allocated layer), the free space inside its
   // segments at the peaks, and whether it grew segments by mapping (expandable_segments).
   uint64_t allocated_peak = 0, free_at_peak = 0;
@@ -42,6 +43,7 @@ Totals totals(const std::vector<ProcessAnalysis>& processes, SiteGrouping groupi
     for (const DeviceReport& d : p.report.devices) {
       t.peak[d.device] += d.peak_bytes;
       t.leaked += d.live_at_exit_bytes;
+      for (const OwnerShare& o : d.owners_at_peak) t.owners[o.owner] += o.bytes;
       for (const SiteTotal& s : d.peak_sites) {
         auto key = std::make_pair(std::string(api_name(s.site.api)), site_name(s, grouping));
         t.site_bytes[key] += s.bytes;
@@ -101,6 +103,11 @@ std::vector<std::string> in_words(const Totals& b, const Totals& n, const DiffVi
   if (same_allocator && !view.sites.empty() && view.sites.front().bytes.change() > 0)
     out.push_back("What grew most at the peak: " + view.sites.front().location + ", " +
                   signed_bytes(view.sites.front().bytes.change()) + ".");
+  if (!view.owners.empty() && view.owners.front().bytes.change() > 0)
+    out.push_back("Of who held the device at the peak, " + view.owners.front().owner +
+                  " grew most: " + signed_bytes(view.owners.front().bytes.change()) + " (" +
+                  format_bytes(view.owners.front().bytes.base) + " to " + format_bytes(view.owners.front().bytes.next) +
+                  ").");
   if (view.live_at_exit.change() != 0) out.push_back("Live at exit: " + compared(view.live_at_exit) + ".");
   return out;
 }
@@ -148,6 +155,14 @@ DiffView diff_view(const std::vector<ProcessAnalysis>& base, const std::vector<P
   std::stable_sort(
       view.sites.begin(), view.sites.end(),
       [](const DiffView::SiteChange& x, const DiffView::SiteChange& y) { return x.bytes.change() > y.bytes.change(); });
+  std::map<std::string, bool> owners;
+  for (auto& [o, v] : b.owners) owners[o] = true;
+  for (auto& [o, v] : n.owners) owners[o] = true;
+  for (auto& [o, unused] : owners) view.owners.push_back({{b.owners[o], n.owners[o]}, o});
+  std::stable_sort(view.owners.begin(), view.owners.end(),
+                   [](const DiffView::OwnerChange& x, const DiffView::OwnerChange& y) {
+                     return x.bytes.change() > y.bytes.change();
+                   });
   view.summary = in_words(b, n, view);
   return view;
 }
@@ -171,6 +186,15 @@ nlohmann::json to_json(const DiffView& view) {
                         {"peak", devices},
                         {"live_at_exit", change_json(view.live_at_exit)},
                         {"sites_at_peak", sites}};
+  if (!view.owners.empty()) {
+    nlohmann::json owners = nlohmann::json::array();
+    for (const DiffView::OwnerChange& o : view.owners) {
+      nlohmann::json c = change_json(o.bytes);
+      c["owner"] = o.owner;
+      owners.push_back(std::move(c));
+    }
+    out["owners_at_peak"] = owners;
+  }
   out["growth_per_step"] = view.growth_unmeasured.empty() ? change_json(view.growth_per_step) : nlohmann::json();
   if (!view.growth_unmeasured.empty()) out["growth_per_step_unmeasured"] = view.growth_unmeasured;
   return out;
@@ -193,6 +217,10 @@ std::string to_text(const DiffView& view) {
     out += line("growth per step", view.growth_per_step);
   else
     out += "  " + pad("growth per step", 28) + "not measured (" + view.growth_unmeasured + ")\n";
+  if (!view.owners.empty()) {
+    out += "\nwho held the device at the peak, base -> new:\n";
+    for (const DiffView::OwnerChange& o : view.owners) out += line(o.owner, o.bytes);
+  }
   if (view.sites.empty()) return out + "\nthe sites at the peak hold the same bytes\n";
   out += "\nsites at the peak that changed (largest growth first):\n";
   for (const DiffView::SiteChange& s : view.sites) {

@@ -91,6 +91,26 @@ TEST(Owners, TwoRanksOfATrainingJobAddUpToTheDevice) {
   EXPECT_NE(text.out.find("in all: the device at the peak"), std::string::npos) << text.out;
 }
 
+// NCCL given twice the channels: diff --by owner says NCCL grew, by what its rules give (per rank
+// two channels more: 2 x 4 MiB at init and 2 x 12 MiB for the rings).
+TEST(Owners, DiffSaysWhichOwnerGrew) {
+  const std::string dir = e2e::temp_dir("owners-diff");
+  for (const char* channels : {"2", "4"}) {
+    e2e::Result r = e2e::run({e2e::kMemtrace, "run", "--sim", "-o", dir + "/" + channels, "--", MEMTRACE_PYTHON,
+                              kScript, "--ranks", "2", "--steps", "2"},
+                             {"PYTHONPATH=" + kStandIn, std::string("NCCL_MAX_NCHANNELS=") + channels});
+    ASSERT_EQ(r.status, 0) << r.err;
+  }
+  nlohmann::json diff = e2e::command_json({e2e::kMemtrace, "diff", "--json", "--by", "owner", dir + "/2", dir + "/4"});
+  ASSERT_FALSE(diff["owners_at_peak"].empty()) << diff.dump(1);
+  EXPECT_EQ(diff["owners_at_peak"][0]["owner"], "NCCL") << diff.dump(1);
+  EXPECT_EQ(diff["owners_at_peak"][0]["change"], 2 * 32 * kMiB) << diff.dump(1);
+  bool said = false;
+  for (const auto& sentence : diff["summary"])
+    said |= sentence.get<std::string>().rfind("Of who held the device at the peak, NCCL grew most: +64.0 MiB", 0) == 0;
+  EXPECT_TRUE(said) << diff["summary"].dump(1);
+}
+
 TEST(Owners, ByOwnerIsOfTheWholeDeviceNotOfALayer) {
   const std::string dir = e2e::temp_dir("owners-layer");
   e2e::Result r = e2e::run_sample(dir, "train_loop", {"--steps", "2"});

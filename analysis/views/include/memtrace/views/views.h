@@ -140,8 +140,15 @@ struct DiffView {
   };
   std::vector<DevicePeak> peaks;
   Change live_at_exit, growth_per_step;
-  std::string growth_unmeasured;     // why growth per step is not compared (a side without steps); empty when it is
-  std::vector<SiteChange> sites;     // at the peak, largest growth first
+  std::string growth_unmeasured;  // why growth per step is not compared (a side without steps); empty when it is
+  std::vector<SiteChange> sites;  // at the peak, largest growth first
+  // With --by owner: who held the devices at their peaks (summed over processes and devices),
+  // largest growth first.
+  struct OwnerChange {
+    Change bytes;
+    std::string owner;
+  };
+  std::vector<OwnerChange> owners;
   std::vector<std::string> summary;  // what changed, in words, most important first
 };
 DiffView diff_view(const std::vector<ProcessAnalysis>& base, const std::vector<ProcessAnalysis>& next,
