@@ -167,6 +167,12 @@ json process_data(const ProcessAnalysis& p) {
       device["peak_phase"] = d.peak_phase;
       device["live_at_exit_bytes"] = d.live_at_exit_bytes;
       if (which == Layer::kReserved && d.device_samples) device["device_at_peak_bytes"] = d.device_at_peak_bytes();
+      if (which == Layer::kReserved && !d.owners_at_peak.empty()) {  // who held the device: the first screen's bar
+        json owners = json::array();
+        for (const OwnerShare& o : d.owners_at_peak)
+          owners.push_back({{"owner", o.owner}, {"kind", owner_kind_name(o.kind)}, {"bytes", o.bytes}, {"why", o.why}});
+        device["owners"] = owners;
+      }
       device["peak_sites"] = sites_json(d.peak_sites, p, table);
       device["exit_sites"] = sites_json(d.exit_sites, p, table);
       devices.push_back(device);
@@ -280,6 +286,7 @@ AnalysisOptions html_analysis_options(const HtmlOptions& options) {
   a.labels = SiteGrouping::kUser;
   a.timeline = true;
   a.categories = false;  // what the page does not show
+  a.owners = true;       // who held each device at its peak, on the first screen
   a.largest_allocations = options.largest_allocations;
   return a;
 }

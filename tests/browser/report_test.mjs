@@ -84,6 +84,13 @@ async function samplePage(b, memtrace, name, command, out, options = []) {
     (e) => ({ bytes: Number(e.dataset.peakBytes), text: e.textContent }));
   check(shown.bytes === device.peak_bytes, `${name}: the page's peak ${shown.bytes} (${shown.text}) is peak --json's ${device.peak_bytes}`);
 
+  // The first screen's bar of who held the device is peak --by owner's, row by row.
+  const owned = JSON.parse(run(memtrace, ['peak', '--json', '--by', 'owner', path.join(dir, 'traces')])).processes[0].devices[0];
+  const bar = await page.$$eval(`.owner-bar[data-device="${owned.device}"] div`, (parts) => parts.map((d) => [d.dataset.owner, Number(d.dataset.bytes)]));
+  const barTotal = bar.reduce((sum, [, b]) => sum + b, 0);
+  check(barTotal === owned.owners_total_bytes && bar.map(([o]) => o).join('|') === owned.owners.map((o) => o.owner).join('|'),
+    `${name}: who held the device at the peak, as peak --by owner says: ${bar.map(([o, b]) => o + ' ' + b).join(', ')}`);
+
   // The flame graph at the reserved peak sums to it.
   await page.evaluate((d) => window.memtrace.select(d, 'reserved'), device.device);
   const flameTotal = await page.evaluate(() => window.memtrace.flameTotal());

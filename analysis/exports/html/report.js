@@ -129,6 +129,41 @@
     for (const n of p.notices || []) el.appendChild(text('div', n, 'card warning'));
   }
 
+  // ---- Who held the device: at each device's reserved peak, every byte's owner ---------------
+  function owners(p) {
+    const el = $('owners');
+    el.replaceChildren();
+    const devices = p.devices.filter((d) => d.layer === 'reserved' && d.owners && d.owners.length);
+    $('owners-section').hidden = !devices.length;
+    for (const d of devices) {
+      const total = d.owners.reduce((sum, o) => sum + o.bytes, 0) || 1;
+      const heading = text('div', 'device ' + d.device + ': ' + bytes(total) + (d.device_at_peak_bytes !== undefined
+        ? ' in use at the reserved peak (' + duration(d.peak_ns) + ')'
+        : ' reserved at the peak (' + duration(d.peak_ns) + '; the device layer was not sampled)'), 'small');
+      const bar = document.createElement('div');
+      bar.className = 'owner-bar';
+      bar.dataset.device = d.device;
+      bar.dataset.total = total;
+      const legend = document.createElement('div');
+      legend.className = 'owner-legend';
+      for (const o of d.owners) {
+        const share = ((100 * o.bytes) / total).toFixed(1) + '%';
+        const part = document.createElement('div');
+        part.style.width = (100 * o.bytes) / total + '%';
+        part.style.background = colour(o.owner);
+        part.dataset.owner = o.owner;
+        part.dataset.bytes = o.bytes;
+        part.addEventListener('mousemove', (ev) => showTip(ev, [o.owner, bytes(o.bytes) + ' (' + share + ')'].concat(o.why ? [o.why] : [])));
+        part.addEventListener('mouseleave', hideTip);
+        bar.appendChild(part);
+        const key = text('span', o.owner + ' ' + bytes(o.bytes) + ' (' + share + ')');
+        key.style.setProperty('--swatch', colour(o.owner));
+        legend.appendChild(key);
+      }
+      el.append(heading, bar, legend);
+    }
+  }
+
   // ---- Timeline ------------------------------------------------------------------------------
   function timeline(p) {
     const el = $('timeline');
@@ -530,6 +565,7 @@
     const p = proc();
     findings(p);
     summary(p);
+    owners(p);
     timeline(p);
     allocations(p);
     if (state.at === null) flameAtPeak(p); else showAt(state.at);
