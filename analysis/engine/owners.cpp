@@ -87,7 +87,7 @@ uint32_t OwnerTracker::slot_of(uint64_t stack_id) {
   auto [it, fresh] = by_stack_.try_emplace(stack_id, 0);
   if (fresh) {
     Owner owner = owner_of(stacks_.all_frames(stack_id));
-    if (all_pytorch_ && owner.kind != OwnerKind::kUnplaced) owner = {OwnerKind::kPyTorch, kPyTorch, ""};
+    if (all_pytorch_) owner = {OwnerKind::kPyTorch, kPyTorch, ""};  // a segment's stack or none: PyTorch's
     std::string key = std::string(owner_kind_name(owner.kind)) + '\0' + owner.name + '\0' + owner.part;
     auto [slot, made] = slots_.try_emplace(std::move(key), static_cast<uint32_t>(owners_.size()));
     if (made) owners_.push_back(std::move(owner));

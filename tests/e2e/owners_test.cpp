@@ -111,6 +111,25 @@ TEST(Owners, DiffSaysWhichOwnerGrew) {
   EXPECT_TRUE(said) << diff["summary"].dump(1);
 }
 
+// A PyTorch snapshot: every segment is PyTorch's, whatever stack it has or lacks; no device
+// layer, so the owners add up to the reserved peak and say why.
+TEST(Owners, APyTorchSnapshotIsPyTorchsTensorsAndCache) {
+  nlohmann::json peak = e2e::command_json(
+      {e2e::kMemtrace, "peak", "--json", "--by", "owner", MEMTRACE_TEST_DATA "/torch/2.1-finetune.pickle"});
+  const nlohmann::json& d = peak["processes"][0]["devices"][0];
+  ASSERT_EQ(d["owners"].size(), 2u) << d.dump(1);
+  ASSERT_TRUE(owner(d, "PyTorch's tensors") && owner(d, "PyTorch's cache")) << d.dump(1);
+  EXPECT_FALSE(d["device_sampled"]);
+  EXPECT_EQ(d["owners_total_bytes"], d["peak_bytes"]);
+  nlohmann::json allocated = e2e::command_json({e2e::kMemtrace, "peak", "--json", "--layer", "allocated",
+                                                MEMTRACE_TEST_DATA "/torch/2.1-finetune.pickle"});
+  EXPECT_EQ((*owner(d, "PyTorch's tensors"))["bytes"], allocated["processes"][0]["devices"][0]["peak_bytes"]);
+  e2e::Result text =
+      e2e::run({e2e::kMemtrace, "peak", "--by", "owner", MEMTRACE_TEST_DATA "/torch/2.1-finetune.pickle"});
+  EXPECT_NE(text.out.find("in all: the reserved peak (the device layer was not sampled"), std::string::npos)
+      << text.out;
+}
+
 TEST(Owners, ByOwnerIsOfTheWholeDeviceNotOfALayer) {
   const std::string dir = e2e::temp_dir("owners-layer");
   e2e::Result r = e2e::run_sample(dir, "train_loop", {"--steps", "2"});
