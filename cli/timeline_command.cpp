@@ -52,7 +52,7 @@ int timeline(TimelineCli& c) {
       }
     }
   }
-  TimelineView view = timeline_view(processes, window);
+  TimelineView view = timeline_view(processes, window, c.analysis.by == "owner");
   if (!c.csv.empty() && !write_report_file("timeline", c.csv, to_csv(view))) return 1;
   if (!c.svg.empty() && !write_report_file("timeline", c.svg, to_svg(view))) return 1;
   if (c.analysis.json)
@@ -68,6 +68,10 @@ Command add_timeline_command(CLI::App& app) {
   auto c = std::make_shared<TimelineCli>();
   CLI::App* cmd = app.add_subcommand("timeline", "Memory over time per device and layer");
   add_analysis_options(cmd, c->analysis, false);
+  cmd->add_option("--by", c->analysis.by,
+                  "layer: each device's layers (default); owner: each owner's reserved bytes (the library whose "
+                  "code called CUDA: NCCL, cuBLAS, PyTorch's allocator, the program)")
+      ->check(CLI::IsMember({"layer", "owner"}));
   cmd->add_option("--width", c->width, "Columns of the terminal chart (default 72)")->check(CLI::Range(10, 1000));
   cmd->add_option("--from", c->from,
                   "Start at this time since the program started (1.5s, 250ms) or at a step's start (step:3); "

@@ -90,7 +90,13 @@ uint32_t OwnerTracker::slot_of(uint64_t stack_id) {
     if (all_pytorch_) owner = {OwnerKind::kPyTorch, kPyTorch, ""};  // a segment's stack or none: PyTorch's
     std::string key = std::string(owner_kind_name(owner.kind)) + '\0' + owner.name + '\0' + owner.part;
     auto [slot, made] = slots_.try_emplace(std::move(key), static_cast<uint32_t>(owners_.size()));
-    if (made) owners_.push_back(std::move(owner));
+    if (made) {
+      const std::string name = owner.kind == OwnerKind::kUnplaced ? "not placed" : owner.name;
+      auto known = std::find(names_.begin(), names_.end(), name);
+      name_of_slot_.push_back(static_cast<uint32_t>(known - names_.begin()));
+      if (known == names_.end()) names_.push_back(name);
+      owners_.push_back(std::move(owner));
+    }
     it->second = slot->second;
   }
   return it->second;
@@ -128,6 +134,13 @@ void OwnerTracker::on_event(const Event& event, const ReplayStep& step, const Re
     else
       --d.slots[slot].count;
     d.live += static_cast<uint64_t>(change.bytes);
+    if (timeline_) {
+      const uint32_t name = name_of_slot_[slot];
+      if (d.by_name.size() <= name) d.by_name.resize(name + 1);
+      if (timelines_.size() <= name) timelines_.resize(name + 1);
+      d.by_name[name] += static_cast<uint64_t>(change.bytes);
+      timelines_[name].record(change.device, Layer::kReserved, event.t_ns, d.by_name[name]);
+    }
     if (d.live > d.peak) {
       d.peak = d.live;
       d.peak_unsaved = true;
@@ -139,12 +152,22 @@ void OwnerTracker::on_event(const Event& event, const ReplayStep& step, const Re
   }
 }
 
-void OwnerTracker::finish(uint64_t) {
+void OwnerTracker::finish(uint64_t end_ns) {
   for (auto& [device, d] : devices_)
     if (d.peak_unsaved) {
       d.at_peak = d.slots;
       d.peak_unsaved = false;
     }
+  for (size_t name = 0; name < timelines_.size(); ++name)
+    for (TimelineSeries& s : timelines_[name].series(end_ns)) series_.push_back({names_[name], std::move(s)});
+  auto most = [](const OwnerSeries& o) {
+    uint64_t m = 0;
+    for (const TimelinePoint& p : o.series.points) m = std::max(m, p.max_bytes);
+    return m;
+  };
+  std::stable_sort(series_.begin(), series_.end(), [&](const OwnerSeries& a, const OwnerSeries& b) {
+    return a.series.device != b.series.device ? a.series.device < b.series.device : most(a) > most(b);
+  });
 }
 
 std::vector<OwnerShare> OwnerTracker::at_peak(const DeviceReport& device, bool pytorch) const {

@@ -254,7 +254,7 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
       },
       kCallEvents | kAllocatedLayerEvents);
   TimelinePass timeline(out);
-  OwnerTracker owners(stacks, !report.imported_from.empty());
+  OwnerTracker owners(stacks, !report.imported_from.empty(), options.timeline);
 
   std::vector<std::unique_ptr<AnalysisPass>> analyses = make_analysis_passes(options);
 
@@ -289,8 +289,10 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
     out.categories_known = categories.known();
     for (DeviceReport& d : out.allocated.devices) d.peak_categories = categories.at_peak(d.device);
   }
-  if (options.owners)
+  if (options.owners) {
     for (DeviceReport& d : report.devices) d.owners_at_peak = owners.at_peak(d, out.pytorch);
+    out.owner_timeline = owners.timeline();
+  }
   report.snapshots = run_folder::snapshots_of(path, report.pid);
   report.pytorch_counters = torch_counters.finish();
 

@@ -112,7 +112,7 @@ std::optional<TimeBound> parse_time_bound(const std::string& text) {
   return bound;
 }
 
-TimelineView timeline_view(const std::vector<ProcessAnalysis>& processes, const TimeWindow& window) {
+TimelineView timeline_view(const std::vector<ProcessAnalysis>& processes, const TimeWindow& window, bool by_owner) {
   TimelineView view;
   for (const ProcessAnalysis& p : processes) {
     TimelineView::Process& out = view.processes.emplace_back();
@@ -122,6 +122,14 @@ TimelineView timeline_view(const std::vector<ProcessAnalysis>& processes, const 
     std::tie(out.from_ns, out.to_ns) = window_ns(p, window);
     out.step_starts = p.step_starts;
     out.ranges = p.ranges;
+    if (by_owner) {
+      for (const OwnerSeries& o : p.owner_timeline) {
+        out.series.push_back(slice(o.series, p.timeline_bucket_ns, out.from_ns, out.to_ns));
+        out.series.back().owner = o.owner;
+        out.series.back().name = series_name(p, o.series) + ", " + o.owner;
+      }
+      continue;
+    }
     for (const TimelineSeries& s : p.timeline) {
       out.series.push_back(slice(s, p.timeline_bucket_ns, out.from_ns, out.to_ns));
       out.series.back().name = series_name(p, s);
@@ -180,6 +188,7 @@ nlohmann::json to_json(const TimelineView& view) {
                         {"layer", std::string(layer_name(s.layer))},
                         {"columns", {"t_ns", "max_bytes", "last_bytes"}},
                         {"points", points}});
+      if (!s.owner.empty()) series.back()["owner"] = s.owner;
     }
     nlohmann::json process = process_json(p.id);  // which process, as every view says it
     process.update({{"bucket_ns", p.bucket_ns},
@@ -194,13 +203,21 @@ nlohmann::json to_json(const TimelineView& view) {
 }
 
 std::string to_csv(const TimelineView& view) {
-  std::string out = "pid,device,layer,t_ns,max_bytes,last_bytes\n";
+  bool owners = false;  // --by owner: a column more, whose series it is
+  for (const TimelineView::Process& p : view.processes)
+    for (const TimelineView::Series& s : p.series) owners |= !s.owner.empty();
+  auto quoted = [](const std::string& field) {
+    std::string q = "\"";
+    for (char c : field) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+    return q + "\"";
+  };
+  std::string out = std::string("pid,device,layer,t_ns,max_bytes,last_bytes") + (owners ? ",owner" : "") + "\n";
   for (const TimelineView::Process& p : view.processes) {
     for (const TimelineView::Series& s : p.series)
       for (const TimelinePoint& pt : s.points)
         out += std::to_string(p.id.pid) + "," + std::to_string(s.device) + "," + std::string(layer_name(s.layer)) +
                "," + std::to_string(pt.t_ns) + "," + std::to_string(pt.max_bytes) + "," +
-               std::to_string(pt.last_bytes) + "\n";
+               std::to_string(pt.last_bytes) + (owners ? "," + quoted(s.owner) : "") + "\n";
   }
   return out;
 }

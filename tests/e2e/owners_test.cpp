@@ -83,6 +83,20 @@ TEST(Owners, TwoRanksOfATrainingJobAddUpToTheDevice) {
   }
   EXPECT_EQ(ranks, (std::set<int>{0, 1}));
 
+  // timeline --by owner: each owner's reserved bytes over time; NCCL's most is what it held.
+  nlohmann::json timeline = e2e::command_json({e2e::kMemtrace, "timeline", "--json", "--by", "owner", dir + "/traces"});
+  size_t nccl_series = 0;
+  for (const nlohmann::json& p : timeline["processes"])
+    for (const nlohmann::json& series : p["series"]) {
+      ASSERT_TRUE(series.contains("owner")) << series.dump();
+      if (series["owner"] != "NCCL") continue;
+      ++nccl_series;
+      uint64_t most = 0;
+      for (const nlohmann::json& point : series["points"]) most = std::max(most, point[1].get<uint64_t>());
+      EXPECT_EQ(most, 34 * kMiB);
+    }
+  EXPECT_EQ(nccl_series, 2u) << "one a rank";
+
   // The text says who held the device, the parts beneath NCCL.
   e2e::Result text = e2e::run({e2e::kMemtrace, "peak", "--by", "owner", dir + "/traces"});
   ASSERT_EQ(text.status, 0) << text.err;
@@ -121,8 +135,8 @@ TEST(Owners, APyTorchSnapshotIsPyTorchsTensorsAndCache) {
   ASSERT_TRUE(owner(d, "PyTorch's tensors") && owner(d, "PyTorch's cache")) << d.dump(1);
   EXPECT_FALSE(d["device_sampled"]);
   EXPECT_EQ(d["owners_total_bytes"], d["peak_bytes"]);
-  nlohmann::json allocated = e2e::command_json({e2e::kMemtrace, "peak", "--json", "--layer", "allocated",
-                                                MEMTRACE_TEST_DATA "/torch/2.1-finetune.pickle"});
+  nlohmann::json allocated = e2e::command_json(
+      {e2e::kMemtrace, "peak", "--json", "--layer", "allocated", MEMTRACE_TEST_DATA "/torch/2.1-finetune.pickle"});
   EXPECT_EQ((*owner(d, "PyTorch's tensors"))["bytes"], allocated["processes"][0]["devices"][0]["peak_bytes"]);
   e2e::Result text =
       e2e::run({e2e::kMemtrace, "peak", "--by", "owner", MEMTRACE_TEST_DATA "/torch/2.1-finetune.pickle"});

@@ -13,6 +13,7 @@
 
 #include "memtrace/engine/pass.h"
 #include "memtrace/engine/stacks.h"
+#include "memtrace/engine/timeline.h"
 
 namespace memtrace {
 
@@ -60,6 +61,12 @@ struct OwnerShare {
   std::string why;               // what the row is, where the name does not say
 };
 
+// One owner's reserved bytes over time on one device (timeline --by owner).
+struct OwnerSeries {
+  std::string owner;
+  TimelineSeries series;
+};
+
 // A pass over the reserved and allocated layers and the device layer's samples: per device, the
 // reserved bytes of each owner at the reserved layer's peak (the same moment ReportBuilder's
 // peak is), the allocated layer's bytes then, and what the device held outside at its first
@@ -68,7 +75,9 @@ class OwnerTracker : public Pass {
  public:
   // ALL_PYTORCH: every reserved allocation is PyTorch's (a trace imported from its snapshot,
   // whose segments' stacks are the Python that asked for them).
-  OwnerTracker(const StackView& stacks, bool all_pytorch) : stacks_(stacks), all_pytorch_(all_pytorch) {}
+  // TIMELINE: keep each owner's reserved bytes over time too (timeline()).
+  OwnerTracker(const StackView& stacks, bool all_pytorch, bool timeline = false)
+      : stacks_(stacks), all_pytorch_(all_pytorch), timeline_(timeline) {}
   unsigned looks_at() const override { return kEveryEvent; }
   void on_event(const Event& event, const ReplayStep& step, const Replay& replay) override;
   void finish(uint64_t end_ns) override;
@@ -77,6 +86,8 @@ class OwnerTracker : public Pass {
   // the peak (DeviceReport::device_at_peak_bytes) when it was sampled, else to the reserved peak.
   // PYTORCH: the allocated layer is PyTorch's tensors, split out of its segments.
   std::vector<OwnerShare> at_peak(const DeviceReport& device, bool pytorch) const;
+  // Each owner's reserved bytes over time, per device, largest peak first (after finish()).
+  std::vector<OwnerSeries> timeline() { return std::move(series_); }
 
  private:
   struct Live {
@@ -90,11 +101,17 @@ class OwnerTracker : public Pass {
     std::vector<Live> slots, at_peak;
     bool sampled = false;
     uint64_t outside_at_first_sample = 0;
+    std::vector<uint64_t> by_name;  // live bytes per owner name (timeline)
   };
   uint32_t slot_of(uint64_t stack_id);
 
   const StackView& stacks_;
   bool all_pytorch_;
+  bool timeline_;
+  std::vector<std::string> names_;      // owner names, each once (timeline)
+  std::vector<uint32_t> name_of_slot_;  // slot -> its owner's name
+  std::vector<Timeline> timelines_;     // by owner name
+  std::vector<OwnerSeries> series_;
   std::vector<Owner> owners_;                        // by slot
   std::unordered_map<std::string, uint32_t> slots_;  // owner and part -> slot
   std::unordered_map<uint64_t, uint32_t> by_stack_;  // stack id -> slot

@@ -209,6 +209,7 @@ struct TimelineView {
     int32_t device = -1;
     Layer layer = Layer::kReserved;
     std::string name;                   // "pid P device D layer" ("snapshot FILE ...", "rank R ...")
+    std::string owner;                  // timeline --by owner: whose reserved bytes
     uint64_t before = 0;                // what it held when the window opens
     std::vector<TimelinePoint> points;  // the buckets that overlap the window
   };
@@ -222,7 +223,9 @@ struct TimelineView {
   };
   std::vector<Process> processes;
 };
-TimelineView timeline_view(const std::vector<ProcessAnalysis>& processes, const TimeWindow& window);
+// BY_OWNER: each owner's reserved bytes (ProcessAnalysis::owner_timeline), not the layers.
+TimelineView timeline_view(const std::vector<ProcessAnalysis>& processes, const TimeWindow& window,
+                           bool by_owner = false);
 nlohmann::json to_json(const TimelineView& view);
 std::string to_text(const TimelineView& view, size_t width);
 std::string to_csv(const TimelineView& view);
