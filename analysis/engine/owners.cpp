@@ -112,6 +112,23 @@ void OwnerTracker::on_event(const Event& event, const ReplayStep& step, const Re
     }
     return;
   }
+  if (uint64_t* part = OutsideParts().part(event.api)) {  // read with the device.used that follows
+    (void)part;
+    DeviceState& d = devices_[event.device];
+    *d.parts.part(event.api) = event.size;
+    if (event.api == Api::kDeviceOtherProcesses) d.parts.other_processes_known = true;
+    return;
+  }
+  // An out of memory, as ReportBuilder lists them: who held the device then, by the figures the
+  // failed call reported.
+  if (!event.interrupted() && !is_observation(event.api) && event.op() == Op::kAlloc &&
+      event.result == kOutOfMemoryResult) {
+    DeviceState& d = devices_[event.device];
+    const uint64_t used = event.device_total > event.device_free ? event.device_total - event.device_free : 0;
+    ooms_.push_back({d.slots, d.allocated_live,
+                     DeviceLayer{used > 0, used > d.live ? used - d.live : 0, d.parts, d.outside_at_first_sample,
+                                 "the allocated layer at the failed call"}});
+  }
   for (const MemoryChange& change : step.memory_changes) {
     DeviceState& d = devices_[change.device];
     if (change.layer == Layer::kAllocated) {
@@ -170,11 +187,9 @@ void OwnerTracker::finish(uint64_t end_ns) {
   });
 }
 
-std::vector<OwnerShare> OwnerTracker::at_peak(const DeviceReport& device, bool pytorch) const {
+std::vector<OwnerShare> OwnerTracker::rows(const std::vector<Live>& live_slots, uint64_t allocated, bool pytorch,
+                                           const DeviceLayer& layer) const {
   std::vector<OwnerShare> rows;
-  auto it = devices_.find(device.device);
-  if (it == devices_.end()) return rows;
-  const DeviceState& d = it->second;
   // The reserved layer by owner, a library's parts beneath it.
   auto row_of = [&](const Owner& o) -> OwnerShare& {
     for (OwnerShare& r : rows)
@@ -189,8 +204,8 @@ std::vector<OwnerShare> OwnerTracker::at_peak(const DeviceReport& device, bool p
     rows.push_back(std::move(r));
     return rows.back();
   };
-  for (size_t slot = 0; slot < d.at_peak.size(); ++slot) {
-    const Live& live = d.at_peak[slot];
+  for (size_t slot = 0; slot < live_slots.size(); ++slot) {
+    const Live& live = live_slots[slot];
     if (!live.bytes) continue;
     const Owner& o = owners_[slot];
     OwnerShare& r = row_of(o);
@@ -204,36 +219,28 @@ std::vector<OwnerShare> OwnerTracker::at_peak(const DeviceReport& device, bool p
         std::find_if(rows.begin(), rows.end(), [](const OwnerShare& r) { return r.kind == OwnerKind::kPyTorch; });
     if (torch != rows.end()) {
       const uint64_t reserved = torch->bytes, count = torch->count;
-      const uint64_t tensors = std::min(d.allocated_at_peak, reserved);
+      const uint64_t tensors = std::min(allocated, reserved);
       rows.erase(torch);
-      OwnerShare t{OwnerKind::kPyTorchTensors,
-                   "PyTorch's tensors",
-                   tensors,
-                   0,
-                   {},
-                   "the allocated layer at its most while the peak stood"};
-      OwnerShare c{OwnerKind::kPyTorchCache,
-                   "PyTorch's cache",
-                   reserved - tensors,
-                   count,
-                   {},
-                   "its segments less its tensors: free cached blocks, rounding, fragments"};
-      rows.push_back(std::move(t));
-      rows.push_back(std::move(c));
+      rows.push_back({OwnerKind::kPyTorchTensors, "PyTorch's tensors", tensors, 0, {}, layer.tensors_why});
+      rows.push_back({OwnerKind::kPyTorchCache,
+                      "PyTorch's cache",
+                      reserved - tensors,
+                      count,
+                      {},
+                      "its segments less its tensors: free cached blocks, rounding, fragments"});
     }
   }
-  // The device layer: what lay outside the reserved layer by the sample the peak goes with.
-  if (device.device_samples) {
-    const uint64_t outside = device.outside_reserved_at_peak_bytes;
-    const OutsideParts parts = device.outside_parts_at_peak.within(outside);
+  // The device layer: what lay outside the reserved layer.
+  if (layer.sampled) {
+    const OutsideParts parts = layer.parts.within(layer.outside);
     auto add = [&](OwnerKind kind, const char* owner, uint64_t bytes, std::string why) {
       if (bytes) rows.push_back({kind, owner, bytes, 0, {}, std::move(why)});
     };
     add(OwnerKind::kGraphs, "CUDA graphs", parts.graphs_reserved, "reserved for their memory nodes");
     add(OwnerKind::kPools, "stream-ordered pools", parts.pools_held, "kept beyond their allocations");
     add(OwnerKind::kOtherProcesses, "other processes", parts.other_processes, "on the device, by NVML");
-    const uint64_t rest = outside - parts.total();
-    const uint64_t context = std::min(d.outside_at_first_sample, rest);
+    const uint64_t rest = layer.outside - parts.total();
+    const uint64_t context = std::min(layer.context, rest);
     add(OwnerKind::kContext, "the CUDA context", context,
         "with its loaded modules, as the device's first sample found it");
     add(OwnerKind::kUnexplained, "not explained", rest - context,
@@ -249,6 +256,21 @@ std::vector<OwnerShare> OwnerTracker::at_peak(const DeviceReport& device, bool p
   std::stable_sort(rows.begin(), rows.end(),
                    [](const OwnerShare& a, const OwnerShare& b) { return a.bytes > b.bytes; });
   return rows;
+}
+
+std::vector<OwnerShare> OwnerTracker::at_peak(const DeviceReport& device, bool pytorch) const {
+  auto it = devices_.find(device.device);
+  if (it == devices_.end()) return {};
+  const DeviceState& d = it->second;
+  DeviceLayer layer{device.device_samples > 0, device.outside_reserved_at_peak_bytes, device.outside_parts_at_peak,
+                    d.outside_at_first_sample, "the allocated layer at its most while the peak stood"};
+  return rows(d.at_peak, d.allocated_at_peak, pytorch, layer);
+}
+
+std::vector<std::vector<OwnerShare>> OwnerTracker::at_ooms(bool pytorch) const {
+  std::vector<std::vector<OwnerShare>> out;
+  for (const OomMoment& m : ooms_) out.push_back(rows(m.slots, m.allocated, pytorch, m.layer));
+  return out;
 }
 
 }  // namespace memtrace

@@ -292,6 +292,9 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
   if (options.owners) {
     for (DeviceReport& d : report.devices) d.owners_at_peak = owners.at_peak(d, out.pytorch);
     out.owner_timeline = owners.timeline();
+    std::vector<std::vector<OwnerShare>> at_ooms = owners.at_ooms(out.pytorch);
+    if (at_ooms.size() == report.oom_events.size())
+      for (size_t i = 0; i < at_ooms.size(); ++i) report.oom_events[i].owners = std::move(at_ooms[i]);
   }
   report.snapshots = run_folder::snapshots_of(path, report.pid);
   report.pytorch_counters = torch_counters.finish();

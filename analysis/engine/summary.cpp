@@ -71,7 +71,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(DeviceReport, device, name, tota
                                                 first_sample_bytes, first_sample_ns, first_sampled,
                                                 before_recording_bytes, before_recording_count)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(OomEvent, t_ns, api, size, device, device_free_bytes,
-                                                device_total_bytes)
+                                                device_total_bytes, owners)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TorchCounterCheck, figure, pytorch, memtrace)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TorchCounters, device, when, t_ns, figures, checks, reset_seen)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ProcessReport, pid, command, host, rank, local_rank, world_size,
@@ -108,7 +108,7 @@ namespace {
 // ProcessAnalysis::owner_timeline (a summary does not serve timeline --by owner).
 static_assert(sizeof(FrameView) == 144 && sizeof(SiteTotal) == 112 && sizeof(DeviceReport) == 360 &&
                   sizeof(ProcessReport) == 568 && sizeof(ProcessAnalysis) == 1544 && sizeof(SiteGrowth) == 136 &&
-                  sizeof(AnalysisOptions) == 72 && sizeof(TorchCounters) == 128 && sizeof(OomEvent) == 48 &&
+                  sizeof(AnalysisOptions) == 72 && sizeof(TorchCounters) == 128 && sizeof(OomEvent) == 72 &&
                   sizeof(FragmentationPoint) == 96 && sizeof(AllocationSpan) == 56 && sizeof(ShownStack) == 88,
               "a field was added to what a summary keeps: list it in summary.cpp and raise the version in kMagic");
 
@@ -243,6 +243,7 @@ void trim_to(const AnalysisOptions& wanted, ProcessAnalysis& a) {
   }
   if (!wanted.owners) {
     for (DeviceReport& d : a.report.devices) d.owners_at_peak.clear();
+    for (OomEvent& o : a.report.oom_events) o.owners.clear();
   }
   if (!wanted.largest_allocations) {
     a.largest.clear();

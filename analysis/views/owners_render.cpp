@@ -13,31 +13,20 @@ uint64_t owners_total(const DeviceReport& d) {
 
 nlohmann::json owners_json(const DeviceReport& d) {
   const uint64_t whole = d.device_samples ? d.device_at_peak_bytes() : d.peak_bytes;
-  nlohmann::json rows = nlohmann::json::array();
-  for (const OwnerShare& o : d.owners_at_peak) {
-    nlohmann::json parts = nlohmann::json::array();
-    for (const OwnerPart& p : o.parts) parts.push_back({{"call", p.name}, {"bytes", p.bytes}, {"count", p.count}});
-    rows.push_back({{"owner", o.owner},
-                    {"kind", owner_kind_name(o.kind)},
-                    {"bytes", o.bytes},
-                    {"count", o.count},
-                    {"share", whole ? static_cast<double>(o.bytes) / static_cast<double>(whole) : 0.0},
-                    {"why", o.why},
-                    {"parts", parts}});
-  }
   return {
-      {"owners", rows},
+      {"owners", owner_rows_json(d.owners_at_peak, whole)},
       {"owners_total_bytes", owners_total(d)},
       // What they add up to: the device layer at the peak when it was sampled, else the reserved peak.
       {"device_at_peak_bytes", d.device_samples ? nlohmann::json(d.device_at_peak_bytes()) : nlohmann::json(nullptr)},
       {"device_sampled", d.device_samples > 0}};
 }
 
-std::string owners_text(const DeviceReport& d, int indent) {
+std::string owners_text(const std::vector<OwnerShare>& rows, uint64_t whole, const std::string& in_all, int indent) {
   const std::string in(static_cast<size_t>(indent), ' ');
-  const uint64_t whole = d.device_samples ? d.device_at_peak_bytes() : d.peak_bytes;
+  uint64_t sum = 0;
+  for (const OwnerShare& o : rows) sum += o.bytes;
   std::string out = in + pad("bytes", 11, true) + pad("share", 8, true) + pad("count", 8, true) + "  owner\n";
-  for (const OwnerShare& o : d.owners_at_peak) {
+  for (const OwnerShare& o : rows) {
     out += in + pad(format_bytes(o.bytes), 11, true) + pad(percent(o.bytes, whole), 8, true) +
            pad(o.count ? std::to_string(o.count) : "", 8, true) + "  " + o.owner +
            (o.why.empty() ? "" : " (" + o.why + ")") + "\n";
@@ -46,13 +35,33 @@ std::string owners_text(const DeviceReport& d, int indent) {
         out += in + pad(format_bytes(p.bytes), 11, true) + pad("", 8, true) + pad(std::to_string(p.count), 8, true) +
                "    " + p.name + "\n";
   }
-  out += in + pad(format_bytes(owners_total(d)), 11, true) + pad(percent(owners_total(d), whole), 8, true) +
-         pad("", 8, true) + "  " +
-         (d.device_samples ? "in all: the device at the peak (" + format_bytes(whole) + ", by its sample at " +
-                                 format_duration_ns(d.outside_sampled_at_ns) + ")"
-                           : "in all: the reserved peak (the device layer was not sampled: the CUDA context and "
-                             "what no allocation API made are not known)") +
-         "\n";
+  return out + in + pad(format_bytes(sum), 11, true) + pad(percent(sum, whole), 8, true) + pad("", 8, true) + "  " +
+         in_all + "\n";
+}
+
+std::string owners_text(const DeviceReport& d, int indent) {
+  const uint64_t whole = d.device_samples ? d.device_at_peak_bytes() : d.peak_bytes;
+  return owners_text(d.owners_at_peak, whole,
+                     d.device_samples ? "in all: the device at the peak (" + format_bytes(whole) +
+                                            ", by its sample at " + format_duration_ns(d.outside_sampled_at_ns) + ")"
+                                      : "in all: the reserved peak (the device layer was not sampled: the CUDA context "
+                                        "and what no allocation API made are not known)",
+                     indent);
+}
+
+nlohmann::json owner_rows_json(const std::vector<OwnerShare>& rows, uint64_t whole) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const OwnerShare& o : rows) {
+    nlohmann::json parts = nlohmann::json::array();
+    for (const OwnerPart& p : o.parts) parts.push_back({{"call", p.name}, {"bytes", p.bytes}, {"count", p.count}});
+    out.push_back({{"owner", o.owner},
+                   {"kind", owner_kind_name(o.kind)},
+                   {"bytes", o.bytes},
+                   {"count", o.count},
+                   {"share", whole ? static_cast<double>(o.bytes) / static_cast<double>(whole) : 0.0},
+                   {"why", o.why},
+                   {"parts", parts}});
+  }
   return out;
 }
 

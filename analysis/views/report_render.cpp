@@ -284,13 +284,16 @@ nlohmann::json report_json(const std::vector<ProcessReport>& processes) {
       devices.push_back(std::move(device));
     }
     nlohmann::json oom_events = nlohmann::json::array();
-    for (const OomEvent& o : p.oom_events)
+    for (const OomEvent& o : p.oom_events) {
       oom_events.push_back({{"t_ns", o.t_ns},
                             {"api", std::string(api_name(o.api))},
                             {"size", o.size},
                             {"device", o.device},
                             {"device_free_bytes", o.device_free_bytes},
                             {"device_total_bytes", o.device_total_bytes}});
+      if (!o.owners.empty())
+        oom_events.back()["owners"] = owner_rows_json(o.owners, o.device_total_bytes - o.device_free_bytes);
+    }
     nlohmann::json process = process_json(process_id(p));
     process.update({
         {"exit_status", p.exit_status ? nlohmann::json(*p.exit_status) : nlohmann::json(nullptr)},
@@ -406,6 +409,15 @@ std::string report_text(const std::vector<ProcessReport>& processes) {
         if (o.device_total_bytes)
           out += " (" + format_bytes(o.device_free_bytes) + " free of " + format_bytes(o.device_total_bytes) + ")";
         out += "\n";
+        if (!o.owners.empty()) {
+          const uint64_t used = o.device_total_bytes - o.device_free_bytes;
+          out += "      who held the device then:\n" +
+                 owners_text(o.owners, used,
+                             o.device_total_bytes
+                                 ? "in all: the device's use the failed call reported (" + format_bytes(used) + ")"
+                                 : "in all: reserved then (the call reported no device figures)",
+                             6);
+        }
       }
       for (const TorchCounters& c : p.pytorch_counters)
         if (c.when == "oom") out += torch_counters_text(c, 4);

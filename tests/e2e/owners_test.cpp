@@ -125,6 +125,28 @@ TEST(Owners, DiffSaysWhichOwnerGrew) {
   EXPECT_TRUE(said) << diff["summary"].dump(1);
 }
 
+// At each out-of-memory the report says who held the device, adding up to what the failed call
+// reported in use.
+TEST(Owners, EachOutOfMemorySaysWhoHeldTheDevice) {
+  const std::string dir = e2e::temp_dir("owners-oom");
+  e2e::Result r =
+      e2e::run_traced(dir, {MEMTRACE_PYTHON, e2e::python_sample_path("torch_train.py"), "--steps", "2", "--oom"}, {},
+                      {"PYTHONPATH=" + kStandIn});
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json report = e2e::report_json(dir + "/traces");
+  const nlohmann::json& ooms = report["processes"][0]["oom_events"];
+  ASSERT_FALSE(ooms.empty()) << report.dump(1);
+  for (const nlohmann::json& o : ooms) {
+    ASSERT_TRUE(o.contains("owners")) << o.dump(1);
+    uint64_t sum = 0;
+    for (const nlohmann::json& row : o["owners"]) sum += row["bytes"].get<uint64_t>();
+    EXPECT_EQ(sum, o["device_total_bytes"].get<uint64_t>() - o["device_free_bytes"].get<uint64_t>()) << o.dump(1);
+    bool tensors = false;
+    for (const nlohmann::json& row : o["owners"]) tensors |= row["owner"] == "PyTorch's tensors";
+    EXPECT_TRUE(tensors) << o.dump(1);
+  }
+}
+
 // A PyTorch snapshot: every segment is PyTorch's, whatever stack it has or lacks; no device
 // layer, so the owners add up to the reserved peak and say why.
 TEST(Owners, APyTorchSnapshotIsPyTorchsTensorsAndCache) {

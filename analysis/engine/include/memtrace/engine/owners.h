@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "memtrace/engine/outside_parts.h"
 #include "memtrace/engine/pass.h"
 #include "memtrace/engine/stacks.h"
 #include "memtrace/engine/timeline.h"
@@ -88,11 +89,29 @@ class OwnerTracker : public Pass {
   std::vector<OwnerShare> at_peak(const DeviceReport& device, bool pytorch) const;
   // Each owner's reserved bytes over time, per device, largest peak first (after finish()).
   std::vector<OwnerSeries> timeline() { return std::move(series_); }
+  // At each out-of-memory (ProcessReport::oom_events, in their order): the rows then, adding up
+  // to what the failed call reported in use on the device.
+  std::vector<std::vector<OwnerShare>> at_ooms(bool pytorch) const;
 
  private:
   struct Live {
     uint64_t bytes = 0, count = 0;
   };
+  // What lay outside the reserved layer at a moment.
+  struct DeviceLayer {
+    bool sampled = false;
+    uint64_t outside = 0;
+    OutsideParts parts;
+    uint64_t context = 0;
+    const char* tensors_why = "";
+  };
+  struct OomMoment {
+    std::vector<Live> slots;
+    uint64_t allocated = 0;
+    DeviceLayer layer;
+  };
+  std::vector<OwnerShare> rows(const std::vector<Live>& live_slots, uint64_t allocated, bool pytorch,
+                               const DeviceLayer& layer) const;
   struct DeviceState {
     uint64_t live = 0, peak = 0;
     uint64_t allocated_live = 0, allocated_at_peak = 0;
@@ -102,6 +121,7 @@ class OwnerTracker : public Pass {
     bool sampled = false;
     uint64_t outside_at_first_sample = 0;
     std::vector<uint64_t> by_name;  // live bytes per owner name (timeline)
+    OutsideParts parts;             // the newest of what pools, graphs and other processes held
   };
   uint32_t slot_of(uint64_t stack_id);
 
@@ -112,6 +132,7 @@ class OwnerTracker : public Pass {
   std::vector<uint32_t> name_of_slot_;  // slot -> its owner's name
   std::vector<Timeline> timelines_;     // by owner name
   std::vector<OwnerSeries> series_;
+  std::vector<OomMoment> ooms_;
   std::vector<Owner> owners_;                        // by slot
   std::unordered_map<std::string, uint32_t> slots_;  // owner and part -> slot
   std::unordered_map<uint64_t, uint32_t> by_stack_;  // stack id -> slot

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "memtrace/engine/categories.h"
+#include "memtrace/engine/outside_parts.h"
 #include "memtrace/engine/owners.h"
 #include "memtrace/engine/pass.h"
 #include "memtrace/engine/replay.h"
@@ -40,37 +41,6 @@ struct SiteTotal {
   std::vector<FrameView> stack;
   size_t named_frame = 0;  // the frame of STACK that LOCATION names
   uint32_t stack_flags = 0;
-};
-
-// What lay outside a device's reserved layer, as far as memtrace can tell it apart (the rest: the
-// CUDA context, library workspaces, whatever else the device holds).
-struct OutsideParts {
-  uint64_t pools_held = 0;             // kept by stream-ordered pools beyond their allocations (device.pool_held)
-  uint64_t graphs_reserved = 0;        // reserved by CUDA graphs for their memory nodes (device.graph_reserved)
-  uint64_t other_processes = 0;        // held by other processes on the device (device.other_processes, NVML)
-  bool other_processes_known = false;  // NVML told: the rest holds no other process's memory
-  // The part an observation of API sets; null for another API.
-  uint64_t* part(Api api) {
-    return api == Api::kDevicePoolHeld         ? &pools_held
-           : api == Api::kDeviceGraphReserved  ? &graphs_reserved
-           : api == Api::kDeviceOtherProcesses ? &other_processes
-                                               : nullptr;
-  }
-  // The parts, each cut to what OUTSIDE leaves of it after the ones before.
-  OutsideParts within(uint64_t outside) const {
-    OutsideParts p;
-    p.other_processes_known = other_processes_known;
-    p.pools_held = std::min(pools_held, outside);
-    p.graphs_reserved = std::min(graphs_reserved, outside - p.pools_held);
-    p.other_processes = std::min(other_processes, outside - p.pools_held - p.graphs_reserved);
-    return p;
-  }
-  uint64_t total() const { return pools_held + graphs_reserved + other_processes; }
-  // What the rest is.
-  const char* rest() const {
-    return other_processes_known ? "the CUDA context, library workspaces"
-                                 : "the CUDA context, library workspaces, other processes";
-  }
 };
 
 struct DeviceReport {
@@ -119,6 +89,7 @@ struct OomEvent {
   uint64_t size = 0;
   int32_t device = -1;
   uint64_t device_free_bytes = 0, device_total_bytes = 0;
+  std::vector<OwnerShare> owners;  // who held the device then (AnalysisOptions::owners)
 };
 
 struct ProcessReport {

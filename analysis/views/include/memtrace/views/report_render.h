@@ -71,5 +71,8 @@ nlohmann::json device_json(const DeviceReport& device);
 uint64_t owners_total(const DeviceReport& device);
 nlohmann::json owners_json(const DeviceReport& device);
 std::string owners_text(const DeviceReport& device, int indent);
+// ROWS (at a peak, at an out-of-memory) against WHOLE, what they add up to, said by IN_ALL.
+std::string owners_text(const std::vector<OwnerShare>& rows, uint64_t whole, const std::string& in_all, int indent);
+nlohmann::json owner_rows_json(const std::vector<OwnerShare>& rows, uint64_t whole);
 
 }  // namespace memtrace
