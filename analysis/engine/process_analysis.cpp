@@ -254,7 +254,8 @@ bool analyze_process(const std::string& path, const AnalysisOptions& options, Pr
       },
       kCallEvents | kAllocatedLayerEvents);
   TimelinePass timeline(out);
-  OwnerTracker owners(stacks, !report.imported_from.empty(), options.timeline);
+  OwnerTracker owners(stacks, !report.imported_from.empty(),
+                      options.timeline && options.grouping == SiteGrouping::kOwner);  // timeline --by owner
 
   std::vector<std::unique_ptr<AnalysisPass>> analyses = make_analysis_passes(options);
 

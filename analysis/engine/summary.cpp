@@ -372,7 +372,7 @@ bool read_summary(const std::string& path, const AnalysisOptions& wanted, Proces
                           (options.timeline || !wanted.timeline) && (options.fragmentation || !wanted.fragmentation) &&
                           (options.categories || !wanted.categories) && (options.owners || !wanted.owners) &&
                           // Owners over time (timeline --by owner) are not kept: the trace is read.
-                          !(wanted.owners && wanted.timeline) &&
+                          !(wanted.grouping == SiteGrouping::kOwner && wanted.timeline) &&
                           (!wanted.largest_allocations || options.largest_allocations == wanted.largest_allocations);
       if (!serves) continue;
       std::vector<uint8_t> analysis_bytes, timeline_bytes;

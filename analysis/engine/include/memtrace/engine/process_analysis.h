@@ -92,7 +92,8 @@ struct ProcessAnalysis {
   std::vector<TimelineSeries> device_used;
   uint64_t last_device_sample_ns = 0;  // the device layer is known up to its last sample, not after
   uint64_t timeline_bucket_ns = 0;
-  // With options.owners and options.timeline: each owner's reserved bytes over time, per device.
+  // With options.owners, options.timeline and sites by owner (timeline --by owner): each owner's
+  // reserved bytes over time, per device.
   std::vector<OwnerSeries> owner_timeline;
   // With options.largest_allocations: those allocations, of both layers, how many there were in
   // all, and the stacks they name, by stack id.
