@@ -62,7 +62,7 @@ void ReportBuilder::add(const ReplayStep& step) {
   if (e.captured()) ++captured_events_;
   if (e.flags & kEventFromCupti) ++cupti_events_;
   if (e.op() == Op::kAlloc && e.result == kOutOfMemoryResult) {
-    oom_events_.push_back(OomEvent{e.t_ns, e.api, e.size, e.device, e.device_free, e.device_total});
+    oom_events_.push_back(OomEvent{e.t_ns, e.api, e.size, e.device, e.device_free, e.device_total, {}});
     if (e.device_total > e.device_free) sample_device(e.device, e.device_total - e.device_free, e.t_ns);
   }
   for (const MemoryChange& change : step.memory_changes) {

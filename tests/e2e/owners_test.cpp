@@ -14,8 +14,6 @@ const std::string kStandIn = MEMTRACE_SIM_DIR "/torch/site-packages";
 const std::string kScript = e2e::python_sample_path("ddp_train.py");
 constexpr uint64_t kMiB = 1 << 20;
 
-bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
-
 const nlohmann::json* owner(const nlohmann::json& device, const std::string& name) {
   for (const nlohmann::json& o : device["owners"])
     if (o["owner"] == name) return &o;
