@@ -19,6 +19,7 @@
 #include <pthread.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <functional>
@@ -32,6 +33,7 @@
 #include "elf_symbols.h"
 #include "interpose.h"
 #include "memtrace/format/torch_action.h"
+#include "memtrace/format/torch_pool.h"
 #include "stack_capture.h"
 
 namespace memtrace::inject {
@@ -46,6 +48,10 @@ using Attach = void (*)(void* allocator, Tracker tracker);
 // shared_ptr context_, stream_, size_t size_, then times and strings memtrace does not read.
 // Actions numbered as memtrace/format/torch_action.h has them.
 constexpr size_t kActionAt = 0, kDeviceAt = 4, kAddrAt = 8, kStreamAt = 32, kSizeAt = 40;
+// 2.8 on (PR #150683): MempoolId_t mempool_ (two unsigned long long) after size_, the pool of the
+// block or segment the entry is about.
+constexpr size_t kMempoolAt = 48;
+std::atomic<bool> g_reads_pool{false};
 
 constexpr const char* kAllocatorSymbol = "_ZN3c104cuda20CUDACachingAllocator9allocatorE";
 constexpr const char* kPluggableVtable = "_ZTVN5torch4cuda22CUDAPluggableAllocator22CUDAPluggableAllocatorE";
@@ -90,7 +96,8 @@ __attribute__((constructor)) void hold_early_across_fork() {
   ::pthread_atfork([] { g_early_mutex.lock(); }, [] { g_early_mutex.unlock(); }, [] { g_early_mutex.unlock(); });
 }
 
-void record(Api api, int device, uint64_t addr, uint64_t size, uint64_t stream, uint64_t device_free, bool early) {
+void record(Api api, int device, uint64_t addr, uint64_t size, uint64_t stream, uint64_t device_free, bool early,
+            uint64_t pool = 0) {
   if (t_depth != 0) return;  // an allocation memtrace itself made
   ++t_depth;
   if (session_active()) {
@@ -103,6 +110,7 @@ void record(Api api, int device, uint64_t addr, uint64_t size, uint64_t stream, 
     e.addr = addr;
     e.size = size;
     e.stream = stream;
+    e.handle = pool;
     const uint64_t caller = MEMTRACE_CALLER;
     if (api == Api::kTorchOom) {
       e.result = kOutOfMemoryResult;
@@ -143,10 +151,14 @@ void forget_early() {
   g_early->clear();
 }
 
-void record_action(TorchAction action, int device, uint64_t addr, uint64_t size, uint64_t stream, bool early) {
+// POOL: torch_pool_key of the entry's pool, kept for the segments it was made for.
+void record_action(TorchAction action, int device, uint64_t addr, uint64_t size, uint64_t stream, uint64_t pool,
+                   bool early) {
   const Api api = torch_action_info(action).api;
   if (action == TorchAction::kOom)
     record(api, device, 0, size, stream, /*device_free=*/addr, early);
+  else if (action == TorchAction::kSegmentAlloc || action == TorchAction::kSegmentMap)
+    record(api, device, addr, size, stream, 0, early, pool);
   else if (api != Api::kUnknown)  // not a snapshot taken
     record(api, device, addr, size, stream, 0, early);
 }
@@ -192,6 +204,10 @@ void on_trace_entry(const TraceEntryView& entry) {
   auto addr = read_at<uint64_t>(entry, kAddrAt);
   auto stream = read_at<uint64_t>(entry, kStreamAt);
   auto size = read_at<uint64_t>(entry, kSizeAt);
+  const uint64_t pool =
+      g_reads_pool.load(std::memory_order_relaxed)
+          ? torch_pool_key(read_at<uint64_t>(entry, kMempoolAt), read_at<uint64_t>(entry, kMempoolAt + 8))
+          : 0;
   if (!known || device < 0) {
     if (g_unreadable.fetch_add(1, std::memory_order_relaxed) == 0)
       say("PyTorch " + *g_version +
@@ -208,7 +224,7 @@ void on_trace_entry(const TraceEntryView& entry) {
     if (check == SegmentCheck::kTellsNothing && action == TorchAction::kAlloc && inside_known_segment(addr, size))
       check = SegmentCheck::kMatches;
     if (check == SegmentCheck::kTellsNothing) {
-      record_action(action, device, addr, size, stream, /*early=*/true);
+      record_action(action, device, addr, size, stream, pool, /*early=*/true);
       return;
     }
     int expected = kUnconfirmed;
@@ -228,7 +244,7 @@ void on_trace_entry(const TraceEntryView& entry) {
           " allocator events came before PyTorch's first segment of its own (cudaMalloc or cuMemMap), more than "
           "memtrace keeps until it can check it reads them right: they are missing from the allocated layer");
   }
-  record_action(action, device, addr, size, stream, /*early=*/false);
+  record_action(action, device, addr, size, stream, pool, /*early=*/false);
 }
 
 // Where attach lives in CUDAAllocator's vtable, found from CUDAPluggableAllocator's; -1 if not.
@@ -382,6 +398,10 @@ using memtrace::Api;
 MEMTRACE_EXPORT int memtrace_torch_attach(const char* version) {
   if (g_state.load(std::memory_order_acquire) != kNotAttached) return g_state.load() != kSilent;
   *g_version = version ? version : "?";
+  int major = 0, minor = 0;
+  g_reads_pool.store(
+      std::sscanf(g_version->c_str(), "%d.%d", &major, &minor) == 2 && (major > 2 || (major == 2 && minor >= 8)),
+      std::memory_order_relaxed);
   if (!session_active()) return 0;  // not traced
   std::string why;
   int answer = attach(why);

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "memtrace/base/units.h"
 #include "memtrace/engine/report.h"
+#include "memtrace/format/torch_pool.h"
 
 namespace memtrace {
 
@@ -14,6 +16,7 @@ const char* owner_kind_name(OwnerKind kind) {
     case OwnerKind::kPyTorch: return "pytorch";
     case OwnerKind::kPyTorchTensors: return "pytorch_tensors";
     case OwnerKind::kPyTorchCache: return "pytorch_cache";
+    case OwnerKind::kPyTorchPool: return "pytorch_pool";
     case OwnerKind::kGraphs: return "graphs";
     case OwnerKind::kPools: return "pools";
     case OwnerKind::kOtherProcesses: return "other_processes";
@@ -112,8 +115,7 @@ void OwnerTracker::on_event(const Event& event, const ReplayStep& step, const Re
     }
     return;
   }
-  if (uint64_t* part = OutsideParts().part(event.api)) {  // read with the device.used that follows
-    (void)part;
+  if (OutsideParts().part(event.api)) {  // read with the device.used that follows
     DeviceState& d = devices_[event.device];
     *d.parts.part(event.api) = event.size;
     if (event.api == Api::kDeviceOtherProcesses) d.parts.other_processes_known = true;
@@ -127,15 +129,27 @@ void OwnerTracker::on_event(const Event& event, const ReplayStep& step, const Re
     const uint64_t used = event.device_total > event.device_free ? event.device_total - event.device_free : 0;
     ooms_.push_back({d.slots, d.allocated_live,
                      DeviceLayer{used > 0, used > d.live ? used - d.live : 0, d.parts, d.outside_at_first_sample,
-                                 "the allocated layer at the failed call"}});
+                                 "the allocated layer at the failed call"},
+                     d.pools});
   }
+  if (event.api == Api::kTorchSegmentAlloc || event.api == Api::kTorchSegmentMap ||
+      event.api == Api::kTorchSegmentFree || event.api == Api::kTorchSegmentUnmap)
+    on_pool_segment(event);
   for (const MemoryChange& change : step.memory_changes) {
     DeviceState& d = devices_[change.device];
     if (change.layer == Layer::kAllocated) {
       d.allocated_live += static_cast<uint64_t>(change.bytes);
+      if (!pool_segments_.empty()) {  // a tensor in a private pool's segment
+        auto seg = pool_segments_.upper_bound(change.addr);
+        if (seg != pool_segments_.begin() && change.addr - (--seg)->first < seg->second.first)
+          d.pools[seg->second.second].allocated += static_cast<uint64_t>(change.bytes);
+      }
       // The tensors that made the peak arrive after the segment they came for: the allocated
       // layer's most while the reserved peak stands.
-      if (d.standing) d.allocated_at_peak = std::max(d.allocated_at_peak, d.allocated_live);
+      if (d.standing && d.allocated_live > d.allocated_at_peak) {
+        d.allocated_at_peak = d.allocated_live;
+        d.pools_at_peak = d.pools;
+      }
       continue;
     }
     if (change.layer != Layer::kReserved) continue;
@@ -144,6 +158,12 @@ void OwnerTracker::on_event(const Event& event, const ReplayStep& step, const Re
       d.peak_unsaved = false;
     }
     const uint32_t slot = slot_of(change.site.stack_id);
+    if (owners_[slot].kind == OwnerKind::kPyTorch) {
+      if (change.arrived)
+        pytorch_reserved_.insert(change.addr);
+      else
+        pytorch_reserved_.erase(change.addr);
+    }
     if (d.slots.size() <= slot) d.slots.resize(slot + 1);
     d.slots[slot].bytes += static_cast<uint64_t>(change.bytes);
     if (change.arrived)
@@ -163,9 +183,37 @@ void OwnerTracker::on_event(const Event& event, const ReplayStep& step, const Re
       d.peak_unsaved = true;
       d.standing = true;
       d.allocated_at_peak = d.allocated_live;
+      d.pools_at_peak = d.pools;
     } else if (!change.arrived && change.bytes) {
       d.standing = false;
     }
+  }
+}
+
+// A segment of PyTorch's made for a private pool (its handle), or one that went.
+void OwnerTracker::on_pool_segment(const Event& event) {
+  if (!event.ok()) return;
+  if (event.op() == Op::kAlloc) {
+    if (!event.handle) return;
+    DeviceState& d = devices_[event.device];
+    PoolLive& pool = d.pools[event.handle];
+    pool.reserved += event.size;
+    // A pool whose segments PyTorch did not reserve itself got them from an allocator of its own
+    // (a MemPool's: ncclMemAlloc, an arena), whose owner holds the bytes. Expandable segments'
+    // pages are PyTorch's own (no pool with an allocator of its own uses them).
+    if (event.api == Api::kTorchSegmentAlloc && !all_pytorch_ && !pytorch_reserved_.count(event.addr)) pool.own = false;
+    pool_segments_[event.addr] = {event.size, event.handle};
+    if (d.standing) d.pools_at_peak = d.pools;
+    return;
+  }
+  if (pool_segments_.empty()) return;
+  // A segment freed, or pages unmapped: every page of the range.
+  const uint64_t end = event.api == Api::kTorchSegmentFree ? event.addr + 1 : event.addr + event.size;
+  for (auto it = pool_segments_.lower_bound(event.addr); it != pool_segments_.end() && it->first < end;) {
+    auto pool = devices_[event.device].pools.find(it->second.second);
+    if (pool != devices_[event.device].pools.end())
+      pool->second.reserved -= std::min(pool->second.reserved, it->second.first);
+    it = pool_segments_.erase(it);
   }
 }
 
@@ -187,8 +235,8 @@ void OwnerTracker::finish(uint64_t end_ns) {
   });
 }
 
-std::vector<OwnerShare> OwnerTracker::rows(const std::vector<Live>& live_slots, uint64_t allocated, bool pytorch,
-                                           const DeviceLayer& layer) const {
+std::vector<OwnerShare> OwnerTracker::rows(const std::vector<Live>& live_slots, uint64_t allocated, const Pools& pools,
+                                           bool pytorch, const DeviceLayer& layer) const {
   std::vector<OwnerShare> rows;
   // The reserved layer by owner, a library's parts beneath it.
   auto row_of = [&](const Owner& o) -> OwnerShare& {
@@ -218,9 +266,23 @@ std::vector<OwnerShare> OwnerTracker::rows(const std::vector<Live>& live_slots, 
     auto torch =
         std::find_if(rows.begin(), rows.end(), [](const OwnerShare& r) { return r.kind == OwnerKind::kPyTorch; });
     if (torch != rows.end()) {
-      const uint64_t reserved = torch->bytes, count = torch->count;
-      const uint64_t tensors = std::min(allocated, reserved);
+      uint64_t reserved = torch->bytes;
+      const uint64_t count = torch->count;
       rows.erase(torch);
+      // Its private pools first: CUDA graphs' and MemPools', each with its tensors.
+      for (const auto& [key, pool] : pools) {
+        const uint64_t in_pool = std::min(pool.allocated, allocated);
+        allocated -= in_pool;  // a foreign pool's tensors lie in another owner's memory
+        if (!pool.own || !pool.reserved) continue;
+        const uint64_t bytes = std::min(pool.reserved, reserved);
+        const uint64_t tensors = std::min(in_pool, bytes);
+        reserved -= bytes;
+        OwnerShare r{OwnerKind::kPyTorchPool, "PyTorch's " + torch_pool_name(key), bytes, 0, {}, "", tensors};
+        r.why = std::string(torch_pool_kind(key)) + ": " + format_bytes(tensors) + " its tensors', " +
+                format_bytes(bytes - tensors) + " cached";
+        rows.push_back(std::move(r));
+      }
+      const uint64_t tensors = std::min(allocated, reserved);
       rows.push_back({OwnerKind::kPyTorchTensors, "PyTorch's tensors", tensors, 0, {}, layer.tensors_why});
       rows.push_back({OwnerKind::kPyTorchCache,
                       "PyTorch's cache",
@@ -264,12 +326,12 @@ std::vector<OwnerShare> OwnerTracker::at_peak(const DeviceReport& device, bool p
   const DeviceState& d = it->second;
   DeviceLayer layer{device.device_samples > 0, device.outside_reserved_at_peak_bytes, device.outside_parts_at_peak,
                     d.outside_at_first_sample, "the allocated layer at its most while the peak stood"};
-  return rows(d.at_peak, d.allocated_at_peak, pytorch, layer);
+  return rows(d.at_peak, d.allocated_at_peak, d.pools_at_peak, pytorch, layer);
 }
 
 std::vector<std::vector<OwnerShare>> OwnerTracker::at_ooms(bool pytorch) const {
   std::vector<std::vector<OwnerShare>> out;
-  for (const OomMoment& m : ooms_) out.push_back(rows(m.slots, m.allocated, pytorch, m.layer));
+  for (const OomMoment& m : ooms_) out.push_back(rows(m.slots, m.allocated, m.pools, pytorch, m.layer));
   return out;
 }
 

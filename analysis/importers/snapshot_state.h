@@ -39,6 +39,7 @@ struct Range {
   bool expandable = false;
   uint64_t stack = 0;
   uint64_t stream = 0;
+  uint64_t pool = 0;  // the private pool it was made for (torch_pool_key of segment_pool_id)
 };
 using Ranges = std::map<uint64_t, Range>;
 

@@ -13,6 +13,7 @@
 
 #include "entry_spill.h"
 #include "memtrace/format/torch_action.h"
+#include "memtrace/format/torch_pool.h"
 #include "memtrace/importers/pickle.h"
 #include "snapshot_state.h"
 
@@ -266,6 +267,20 @@ class Importer : public pickle::ItemSink {
     Ref v;
     return doc().find(dict, key, v) && doc().is(v, Kind::kInt) ? doc().integer(v) : fallback;
   }
+  // A segment's private pool: segment_pool_id, a pair of ints (torch/csrc/cuda/Module.cpp v2.6.0),
+  // (0, 0) for the default pool; 0 where the snapshot does not say.
+  uint64_t pool_of(Ref segment) const {
+    Ref v;
+    if (!doc().find(segment, "segment_pool_id", v) || !(doc().is(v, Kind::kTuple) || doc().is(v, Kind::kList)))
+      return 0;
+    uint64_t id[2] = {0, 0};
+    size_t n = 0;
+    for (Ref part : doc().items(v)) {
+      if (n == 2 || !doc().is(part, Kind::kInt) || doc().integer(part) < 0) return 0;
+      id[n++] = static_cast<uint64_t>(doc().integer(part));
+    }
+    return n == 2 ? torch_pool_key(id[0], id[1]) : 0;
+  }
   bool has_int(Ref dict, std::string_view key) const {
     Ref v;
     return doc().find(dict, key, v) && doc().is(v, Kind::kInt);
@@ -296,6 +311,7 @@ class Importer : public pickle::ItemSink {
       r.stack = stack_of(doc(), list(seg, "frames"), stacks_);
       Ref v;
       r.expandable = doc().find(seg, "is_expandable", v) && doc().integer(v) != 0;
+      r.pool = pool_of(seg);
       devices_[static_cast<int32_t>(device)].reserved[base] = r;
       // Blocks tile the segment in address order; up to 2.0 they carry no address of their own.
       uint64_t addr = base;
@@ -410,7 +426,8 @@ class Importer : public pickle::ItemSink {
     return stack;
   }
 
-  void emit(Api api, int32_t device, uint64_t addr, uint64_t size, uint64_t stream = 0, uint64_t stack = 0) {
+  void emit(Api api, int32_t device, uint64_t addr, uint64_t size, uint64_t stream = 0, uint64_t stack = 0,
+            uint64_t handle = 0) {
     Event e;
     e.t_ns = now_;
     e.api = api;
@@ -420,6 +437,7 @@ class Importer : public pickle::ItemSink {
     e.addr = addr;
     e.size = size;
     e.stream = stream;
+    e.handle = handle;
     if (e.op() == Op::kAlloc) e.stack_id = stack;
     put(e);
   }
@@ -447,13 +465,25 @@ class Importer : public pickle::ItemSink {
   void reserve(int32_t device, uint64_t addr, const Range& r, bool with_heap) {
     emit(Api::kSnapshotSegment, device, addr, r.size, r.stream, r.stack);
     if (with_heap)
-      emit(r.expandable ? Api::kTorchSegmentMap : Api::kTorchSegmentAlloc, device, addr, r.size, r.stream, r.stack);
+      emit(r.expandable ? Api::kTorchSegmentMap : Api::kTorchSegmentAlloc, device, addr, r.size, r.stream, r.stack,
+           r.pool);
   }
   // Reserved memory that went: its pieces freed, what stays of them reserved again.
   void release(int32_t device, Ranges& live, uint64_t addr, uint64_t size) {
     carve(
         live, addr, size, [&](uint64_t base, const Range&) { emit(Api::kSnapshotSegmentFree, device, base, 0); },
         [&](uint64_t base, const Range& r) { reserve(device, base, r, false); });
+  }
+
+  // The pool of reserved memory an entry made: that of the segment at the end that holds it, if
+  // any (the entries themselves name no pool before 2.12's 'pool_id').
+  uint64_t pool_at_end(int32_t device, uint64_t addr, uint64_t size) const {
+    auto d = devices_.find(device);
+    if (d == devices_.end()) return 0;
+    auto it = d->second.reserved.upper_bound(addr);
+    if (it == d->second.reserved.begin()) return 0;
+    --it;
+    return addr - it->first < it->second.size && size <= it->second.size - (addr - it->first) ? it->second.pool : 0;
   }
 
   void apply(const Entry& e, Ranges& live) {
@@ -467,10 +497,10 @@ class Importer : public pickle::ItemSink {
       case Action::kFreeCompleted: emit(Api::kTorchFreeCompleted, e.device, e.addr, e.size, e.stream); break;
       case Action::kSegmentAlloc:
       case Action::kSegmentMap: {
-        Range r{e.size, e.action == Action::kSegmentMap, e.stack, e.stream};
+        Range r{e.size, e.action == Action::kSegmentMap, e.stack, e.stream, pool_at_end(e.device, e.addr, e.size)};
         if (sink_) {  // a history: the reserved layer was recorded live
           emit(r.expandable ? Api::kTorchSegmentMap : Api::kTorchSegmentAlloc, e.device, e.addr, r.size, r.stream,
-               r.stack);
+               r.stack, r.pool);
           break;
         }
         live[e.addr] = r;

@@ -54,13 +54,15 @@ nlohmann::json owner_rows_json(const std::vector<OwnerShare>& rows, uint64_t who
   for (const OwnerShare& o : rows) {
     nlohmann::json parts = nlohmann::json::array();
     for (const OwnerPart& p : o.parts) parts.push_back({{"call", p.name}, {"bytes", p.bytes}, {"count", p.count}});
-    out.push_back({{"owner", o.owner},
-                   {"kind", owner_kind_name(o.kind)},
-                   {"bytes", o.bytes},
-                   {"count", o.count},
-                   {"share", whole ? static_cast<double>(o.bytes) / static_cast<double>(whole) : 0.0},
-                   {"why", o.why},
-                   {"parts", parts}});
+    nlohmann::json row = {{"owner", o.owner},
+                          {"kind", owner_kind_name(o.kind)},
+                          {"bytes", o.bytes},
+                          {"count", o.count},
+                          {"share", whole ? static_cast<double>(o.bytes) / static_cast<double>(whole) : 0.0},
+                          {"why", o.why},
+                          {"parts", parts}};
+    if (o.kind == OwnerKind::kPyTorchPool) row["tensors_bytes"] = o.tensors_bytes;
+    out.push_back(std::move(row));
   }
   return out;
 }

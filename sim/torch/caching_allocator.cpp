@@ -277,7 +277,8 @@ void DeviceCachingAllocator::record_history(bool enabled, int context_level, siz
 }
 
 void DeviceCachingAllocator::record_trace(TraceEntry::Action action, uint64_t addr, uint64_t size, void* stream,
-                                          int64_t context, [[maybe_unused]] int device) {
+                                          int64_t context, [[maybe_unused]] const BlockPool* pool,
+                                          [[maybe_unused]] int device) {
   if (!record_history_ && trackers_.empty()) return;
   if (action == TraceEntry::SEGMENT_ALLOC || action == TraceEntry::SEGMENT_MAP) addr += segment_skew();
   TraceEntry e;
@@ -289,8 +290,10 @@ void DeviceCachingAllocator::record_trace(TraceEntry::Action action, uint64_t ad
   e.addr_ = addr;
   e.stream_ = stream;
   e.size_ = size;
-#if SIM_TORCH_MINOR >= 9
-  e.mempool_ = active_pool_ ? active_pool_->id : MempoolId_t{0, 0};
+#if SIM_TORCH_MINOR >= 8
+  // The pool of the block or segment the entry is about (record_trace's block->pool->owner_MempoolId(),
+  // 2.8 on: PR #150683), {0, 0} for the default pool.
+  e.mempool_ = pool && pool->owner_private_pool ? pool->owner_private_pool->id : MempoolId_t{0, 0};
   e.compile_context_ = "N/A";
 #endif
   for (const auto& tracker : trackers_) tracker(e);
@@ -363,7 +366,7 @@ Block* DeviceCachingAllocator::alloc_block(BlockPool& pool, size_t size, size_t 
   stats_.segment.increase(1, pool.is_small);
   stats_.reserved_bytes.increase(alloc_size, pool.is_small);
   ++stats_.num_device_alloc;
-  record_trace(TraceEntry::SEGMENT_ALLOC, block->ptr, alloc_size, stream, context);
+  record_trace(TraceEntry::SEGMENT_ALLOC, block->ptr, alloc_size, stream, context, &pool);
   return block;
 }
 
@@ -449,7 +452,7 @@ Block* DeviceCachingAllocator::map_block(Block* to_map, size_t size, int64_t con
   pool.blocks.insert(to_map);
   stats_.reserved_bytes.increase(mapped, pool.is_small);
   ++stats_.num_device_alloc;
-  record_trace(TraceEntry::SEGMENT_MAP, start, mapped, to_map->stream, context);
+  record_trace(TraceEntry::SEGMENT_MAP, start, mapped, to_map->stream, context, &pool);
   return to_map;
 }
 
@@ -486,7 +489,7 @@ void DeviceCachingAllocator::unmap_block(Block* block) {
   pool.unmapped.insert(block);
   stats_.reserved_bytes.decrease(bytes, pool.is_small);
   ++stats_.num_device_free;
-  record_trace(TraceEntry::SEGMENT_UNMAP, start, bytes, block->stream, 0);
+  record_trace(TraceEntry::SEGMENT_UNMAP, start, bytes, block->stream, 0, &pool);
 }
 
 // Merges SRC into DST when SRC is free (and mapped alike); the bytes it took in.
@@ -520,7 +523,7 @@ uint64_t DeviceCachingAllocator::malloc(size_t orig_size, void* stream, int64_t 
   if (!block) {
     size_t device_free = 0, device_total = 0;
     cudaMemGetInfo(&device_free, &device_total);
-    record_trace(TraceEntry::OOM, device_free, size, stream, context);
+    record_trace(TraceEntry::OOM, device_free, size, stream, context, &pool);
     ++stats_.num_ooms;
     std::vector<OutOfMemoryObserver> observers = observers_;
     lock.unlock();
@@ -550,7 +553,7 @@ uint64_t DeviceCachingAllocator::malloc(size_t orig_size, void* stream, int64_t 
   block->allocated = true;
   block->requested_size = orig_size;
   block->context = context;
-  record_trace(TraceEntry::ALLOC, block->ptr, orig_size, stream, context);
+  record_trace(TraceEntry::ALLOC, block->ptr, orig_size, stream, context, block->pool);
   stats_.allocation.increase(1, pool.is_small);
   stats_.allocated_bytes.increase(block->size, pool.is_small);
   stats_.active.increase(1, pool.is_small);
@@ -569,7 +572,8 @@ bool DeviceCachingAllocator::free(uint64_t addr, bool record_stream) {
   block->allocated = false;
   stats_.allocation.decrease(1, block->pool->is_small);
   stats_.allocated_bytes.decrease(block->size, block->pool->is_small);
-  record_trace(TraceEntry::FREE_REQUESTED, block->ptr, block->requested_size, block->stream, block->context);
+  record_trace(TraceEntry::FREE_REQUESTED, block->ptr, block->requested_size, block->stream, block->context,
+               block->pool);
   if (record_stream) {
     block->pending = true;  // insert_events: back in the pool once the events recorded on its streams are done
     pending_.push_back(block);
@@ -579,7 +583,8 @@ bool DeviceCachingAllocator::free(uint64_t addr, bool record_stream) {
 }
 
 void DeviceCachingAllocator::free_block(Block* block) {
-  record_trace(TraceEntry::FREE_COMPLETED, block->ptr, block->requested_size, block->stream, block->context);
+  record_trace(TraceEntry::FREE_COMPLETED, block->ptr, block->requested_size, block->stream, block->context,
+               block->pool);
   block->pending = false;
   block->context = 0;
   const size_t original_size = block->size, requested = block->requested_size;
@@ -663,7 +668,7 @@ void DeviceCachingAllocator::release_blocks(BlockPool& pool) {
 
 void DeviceCachingAllocator::release_block(Block* block) {
   BlockPool& pool = *block->pool;
-  record_trace(TraceEntry::SEGMENT_FREE, block->ptr, block->size, block->stream, block->segment_context);
+  record_trace(TraceEntry::SEGMENT_FREE, block->ptr, block->size, block->stream, block->segment_context, &pool);
   if (pool.owner_private_pool && pool.owner_private_pool->allocator)
     pool.owner_private_pool->allocator->raw_delete(reinterpret_cast<void*>(block->ptr));
   else
@@ -795,7 +800,7 @@ void DeviceCachingAllocator::snapshot(std::string& segments, std::string& trace)
     }
   }
   for (const auto& [addr, segment] : by_address) segments += (segments.empty() ? "" : ",") + segment;
-  record_trace(TraceEntry::SNAPSHOT, 0, total_active, nullptr, 0, /*device=*/0);
+  record_trace(TraceEntry::SNAPSHOT, 0, total_active, nullptr, 0, nullptr, /*device=*/0);
 }
 
 // As PyTorch's: the trackers and observers go to the device allocators that exist (init made them).

@@ -102,9 +102,10 @@ class DeviceCachingAllocator {
   void snapshot(std::string& segments, std::string& trace);
 
  private:
-  // DEVICE: the entry's device, when not this allocator's (SNAPSHOT's is always 0).
+  // POOL: the pool of the block or segment the entry is about; DEVICE: the entry's device, when
+  // not this allocator's (SNAPSHOT's is always 0).
   void record_trace(TraceEntry::Action action, uint64_t addr, uint64_t size, void* stream, int64_t context,
-                    int device = -1);
+                    const BlockPool* pool, int device = -1);
   BlockPool& pool_for(size_t size);
   bool expandable_for(const BlockPool& pool) const;
   bool should_split(const Block* block, size_t size) const;

@@ -10,8 +10,9 @@
 //     {action_, addr_, context_, stream_, size_} with SEGMENT_MAP/UNMAP before SNAPSHOT/OOM.
 //   v2.2 (PR #112238, attachAllocatorTraceTracker) to v2.6: TraceEntry adds device_ (in the
 //     padding after action_) and time_ at 48.
-//   2.9/2.10-era main and later: TraceEntry adds mempool_ at 48 (time_ moves to 64) and the
-//     compile_context_/user_metadata_ strings.
+//   v2.8 (PR #150683 mempool_, #152707 compile_context_): TraceEntry adds mempool_ at 48 (the
+//     pool of the block or segment the entry is about; time_ moves to 64) and compile_context_;
+//     v2.10 (PR #165490) adds user_metadata_.
 #pragma once
 
 #include <atomic>
@@ -69,14 +70,16 @@ struct TraceEntry {
   std::shared_ptr<GatheredContext> context_;
   void* stream_{};
   size_t size_;
-#if SIM_TORCH_MINOR >= 9
+#if SIM_TORCH_MINOR >= 8
   MempoolId_t mempool_;
 #endif
 #if SIM_TORCH_MINOR >= 2
   uint64_t time_{};  // union trace_time_ {time_t t_; approx_time_t approx_t_;}: 8 bytes
 #endif
-#if SIM_TORCH_MINOR >= 9
+#if SIM_TORCH_MINOR >= 8
   std::string compile_context_;
+#endif
+#if SIM_TORCH_MINOR >= 10
   std::string user_metadata_;
 #endif
 };

@@ -3,7 +3,8 @@
 // cuBLAS on the simulated device. `peak --by owner` must name NCCL by the calls that made its
 // memory, PyTorch's tensors (cuBLAS's workspace among them) and its cache and the CUDA context, each with the bytes the
 // stand-ins' rules give, adding up to the device layer; the reserved owners to the reserved peak
-// and to the simulated device's own ledger, to the byte.
+// and to the simulated device's own ledger, to the byte. Each rank evaluates through a CUDA graph
+// (its capture's private pool) and keeps a buffer in a MemPool: PyTorch's pools by pool.
 #include <gtest/gtest.h>
 
 #include "harness.h"
@@ -22,8 +23,9 @@ const nlohmann::json* owner(const nlohmann::json& device, const std::string& nam
 
 TEST(Owners, TwoRanksOfATrainingJobAddUpToTheDevice) {
   const std::string dir = e2e::temp_dir("owners-ddp");
-  e2e::Result r =
-      e2e::run_traced(dir, {MEMTRACE_PYTHON, kScript, "--ranks", "2", "--steps", "3"}, {}, {"PYTHONPATH=" + kStandIn});
+  e2e::Result r = e2e::run_traced(
+      dir, {MEMTRACE_PYTHON, kScript, "--ranks", "2", "--steps", "3", "--eval-graph", "--pool-buffer", "6"}, {},
+      {"PYTHONPATH=" + kStandIn});
   ASSERT_EQ(r.status, 0) << r.out << r.err;
   const auto ledgers = e2e::read_ledgers(dir);
   nlohmann::json peak = e2e::command_json({e2e::kMemtrace, "peak", "--json", "--by", "owner", dir + "/traces"});
@@ -59,6 +61,19 @@ TEST(Owners, TwoRanksOfATrainingJobAddUpToTheDevice) {
     ASSERT_TRUE(tensors && cache) << d.dump(1);
     EXPECT_GT((*tensors)["bytes"].get<uint64_t>(), 32 * kMiB);
 
+    // PyTorch's private pools, each with its tensors: the CUDA graph's capture pool (the capture's
+    // activations, and the cuBLAS workspace of the capture's stream, made during the capture) and
+    // the MemPool (a 6 MiB buffer in a 20 MiB segment: the large pool's segment below 10 MiB).
+    const nlohmann::json* graph = owner(d, "PyTorch's CUDA graph pool 1");
+    ASSERT_TRUE(graph) << d.dump(1);
+    EXPECT_EQ((*graph)["kind"], "pytorch_pool");
+    EXPECT_GE((*graph)["tensors_bytes"].get<uint64_t>(), 32 * kMiB) << graph->dump(1);
+    EXPECT_GE((*graph)["bytes"].get<uint64_t>(), (*graph)["tensors_bytes"].get<uint64_t>());
+    const nlohmann::json* pool = owner(d, "PyTorch's MemPool 1");
+    ASSERT_TRUE(pool) << d.dump(1);
+    EXPECT_EQ((*pool)["bytes"], 20 * kMiB);
+    EXPECT_EQ((*pool)["tensors_bytes"], 6 * kMiB);
+
     // The context, as the simulated device makes it (300 MiB), from the device layer.
     const nlohmann::json* context = owner(d, "the CUDA context");
     ASSERT_TRUE(context) << d.dump(1);
@@ -73,7 +88,8 @@ TEST(Owners, TwoRanksOfATrainingJobAddUpToTheDevice) {
     EXPECT_NEAR(d["owners_total_bytes"].get<double>(), device, device / 100);
     uint64_t reserved = 0;
     for (const nlohmann::json& o : d["owners"])
-      if (o["count"].get<uint64_t>() || o["kind"] == "pytorch_tensors") reserved += o["bytes"].get<uint64_t>();
+      if (o["count"].get<uint64_t>() || o["kind"] == "pytorch_tensors" || o["kind"] == "pytorch_pool")
+        reserved += o["bytes"].get<uint64_t>();
     EXPECT_EQ(reserved, d["peak_bytes"].get<uint64_t>()) << d.dump(1);
     const auto ledger = ledgers.find(p["pid"].get<int>());
     ASSERT_NE(ledger, ledgers.end());
@@ -143,6 +159,32 @@ TEST(Owners, EachOutOfMemorySaysWhoHeldTheDevice) {
     for (const nlohmann::json& row : o["owners"]) tensors |= row["owner"] == "PyTorch's tensors";
     EXPECT_TRUE(tensors) << o.dump(1);
   }
+}
+
+// A snapshot of PyTorch's (the stand-in's _dump_snapshot) names each segment's pool
+// (segment_pool_id): a CUDA graph's capture pool is a row of its own.
+TEST(Owners, ASnapshotsPoolsAreRowsOfTheirOwn) {
+  const std::string dir = e2e::temp_dir("owners-snapshot-pools");
+  const std::string pickle = dir + "/snapshot.pickle";
+  e2e::Result r = e2e::run_traced(dir,
+                                  {MEMTRACE_PYTHON, "-c",
+                                   "import sys, torch\n"
+                                   "torch.cuda.memory._record_memory_history()\n"
+                                   "x = torch.randn(1024, 1024, device='cuda')\n"
+                                   "g = torch.cuda.CUDAGraph()\n"
+                                   "with torch.cuda.graph(g):\n"
+                                   "    y = torch.empty(3 << 20, dtype=torch.int8, device='cuda')\n"
+                                   "torch.cuda.memory._dump_snapshot(sys.argv[1])\n",
+                                   pickle},
+                                  {}, {"PYTHONPATH=" + kStandIn});
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  nlohmann::json peak = e2e::command_json({e2e::kMemtrace, "peak", "--json", "--by", "owner", pickle});
+  const nlohmann::json& d = peak["processes"][0]["devices"][0];
+  const nlohmann::json* graph = owner(d, "PyTorch's CUDA graph pool 1");
+  ASSERT_TRUE(graph) << d.dump(1);
+  EXPECT_EQ((*graph)["bytes"], 20 * kMiB);
+  EXPECT_EQ((*graph)["tensors_bytes"], 3 * kMiB);
+  EXPECT_EQ((*owner(d, "PyTorch's tensors"))["bytes"], 4 * kMiB);
 }
 
 // A PyTorch snapshot: every segment is PyTorch's, whatever stack it has or lacks; no device

@@ -58,8 +58,9 @@ enum class Api : uint16_t {
   // handed to tensors (alloc; free: the tensor let go of it, a mark; free_completed: the block is
   // back in the cache, once the streams that used it are done: where requested_bytes counts it
   // down, and the allocation ends), the segments it carves them from (heaps: alloc/free, and
-  // map/unmap for expandable segments), and the out-of-memory it raised (an alloc that failed:
-  // size requested, device_free).
+  // map/unmap for expandable segments; a segment's handle: the private pool it was made for,
+  // torch_pool.h's key, 0 for the default pool or where PyTorch does not say), and the
+  // out-of-memory it raised (an alloc that failed: size requested, device_free).
   kTorchAlloc = 38,
   kTorchFree = 39,
   kTorchFreeCompleted = 40,
@@ -237,9 +238,9 @@ inline constexpr ApiInfo kApiTable[] = {
     {Api::kTorchAlloc, "torch.alloc", Op::kAlloc, MemKind::kDevice, Layer::kAllocated},
     {Api::kTorchFree, "torch.free", Op::kMark, MemKind::kDevice, Layer::kAllocated},
     {Api::kTorchFreeCompleted, "torch.free_completed", Op::kFree, MemKind::kDevice, Layer::kAllocated},
-    {Api::kTorchSegmentAlloc, "torch.segment_alloc", Op::kAlloc, MemKind::kHeap, Layer::kAllocated},
+    {Api::kTorchSegmentAlloc, "torch.segment_alloc", Op::kAlloc, MemKind::kHeap, Layer::kAllocated, AuxField::kHandle},
     {Api::kTorchSegmentFree, "torch.segment_free", Op::kFree, MemKind::kHeap, Layer::kAllocated},
-    {Api::kTorchSegmentMap, "torch.segment_map", Op::kAlloc, MemKind::kHeap, Layer::kAllocated},
+    {Api::kTorchSegmentMap, "torch.segment_map", Op::kAlloc, MemKind::kHeap, Layer::kAllocated, AuxField::kHandle},
     {Api::kTorchSegmentUnmap, "torch.segment_unmap", Op::kFree, MemKind::kHeap, Layer::kAllocated},
     {Api::kTorchOom, "torch.oom", Op::kAlloc, MemKind::kDevice, Layer::kAllocated},
     {Api::kTorchCategory, "torch.category", Op::kMark, MemKind::kUnknown, Layer::kAllocated, AuxField::kName},

@@ -14,6 +14,8 @@ float32 = "float32"
 float16 = "float16"
 bfloat16 = "bfloat16"
 int64 = "int64"
+int8 = "int8"
+uint8 = "uint8"
 
 from . import _C  # noqa: E402,F401
 from . import cuda  # noqa: E402

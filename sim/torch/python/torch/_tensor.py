@@ -45,7 +45,7 @@ class _Storage:
             cuda._free(self.ptr, self.record_stream)
 
 
-_sizes = {"float32": 4, "float16": 2, "bfloat16": 2, "int64": 8}
+_sizes = {"float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int8": 1, "uint8": 1}
 
 
 class Tensor:

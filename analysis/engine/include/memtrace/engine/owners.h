@@ -7,8 +7,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "memtrace/engine/outside_parts.h"
@@ -26,6 +28,7 @@ enum class OwnerKind {
   kPyTorch,         // PyTorch's caching allocator (its segments)
   kPyTorchTensors,  // of PyTorch's segments, what its tensors held (the allocated layer)
   kPyTorchCache,    // of PyTorch's segments, the rest: cached blocks, rounding, fragments
+  kPyTorchPool,     // of PyTorch's segments, a private pool's: a CUDA graph's, a MemPool's
   kGraphs,          // CUDA graphs' memory nodes (the device layer)
   kPools,           // stream-ordered pools' reserve beyond their allocations
   kOtherProcesses,  // other processes on the device (NVML)
@@ -60,6 +63,7 @@ struct OwnerShare {
   uint64_t count = 0;            // allocations (none for the device layer's rows)
   std::vector<OwnerPart> parts;  // a library's, by the call that made them, largest first
   std::string why;               // what the row is, where the name does not say
+  uint64_t tensors_bytes = 0;    // a private pool's: of its bytes, what its tensors held
 };
 
 // One owner's reserved bytes over time on one device (timeline --by owner).
@@ -97,6 +101,13 @@ class OwnerTracker : public Pass {
   struct Live {
     uint64_t bytes = 0, count = 0;
   };
+  // A private pool of PyTorch's on a device: its segments and the tensors in them. OWN: its
+  // segments are PyTorch's reserved memory (not a MemPool allocator's of another library).
+  struct PoolLive {
+    uint64_t reserved = 0, allocated = 0;
+    bool own = true;
+  };
+  using Pools = std::map<uint64_t, PoolLive>;  // by torch_pool_key
   // What lay outside the reserved layer at a moment.
   struct DeviceLayer {
     bool sampled = false;
@@ -109,9 +120,11 @@ class OwnerTracker : public Pass {
     std::vector<Live> slots;
     uint64_t allocated = 0;
     DeviceLayer layer;
+    Pools pools;
   };
-  std::vector<OwnerShare> rows(const std::vector<Live>& live_slots, uint64_t allocated, bool pytorch,
-                               const DeviceLayer& layer) const;
+  std::vector<OwnerShare> rows(const std::vector<Live>& live_slots, uint64_t allocated, const Pools& pools,
+                               bool pytorch, const DeviceLayer& layer) const;
+  void on_pool_segment(const Event& event);
   struct DeviceState {
     uint64_t live = 0, peak = 0;
     uint64_t allocated_live = 0, allocated_at_peak = 0;
@@ -122,6 +135,7 @@ class OwnerTracker : public Pass {
     uint64_t outside_at_first_sample = 0;
     std::vector<uint64_t> by_name;  // live bytes per owner name (timeline)
     OutsideParts parts;             // the newest of what pools, graphs and other processes held
+    Pools pools, pools_at_peak;
   };
   uint32_t slot_of(uint64_t stack_id);
 
@@ -137,6 +151,10 @@ class OwnerTracker : public Pass {
   std::unordered_map<std::string, uint32_t> slots_;  // owner and part -> slot
   std::unordered_map<uint64_t, uint32_t> by_stack_;  // stack id -> slot
   std::unordered_map<int32_t, DeviceState> devices_;
+  // The segments of PyTorch's private pools (pages, for expandable ones), by address: size, pool.
+  std::map<uint64_t, std::pair<uint64_t, uint64_t>> pool_segments_;
+  // PyTorch's own reserved memory, by address: what tells a pool's segment PyTorch's.
+  std::unordered_set<uint64_t> pytorch_reserved_;
 };
 
 }  // namespace memtrace

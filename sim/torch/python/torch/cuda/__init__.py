@@ -11,6 +11,7 @@ from .memory import (OutOfMemoryError, _malloc, _free, change_current_allocator,
                      memory_reserved, memory_stats, reset_accumulated_memory_stats, reset_peak_memory_stats,
                      )
 from . import memory  # noqa: F401
+from .graphs import CUDAGraph, graph, graph_pool_handle  # noqa: F401
 
 if memory.MemPool is not None:  # 2.5 on
     MemPool, use_mem_pool = memory.MemPool, memory.use_mem_pool

@@ -221,14 +221,17 @@ def change_current_allocator(allocator):
     _C._cuda_changeCurrentAllocator(allocator.allocator()._handle)
 
 
+# MemPool::uid_ (c10/cuda/CUDACachingAllocator.cpp v2.6.0, from 1): the ids of the user's pools,
+# MemPools and graph_pool_handle()s alike.
+_user_pool_uids = itertools.count(1)
+
 if _minor >= 5:
     class MemPool:
         """A private pool of the caching allocator (torch.cuda.MemPool, 2.5 on): ids (0, n) for
         user pools; with an allocator, its segments come from that allocator."""
-        _uids = itertools.count(1)
 
         def __init__(self, allocator=None):
-            self.id = (0, next(MemPool._uids))
+            self.id = (0, next(_user_pool_uids))
             self._allocator = allocator
 
         @property
