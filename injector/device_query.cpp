@@ -154,16 +154,22 @@ bool device_uuid(uint64_t caller, int ordinal, unsigned char (&uuid)[16]) {
 }
 
 // What other processes hold on the device: its use minus this process's, as NVML tells it, a
-// tenth of a second apart at most per device (NVML answers far slower than cudaMemGetInfo).
+// tenth of a second apart at most per device (NVML answers far slower than cudaMemGetInfo), and
+// whenever the device's use passed its most at the last reading by 1%: so that at the peak,
+// NVML's figure is of the peak.
 constexpr uint64_t kNvmlInterval = 100'000'000;  // ns
 std::atomic<uint64_t> g_last_nvml[kSampledDevices];
+std::atomic<uint64_t> g_nvml_most_used[kSampledDevices];        // the device's use at its most NVML read
 std::atomic<uint64_t> g_last_other_processes[kSampledDevices];  // plus one: 0 for none published
+std::atomic<uint64_t> g_last_nvml_mine[kSampledDevices];        // plus one: 0 for none published
 std::atomic<bool> g_nvml_not_listed_said{false};
 
 void sample_other_processes(uint64_t caller, int device, uint64_t used, uint64_t now) {
   uint64_t before = g_last_nvml[device].load(std::memory_order_relaxed);
-  if (before && now - before < kNvmlInterval) return;
+  const uint64_t most = g_nvml_most_used[device].load(std::memory_order_relaxed);
+  if (before && now - before < kNvmlInterval && used <= most + most / 100) return;
   if (!g_last_nvml[device].compare_exchange_strong(before, now, std::memory_order_relaxed)) return;
+  if (used > most) g_nvml_most_used[device].store(used, std::memory_order_relaxed);
   unsigned char uuid[16];
   uint64_t mine = 0;
   if (!device_uuid(caller, device, uuid)) return;
@@ -178,8 +184,11 @@ void sample_other_processes(uint64_t caller, int device, uint64_t used, uint64_t
     case NvmlAnswer::kListed: break;
   }
   const uint64_t others = used > mine ? used - mine : 0;  // the first answer is published even when 0
-  if (g_last_other_processes[device].exchange(others + 1, std::memory_order_relaxed) != others + 1)
+  if (g_last_other_processes[device].exchange(others + 1, std::memory_order_relaxed) != others + 1 ||
+      g_last_nvml_mine[device].exchange(mine + 1, std::memory_order_relaxed) != mine + 1) {
+    publish_observation(Api::kDeviceProcessUsed, device, mine);
     publish_observation(Api::kDeviceOtherProcesses, device, others);
+  }
 }
 
 }  // namespace

@@ -35,8 +35,10 @@ void ReportBuilder::add(const ReplayStep& step) {
       sample_device(e.device, e.size, e.t_ns);
     } else if (OutsideParts().part(e.api)) {
       if (layer_ == Layer::kReserved && devices_.count(e.device)) {  // read with the device.used that follows
-        OutsideParts& parts = device_state(e.device).parts_latest;
+        DeviceState& d = device_state(e.device);
+        OutsideParts& parts = d.parts_latest;
         *parts.part(e.api) = e.size;
+        if (e.api == Api::kDeviceProcessUsed) d.nvml_process_most = std::max(d.nvml_process_most, e.size);
         if (e.api == Api::kDeviceOtherProcesses) parts.other_processes_known = true;
       }
     } else if (e.api == Api::kCuptiMemoryAlloc || e.api == Api::kCuptiMemoryFree) {
@@ -209,6 +211,7 @@ void ReportBuilder::finish(ProcessReport& report) {
     r.outside_sampled_at_ns = d.outside_at_peak_time;
     r.device_used_max_sampled_bytes = d.used_max;
     if (d.peak_has_outside) r.outside_parts_at_peak = d.parts_at_peak.within(r.outside_reserved_at_peak_bytes);
+    r.outside_parts_at_peak.nvml_process = d.nvml_process_most;
     if (auto first = first_samples_.find(ordinal); first != first_samples_.end()) {
       r.first_sampled = true;
       r.first_sample_bytes = first->second.used;

@@ -59,10 +59,10 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ApiCounts, calls, failed, bytes,
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SiteTotal, site, group, bytes, count, location, stack, named_frame,
                                                 stack_flags)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(OutsideParts, pools_held, graphs_reserved, other_processes,
-                                                other_processes_known)
+                                                other_processes_known, nvml_process)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(CategoryTotal, category, bytes, count)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(OwnerPart, name, bytes, count)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(OwnerShare, kind, owner, bytes, count, parts, why)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(OwnerShare, kind, owner, bytes, count, parts, why, tensors_bytes)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(DeviceReport, device, name, total_bytes, uuid, peak_bytes, peak_time_ns,
                                                 live_at_exit_bytes, live_at_exit_count, peak_sites, exit_sites,
                                                 peak_tid, peak_step, peak_phase, peak_categories, owners_at_peak,
@@ -106,7 +106,7 @@ namespace {
 // The sizes of the structs listed above as they were when their fields were listed (x86-64,
 // libstdc++): a new field changes a size and stops the build here. Not kept, on purpose:
 // ProcessAnalysis::owner_timeline (a summary does not serve timeline --by owner).
-static_assert(sizeof(FrameView) == 144 && sizeof(SiteTotal) == 112 && sizeof(DeviceReport) == 360 &&
+static_assert(sizeof(FrameView) == 144 && sizeof(SiteTotal) == 112 && sizeof(DeviceReport) == 368 &&
                   sizeof(ProcessReport) == 568 && sizeof(ProcessAnalysis) == 1544 && sizeof(SiteGrowth) == 136 &&
                   sizeof(AnalysisOptions) == 72 && sizeof(TorchCounters) == 128 && sizeof(OomEvent) == 72 &&
                   sizeof(FragmentationPoint) == 96 && sizeof(AllocationSpan) == 56 && sizeof(ShownStack) == 88,
@@ -116,7 +116,7 @@ static_assert(sizeof(FrameView) == 144 && sizeof(SiteTotal) == 112 && sizeof(Dev
 // bytes, little-endian): its options as JSON; its analysis but the timeline, and the timeline's
 // fields, each as MessagePack compressed with zstd. A command unpacks only the entry it reads, and
 // its timeline only when it draws one.
-constexpr char kMagic[8] = {'M', 'E', 'M', 'S', 'U', 'M', '\0', '\4'};
+constexpr char kMagic[8] = {'M', 'E', 'M', 'S', 'U', 'M', '\0', '\5'};
 
 void append_sized(std::string& out, std::string_view part) {
   uint64_t size = part.size();

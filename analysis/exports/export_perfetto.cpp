@@ -313,6 +313,8 @@ class ProcessExport : public Pass {
         return counter(e.t_ns, e.device, "reserved by CUDA graphs", static_cast<int64_t>(e.size));
       case Api::kDeviceOtherProcesses:
         return counter(e.t_ns, e.device, "other processes", static_cast<int64_t>(e.size));
+      case Api::kDeviceProcessUsed:
+        return counter(e.t_ns, e.device, "this process, by NVML", static_cast<int64_t>(e.size));
       default: return;  // CUPTI's records, memtrace's own notes
     }
     stream_.write(p);

@@ -11,9 +11,16 @@ uint64_t owners_total(const DeviceReport& d) {
   return sum;
 }
 
+// NVML's figure for this process at its most (nvidia-smi's), where the driver gave it, and the
+// owners' rows at the peak it should match: all but other processes'.
+
 nlohmann::json owners_json(const DeviceReport& d) {
   const uint64_t whole = d.device_samples ? d.device_at_peak_bytes() : d.peak_bytes;
+  const bool nvml = d.device_samples && d.outside_parts_at_peak.other_processes_known;
   return {
+      // This process at its most as NVML counted it (nvidia-smi's figure), null where it did not.
+      {"nvml_process_most_bytes",
+       nvml ? nlohmann::json(d.outside_parts_at_peak.nvml_process) : nlohmann::json(nullptr)},
       {"owners", owner_rows_json(d.owners_at_peak, whole)},
       {"owners_total_bytes", owners_total(d)},
       // What they add up to: the device layer at the peak when it was sampled, else the reserved peak.
@@ -41,12 +48,24 @@ std::string owners_text(const std::vector<OwnerShare>& rows, uint64_t whole, con
 
 std::string owners_text(const DeviceReport& d, int indent) {
   const uint64_t whole = d.device_samples ? d.device_at_peak_bytes() : d.peak_bytes;
+  // NVML's figure, as nvidia-smi shows it: read with the device layer's samples (a tenth of a
+  // second apart, and whenever the device's use grew by 1%), so at most what they found.
+  std::string nvml_line;
+  if (d.device_samples && d.outside_parts_at_peak.other_processes_known)
+    nvml_line = std::string(static_cast<size_t>(indent), ' ') +
+                "this process at its most as NVML counted it (nvidia-smi): " +
+                format_bytes(d.outside_parts_at_peak.nvml_process) +
+                "; by the device layer's most sample, less other processes: " +
+                format_bytes(d.device_used_max_sampled_bytes -
+                             std::min(d.device_used_max_sampled_bytes, d.outside_parts_at_peak.other_processes)) +
+                "\n";
   return owners_text(d.owners_at_peak, whole,
                      d.device_samples ? "in all: the device at the peak (" + format_bytes(whole) +
                                             ", by its sample at " + format_duration_ns(d.outside_sampled_at_ns) + ")"
                                       : "in all: the reserved peak (the device layer was not sampled: the CUDA context "
                                         "and what no allocation API made are not known)",
-                     indent);
+                     indent) +
+         nvml_line;
 }
 
 nlohmann::json owner_rows_json(const std::vector<OwnerShare>& rows, uint64_t whole) {

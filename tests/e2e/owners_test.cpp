@@ -91,6 +91,11 @@ TEST(Owners, TwoRanksOfATrainingJobAddUpToTheDevice) {
       if (o["count"].get<uint64_t>() || o["kind"] == "pytorch_tensors" || o["kind"] == "pytorch_pool")
         reserved += o["bytes"].get<uint64_t>();
     EXPECT_EQ(reserved, d["peak_bytes"].get<uint64_t>()) << d.dump(1);
+    // NVML's figure for the process (the simulated NVML's: the context and what is live), read
+    // with the device layer's samples: more than the context, at most the device at the peak.
+    ASSERT_TRUE(d["nvml_process_most_bytes"].is_number()) << d.dump(1);
+    EXPECT_GT(d["nvml_process_most_bytes"].get<uint64_t>(), 300 * kMiB);
+    EXPECT_LE(d["nvml_process_most_bytes"].get<double>(), device * 1.01);
     const auto ledger = ledgers.find(p["pid"].get<int>());
     ASSERT_NE(ledger, ledgers.end());
     EXPECT_EQ(ledger->second.peak.at(0), d["peak_bytes"].get<uint64_t>());

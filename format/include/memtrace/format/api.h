@@ -134,7 +134,10 @@ enum class Api : uint16_t {
   kCudaGraphAddNodeMemFree = 72,
   kCuGraphAddNodeMemAlloc = 73,
   kCuGraphAddNodeMemFree = 74,
-  kCount = 75,
+  // Sampled with device.other_processes: what NVML reports this process uses on the device
+  // (nvmlDeviceGetComputeRunningProcesses' usedGpuMemory; size), as nvidia-smi shows it.
+  kDeviceProcessUsed = 75,
+  kCount = 76,
 };
 
 // What a recorded object is. Each kind has its own address space in the live set: a VMM mapping
@@ -278,6 +281,7 @@ inline constexpr ApiInfo kApiTable[] = {
     {Api::kCuGraphAddNodeMemAlloc, "cuGraphAddNode.mem_alloc", Op::kAlloc, MemKind::kGraphMemory, Layer::kReserved,
      AuxField::kHandle},
     {Api::kCuGraphAddNodeMemFree, "cuGraphAddNode.mem_free", Op::kFree, MemKind::kGraphMemory},
+    {Api::kDeviceProcessUsed, "device.process_used", Op::kMark, MemKind::kDevice, Layer::kDevice},
 };
 
 // The names of kinds and layers, each row keyed by its value, as kApiTable's.
@@ -337,7 +341,7 @@ inline constexpr size_t kLongestApiName = [] {
 inline bool is_observation(Api api) {
   return api == Api::kCuptiMemoryAlloc || api == Api::kCuptiMemoryFree || api == Api::kDeviceUsed ||
          api == Api::kDevicePoolHeld || api == Api::kDeviceGraphReserved || api == Api::kDeviceOtherProcesses ||
-         api == Api::kTorchCounter;
+         api == Api::kTorchCounter || api == Api::kDeviceProcessUsed;
 }
 inline std::string_view mem_kind_name(MemKind kind) {
   auto i = static_cast<size_t>(kind);

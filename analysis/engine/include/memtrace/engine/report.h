@@ -183,6 +183,7 @@ class ReportBuilder : public Pass {
     bool peak_has_outside = false;
     uint64_t outside_at_peak = 0, outside_at_peak_time = 0;
     OutsideParts parts_latest, parts_at_peak;
+    uint64_t nvml_process_most = 0;  // the most NVML reported this process used (device.process_used)
   };
   void sample_device(int32_t device, uint64_t used, uint64_t t_ns);
   std::vector<SiteTotal> largest(const SiteMap& sites) const;
