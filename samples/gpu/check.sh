@@ -13,7 +13,8 @@
 # (graph_memory: what graphs reserve shows in the device layer; graph_nodes: made through the
 # generic node API), memory shared between processes (sharing: IPC and shareable handles, pool
 # pointers, multicast), every call recorded; and the training joined while it runs (memtrace
-# attach) and left.
+# attach) and left. The default training's owners at its peak add up to the device layer, and
+# NVML's figure for the process is shown beside them.
 #
 #   samples/gpu/check.sh          on the GPU, with the PyTorch of `python3` (or $PYTHON)
 #   samples/gpu/check.sh --sim    the same plumbing on memtrace's simulated device, with the
@@ -244,6 +245,19 @@ for name in ("default", "expandable", "cupti"):
         segments == traced.get("segments_allocated"))
     for notice in p.get("notices", []):
         row(f"{name}: notice", notice, "none", False)
+    if name == "default":  # who held the device at its peak, adding up to the device layer; NVML's figure
+        owners = memtrace_json("peak", "--by", "owner", traces)
+        d = owners["processes"][0]["devices"][0] if owners and owners["processes"][0]["devices"] else {}
+        whole = d.get("device_at_peak_bytes")
+        total = d.get("owners_total_bytes")
+        row("default: owners at the peak (" + ", ".join(f"{o['owner']} {mib(o['bytes'])}" for o in d.get("owners", []))
+            + ")", mib(total), f"the device at the peak, {mib(whole)}, within 1%",
+            whole is not None and total is not None and abs(total - whole) <= whole / 100)
+        nvml = d.get("nvml_process_most_bytes")
+        mine = sum(o["bytes"] for o in d.get("owners", []) if o["kind"] != "other_processes")
+        row("default: this process at its most by NVML (nvidia-smi), beside the owners but other processes",
+            mib(nvml), f"{mib(mine)}, within 5%",
+            simulated or (nvml is not None and abs(nvml - mine) <= mine / 20))
     if name == "cupti":  # every allocation call seen through CUPTI's callbacks
         p = report["processes"][0] if report else {}
         calls = sum(c["calls"] for api, c in events.items() if api.startswith("cu"))  # the CUDA calls

@@ -64,6 +64,8 @@ TEST_F(Bundle, RunsFromACopyInAnotherFolder) {
                                     << check.out;
   EXPECT_TRUE(contains(check.out, "graph_memory: reserved by graphs at the peak")) << check.out;
   EXPECT_TRUE(contains(check.out, "graph_nodes (")) << check.out;
+  EXPECT_TRUE(contains(check.out, "default: owners at the peak (")) << check.out;
+  EXPECT_TRUE(contains(check.out, "default: this process at its most by NVML")) << check.out;
   EXPECT_TRUE(contains(check.out, "backends: CUDA calls per API, preload / cupti / auto")) << check.out;
   EXPECT_TRUE(contains(check.out, "async: exit status and account, with memtrace and without")) << check.out;
 }
