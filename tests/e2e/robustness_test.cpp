@@ -112,7 +112,7 @@ TEST(Run, DefaultOutputFolderIsPrivate) {
 // private as memtrace makes it, its parents made as needed; not "out exists" (it did not).
 TEST(Run, AnOutputFolderNamedWithATrailingSlashIsMade) {
   const std::string base = e2e::temp_dir("slash");
-  for (const std::string dir : {base + "/out/", base + "/a/b/out//"}) {
+  for (const std::string& dir : {base + "/out/", base + "/a/b/out//"}) {
     e2e::Result r =
         e2e::run({e2e::kMemtrace, "run", "--sim", "-o", dir, "--", e2e::sample_path("leak"), "--iterations", "2"});
     ASSERT_EQ(r.status, 0) << dir << ": " << r.err;
