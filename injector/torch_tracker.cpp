@@ -80,6 +80,21 @@ T read_at(const TraceEntryView& entry, size_t offset) {
 
 void say(const std::string& text) { publish_notice(text); }
 
+// The entry's pool, where this release has mempool_: a pair of counters, one of them 0 (a build
+// from before PR #150683 that calls itself 2.8 has the time there: then no pool is read again).
+uint64_t read_pool(const TraceEntryView& entry) {
+  const auto first = read_at<uint64_t>(entry, kMempoolAt), second = read_at<uint64_t>(entry, kMempoolAt + 8);
+  constexpr uint64_t kMostPools = 1ull << 32;
+  if ((first && second) || first >= kMostPools || second >= kMostPools) {
+    if (g_reads_pool.exchange(false, std::memory_order_relaxed))
+      say("PyTorch " + *g_version +
+          ": its allocator events carry no pool where 2.8's do, so PyTorch's private pools (CUDA graphs', "
+          "MemPools') are not told apart");
+    return 0;
+  }
+  return torch_pool_key(first, second);
+}
+
 // Events that came before memtrace could check it reads this PyTorch's events right (the first
 // segments were another allocator's: a MemPool's own), kept until it can: then published, at the
 // time of the check; dropped if it finds it reads them wrong.
@@ -204,10 +219,7 @@ void on_trace_entry(const TraceEntryView& entry) {
   auto addr = read_at<uint64_t>(entry, kAddrAt);
   auto stream = read_at<uint64_t>(entry, kStreamAt);
   auto size = read_at<uint64_t>(entry, kSizeAt);
-  const uint64_t pool =
-      g_reads_pool.load(std::memory_order_relaxed)
-          ? torch_pool_key(read_at<uint64_t>(entry, kMempoolAt), read_at<uint64_t>(entry, kMempoolAt + 8))
-          : 0;
+  const uint64_t pool = g_reads_pool.load(std::memory_order_relaxed) ? read_pool(entry) : 0;
   if (!known || device < 0) {
     if (g_unreadable.fetch_add(1, std::memory_order_relaxed) == 0)
       say("PyTorch " + *g_version +

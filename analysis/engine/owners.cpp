@@ -139,10 +139,20 @@ void OwnerTracker::on_event(const Event& event, const ReplayStep& step, const Re
     DeviceState& d = devices_[change.device];
     if (change.layer == Layer::kAllocated) {
       d.allocated_live += static_cast<uint64_t>(change.bytes);
-      if (!pool_segments_.empty()) {  // a tensor in a private pool's segment
+      // A tensor in a private pool's segment: its pool known at its arrival, counted down by it
+      // when it goes (its segment may be gone by then).
+      if (change.arrived && !pool_segments_.empty()) {
         auto seg = pool_segments_.upper_bound(change.addr);
-        if (seg != pool_segments_.begin() && change.addr - (--seg)->first < seg->second.first)
+        if (seg != pool_segments_.begin() && change.addr - (--seg)->first < seg->second.first) {
           d.pools[seg->second.second].allocated += static_cast<uint64_t>(change.bytes);
+          pool_tensors_[change.addr] = seg->second.second;
+        }
+      } else if (!change.arrived && !pool_tensors_.empty()) {
+        if (auto t = pool_tensors_.find(change.addr); t != pool_tensors_.end()) {
+          PoolLive& pool = d.pools[t->second];
+          pool.allocated -= std::min(pool.allocated, static_cast<uint64_t>(-change.bytes));
+          pool_tensors_.erase(t);
+        }
       }
       // The tensors that made the peak arrive after the segment they came for: the allocated
       // layer's most while the reserved peak stands.
@@ -207,14 +217,26 @@ void OwnerTracker::on_pool_segment(const Event& event) {
     return;
   }
   if (pool_segments_.empty()) return;
-  // A segment freed, or pages unmapped: every page of the range.
-  const uint64_t end = event.api == Api::kTorchSegmentFree ? event.addr + 1 : event.addr + event.size;
-  for (auto it = pool_segments_.lower_bound(event.addr); it != pool_segments_.end() && it->first < end;) {
-    auto pool = devices_[event.device].pools.find(it->second.second);
-    if (pool != devices_[event.device].pools.end())
-      pool->second.reserved -= std::min(pool->second.reserved, it->second.first);
-    it = pool_segments_.erase(it);
+  // A segment freed (the whole of it), or pages unmapped: cut out of the ranges they overlap, as
+  // Replay::unmap_heap cuts its heaps (PyTorch unmaps the free pages of an earlier mapping).
+  uint64_t end = event.addr + event.size;
+  if (event.api == Api::kTorchSegmentFree) {
+    auto whole = pool_segments_.find(event.addr);
+    if (whole == pool_segments_.end()) return;
+    end = event.addr + whole->second.first;
   }
+  auto it = pool_segments_.upper_bound(event.addr);
+  if (it != pool_segments_.begin() && std::prev(it)->first + std::prev(it)->second.first > event.addr) --it;
+  while (it != pool_segments_.end() && it->first < end) {
+    const uint64_t base = it->first, size = it->second.first, key = it->second.second;
+    const uint64_t cut_from = std::max(base, event.addr), cut_to = std::min(base + size, end);
+    PoolLive& pool = devices_[event.device].pools[key];
+    pool.reserved -= std::min(pool.reserved, cut_to - cut_from);
+    it = pool_segments_.erase(it);
+    if (base < cut_from) pool_segments_[base] = {cut_from - base, key};
+    if (cut_to < base + size) it = pool_segments_.emplace(cut_to, std::make_pair(base + size - cut_to, key)).first;
+  }
+  if (devices_[event.device].standing) devices_[event.device].pools_at_peak = devices_[event.device].pools;
 }
 
 void OwnerTracker::finish(uint64_t end_ns) {

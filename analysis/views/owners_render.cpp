@@ -21,6 +21,11 @@ nlohmann::json owners_json(const DeviceReport& d) {
       // This process at its most as NVML counted it (nvidia-smi's figure), null where it did not.
       {"nvml_process_most_bytes",
        nvml ? nlohmann::json(d.outside_parts_at_peak.nvml_process) : nlohmann::json(nullptr)},
+      // The device layer's most sample, less other processes: what NVML's figure was read beside.
+      {"device_most_sampled_less_others_bytes",
+       nvml ? nlohmann::json(d.device_used_max_sampled_bytes -
+                             std::min(d.device_used_max_sampled_bytes, d.outside_parts_at_peak.other_processes))
+            : nlohmann::json(nullptr)},
       {"owners", owner_rows_json(d.owners_at_peak, whole)},
       {"owners_total_bytes", owners_total(d)},
       // What they add up to: the device layer at the peak when it was sampled, else the reserved peak.

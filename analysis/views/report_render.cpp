@@ -274,6 +274,7 @@ nlohmann::json report_json(const std::vector<ProcessReport>& processes) {
         nlohmann::json owners = owners_json(d);
         device["owners"] = owners["owners"];
         device["owners_total_bytes"] = owners["owners_total_bytes"];
+        device["nvml_process_most_bytes"] = owners["nvml_process_most_bytes"];
       }
       if (!p.joined_by.empty())  // what the device held when recording began, and what of it is known
         device["at_recording_start"] = {

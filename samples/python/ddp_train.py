@@ -32,6 +32,7 @@ def worker(args):
             buffer = torch.empty(args.pool_buffer << 20, dtype=torch.int8, device="cuda")  # memtrace-test: pool_buffer
     if args.eval_graph:
         static_batch = torch.randn(256, w, device="cuda")
+        model(static_batch)  # warm-up before the capture, as torch.cuda.graph's docs ask (cuBLAS's handle made)
         eval_graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(eval_graph):
             static_out = model(static_batch)  # memtrace-test: eval_graph

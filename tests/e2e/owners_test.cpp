@@ -166,6 +166,34 @@ TEST(Owners, EachOutOfMemorySaysWhoHeldTheDevice) {
   }
 }
 
+// Expandable segments: PyTorch unmaps a pool's free pages out of an earlier mapping, leaving the
+// rest of it mapped with a tensor in it. The pool keeps what stays (20 MiB: one 20 MiB page of the
+// three mapped for 50 MiB, a 10 MiB tensor in it) and the default pool's tensors are all counted.
+TEST(Owners, APoolsPagesUnmappedInPartLeaveTheRestItsOwn) {
+  const std::string dir = e2e::temp_dir("owners-unmap");
+  e2e::Result r = e2e::run_traced(dir,
+                                  {MEMTRACE_PYTHON, "-c",
+                                   "import torch\n"
+                                   "M = 1 << 20\n"
+                                   "pool = torch.cuda.MemPool()\n"
+                                   "with torch.cuda.use_mem_pool(pool):\n"
+                                   "    a = torch.empty(50 * M, dtype=torch.int8, device='cuda')\n"
+                                   "del a\n"
+                                   "with torch.cuda.use_mem_pool(pool):\n"
+                                   "    b = torch.empty(10 * M, dtype=torch.int8, device='cuda')\n"
+                                   "torch.cuda.empty_cache()\n"
+                                   "c = torch.empty(200 * M, dtype=torch.int8, device='cuda')\n"},
+                                  {}, {"PYTHONPATH=" + kStandIn, "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"});
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  nlohmann::json peak = e2e::command_json({e2e::kMemtrace, "peak", "--json", "--by", "owner", dir + "/traces"});
+  const nlohmann::json& d = peak["processes"][0]["devices"][0];
+  const nlohmann::json* pool = owner(d, "PyTorch's MemPool 1");
+  ASSERT_TRUE(pool) << d.dump(1);
+  EXPECT_EQ((*pool)["bytes"], 20 * kMiB) << d.dump(1);
+  EXPECT_EQ((*pool)["tensors_bytes"], 10 * kMiB) << d.dump(1);
+  EXPECT_EQ((*owner(d, "PyTorch's tensors"))["bytes"], 200 * kMiB) << d.dump(1);
+}
+
 // A snapshot of PyTorch's (the stand-in's _dump_snapshot) names each segment's pool
 // (segment_pool_id): a CUDA graph's capture pool is a row of its own.
 TEST(Owners, ASnapshotsPoolsAreRowsOfTheirOwn) {

@@ -37,7 +37,7 @@ def workspace_size(device):
 
 
 def current_handle(device):
-    """getCurrentCUDABlasHandle, on the default stream."""
+    """getCurrentCUDABlasHandle, on the current stream (the default one, or a graph's capture stream)."""
     handles = getattr(_local, "handles", None)
     if handles is None:
         handles = _local.handles = {}
@@ -47,7 +47,7 @@ def current_handle(device):
         if lib.cublasCreate_v2(ctypes.byref(handle)) != 0:
             raise RuntimeError("CUDA error: CUBLAS_STATUS_NOT_INITIALIZED when calling `cublasCreate(handle)`")
         handles[device] = handle.value
-    handle, stream = handles[device], None
+    handle, stream = handles[device], cuda._current_stream()
     lib.cublasSetStream_v2(handle, stream)
     if (handle, stream) not in _workspaces:
         size = workspace_size(device)

@@ -153,6 +153,8 @@ class OwnerTracker : public Pass {
   std::unordered_map<int32_t, DeviceState> devices_;
   // The segments of PyTorch's private pools (pages, for expandable ones), by address: size, pool.
   std::map<uint64_t, std::pair<uint64_t, uint64_t>> pool_segments_;
+  // The tensors in private pools' segments, by address: their pool.
+  std::unordered_map<uint64_t, uint64_t> pool_tensors_;
   // PyTorch's own reserved memory, by address: what tells a pool's segment PyTorch's.
   std::unordered_set<uint64_t> pytorch_reserved_;
 };

@@ -86,3 +86,13 @@ def current_device():
 
 class Stream:
     pass
+
+
+def _current_stream():
+    """The thread's current stream, as a raw cudaStream_t (None: the default stream). The stand-in's
+    ops run on the default stream; only torch.cuda.graph makes its capture stream current."""
+    return getattr(_tls, "stream", None)
+
+
+def _set_current_stream(stream):
+    _tls.stream = stream

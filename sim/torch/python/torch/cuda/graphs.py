@@ -10,7 +10,8 @@ kept until the graph is reset, so that its replays find their tensors where the 
 - capture_end(): cudaStreamEndCapture, endAllocateToPool, cudaGraphInstantiateWithFlags (here
   cudaGraphInstantiate with the same flags, which CUDA 12 on takes: the simulated runtime has no
   WithFlags form);
-- replay(): cudaGraphLaunch on the capture stream;
+- replay(): cudaGraphLaunch on the current stream (here the capture stream: the stand-in has no
+  current stream);
 - reset() (and the destructor): cudaGraphExecDestroy, cudaGraphDestroy, releasePool: the pool's
   cached segments are freed at the next empty_cache once no graph uses it;
 - graph(cuda_graph, pool=None, stream=None): synchronize, gc.collect, empty_cache, then the
@@ -45,6 +46,7 @@ class CUDAGraph:
         self._exec = ctypes.c_void_p()
         self._stream = None
         self.pool_id = None
+        self._capture_ended = False
 
     def capture_begin(self, pool=None, capture_error_mode="global", stream=None):
         from . import _lazy_init
@@ -61,6 +63,7 @@ class CUDAGraph:
         _C.c10_cuda.sim_torch_end_pool(0)
         if status != 0:
             raise RuntimeError("cudaStreamEndCapture failed")
+        self._capture_ended = True
         if _C.cudart.cudaGraphInstantiate(ctypes.byref(self._exec), self._graph, ctypes.c_ulonglong(0)) != 0:
             raise RuntimeError("cudaGraphInstantiate failed")
 
@@ -78,9 +81,10 @@ class CUDAGraph:
         if self._graph.value:
             _C.cudart.cudaGraphDestroy(self._graph)
             self._graph = ctypes.c_void_p()
-        if self.pool_id is not None:
+        if self.pool_id is not None and self._capture_ended:  # as CUDAGraph::reset: only a graph captured
             _C.c10_cuda.sim_torch_release_pool(0, self.pool_id[0], self.pool_id[1])
-            self.pool_id = None
+        self.pool_id = None
+        self._capture_ended = False
 
     def __del__(self):
         try:
@@ -110,13 +114,20 @@ class graph:
         self.capture_error_mode = capture_error_mode
 
     def __enter__(self):
-        from . import synchronize
+        from . import _current_stream, _set_current_stream, synchronize
         from .memory import empty_cache
         synchronize()
         gc.collect()
         empty_cache()
-        self.cuda_graph.capture_begin(self.pool, self.capture_error_mode, self.stream)
+        self._before = _current_stream()
+        stream = self.stream if self.stream is not None else _side_stream()
+        _set_current_stream(stream.value)  # torch.cuda.stream(capture_stream): the block's ops run on it
+        self.cuda_graph.capture_begin(self.pool, self.capture_error_mode, stream)
 
     def __exit__(self, *exc):
-        self.cuda_graph.capture_end()
+        from . import _set_current_stream
+        try:
+            self.cuda_graph.capture_end()
+        finally:
+            _set_current_stream(self._before)
         return False
