@@ -14,6 +14,7 @@
 #include "memtrace/engine/stacks.h"
 #include "memtrace/engine/trace_set.h"
 #include "memtrace/format/torch_action.h"
+#include "memtrace/format/torch_pool.h"
 #include "memtrace/importers/pickle.h"
 
 namespace memtrace {
@@ -164,6 +165,7 @@ struct Entry {
 struct Segment {
   uint64_t stack_id = 0, stream = 0;
   bool expandable = false;
+  uint64_t pool = 0;  // torch_pool_key of the private pool it was made for
 };
 
 class MemoryVizExport : public PassWithBefore {
@@ -309,7 +311,7 @@ class MemoryVizExport : public PassWithBefore {
         add(device, map ? Action::kSegmentMap : Action::kSegmentAlloc, e.addr, e.size, e.stream, e.t_ns, e.stack_id);
         auto made = driver_.replay().heaps().upper_bound(e.addr);
         if (made != driver_.replay().heaps().begin() && !segments_.count(std::prev(made)->first))
-          segments_[std::prev(made)->first] = Segment{e.stack_id, e.stream, map};
+          segments_[std::prev(made)->first] = Segment{e.stack_id, e.stream, map, e.handle};
       } else if (e.api != Api::kNvtxMemHeapReset) {
         bool unmap = e.api == Api::kTorchSegmentUnmap;
         add(device, unmap ? Action::kSegmentUnmap : Action::kSegmentFree, e.addr, unmap ? e.size : heap_size, e.stream,
@@ -457,7 +459,8 @@ class MemoryVizExport : public PassWithBefore {
     out.key("segment_type");
     out.str(size <= (2u << 20) ? "small" : "large");  // PyTorch's small pool: 2 MiB segments
     out.key("segment_pool_id");
-    out.pair(0, 0);
+    const TorchPoolId pool = torch_pool_id(seg.pool);
+    out.pair(static_cast<int64_t>(pool.first), static_cast<int64_t>(pool.second));
     out.key("is_expandable");
     out.boolean(seg.expandable);
     out.key("frames");

@@ -218,6 +218,13 @@ TEST(Owners, ASnapshotsPoolsAreRowsOfTheirOwn) {
   EXPECT_EQ((*graph)["bytes"], 20 * kMiB);
   EXPECT_EQ((*graph)["tensors_bytes"], 3 * kMiB);
   EXPECT_EQ((*owner(d, "PyTorch's tensors"))["bytes"], 4 * kMiB);
+
+  // memtrace's own trace of the run, exported for PyTorch's viewer: the pool goes with it.
+  const std::string exported = dir + "/exported.pickle";
+  e2e::Result out = e2e::run({e2e::kMemtrace, "export", "--format", "memory-viz", "-o", exported, dir + "/traces"});
+  ASSERT_EQ(out.status, 0) << out.err;
+  nlohmann::json again = e2e::command_json({e2e::kMemtrace, "peak", "--json", "--by", "owner", exported});
+  EXPECT_TRUE(owner(again["processes"][0]["devices"][0], "PyTorch's CUDA graph pool 1")) << again.dump(1);
 }
 
 // A PyTorch snapshot: every segment is PyTorch's, whatever stack it has or lacks; no device

@@ -17,6 +17,15 @@ inline uint64_t torch_pool_key(uint64_t first, uint64_t second) {
   return second ? (second << 1) | 1 : 0;
 }
 
+// The pair again, from its key.
+struct TorchPoolId {
+  uint64_t first = 0, second = 0;
+};
+inline TorchPoolId torch_pool_id(uint64_t key) {
+  if (!key) return {};
+  return key & 1 ? TorchPoolId{0, key >> 1} : TorchPoolId{key >> 1, 0};
+}
+
 // The pool's name ("CUDA graph pool 1", "MemPool 2"), and what such a pool is.
 inline std::string torch_pool_name(uint64_t key) {
   if (!key) return "the default pool";
