@@ -245,8 +245,9 @@ TEST_F(StepsRun, PerfettoTraceHasCountersSlicesOnLanesAndRanges) {
   for (const auto& p : trace.packet()) {
     const uint32_t sequence = p.trusted_packet_sequence_id();
     ASSERT_NE(sequence, 0u);
-    if (!interned.count(sequence))  // a sequence starts with its state cleared
+    if (!interned.count(sequence)) {  // a sequence starts with its state cleared
       EXPECT_EQ(p.sequence_flags(), memtrace::perfetto::TracePacket::SEQ_INCREMENTAL_STATE_CLEARED);
+    }
     Interned& known = interned[sequence];
     for (const auto& n : p.interned_data().event_names()) EXPECT_TRUE(known.names.emplace(n.iid(), n.name()).second);
     for (const auto& n : p.interned_data().debug_annotation_names())

@@ -198,7 +198,9 @@ TEST(MemoryViz, TheStepsAreItsAnnotations) {
     EXPECT_EQ(annotations[i]["stage"], i % 2 ? "END" : "START");
     EXPECT_EQ(annotations[i]["name"], "memtrace.step");
     EXPECT_EQ(annotations[i]["device"], 0);
-    if (i) EXPECT_GE(annotations[i]["time_us"].get<int64_t>(), annotations[i - 1]["time_us"].get<int64_t>());
+    if (i) {
+      EXPECT_GE(annotations[i]["time_us"].get<int64_t>(), annotations[i - 1]["time_us"].get<int64_t>());
+    }
   }
   ASSERT_EQ(e2e::run({e2e::kMemtrace, "export", "--format", "memory-viz", "-o", pickle, dir + "/traces"}).status, 0);
   EXPECT_TRUE(contains(e2e::run({e2e::kMemtrace, "leaks", pickle}).out, "over 4 steps"));
@@ -410,9 +412,10 @@ TEST(Help, CommandsAreGroupedAndEachEndsWithAnExample) {
     EXPECT_EQ(one.status, 0) << command;
     size_t example = one.out.rfind("Example:\n  memtrace ");
     EXPECT_NE(example, std::string::npos) << command << ":\n" << one.out;
-    if (example != std::string::npos)
+    if (example != std::string::npos) {
       EXPECT_EQ(one.out.find('\n', one.out.find("memtrace ", example)), one.out.size() - 1)
           << command << " ends otherwise";
+    }
   }
 }
 

@@ -187,8 +187,9 @@ TEST(UnnamedDriverFunctions, AreInterposedByNameAndVersion) {
   e2e::expect_report_matches_ledger(dir, r, true);
   EXPECT_EQ(api_table(dir), api_table(named));
   for (const std::string& line : lines_of(dir + "/runtime-driver-table"))
-    if (line.rfind("cuMemAlloc ", 0) == 0 || line.rfind("cuGraphAddNode ", 0) == 0)
+    if (line.rfind("cuMemAlloc ", 0) == 0 || line.rfind("cuGraphAddNode ", 0) == 0) {
       EXPECT_EQ(line.substr(line.find(' ') + 1), "libmemtrace_inject.so") << line;
+    }
 
   const std::string static_dir = e2e::temp_dir("unnamed_static");
   e2e::Result s = e2e::run_sample(static_dir, "static_runtime", {"--threads", "2", "--iterations", "50"},
