@@ -184,8 +184,10 @@ void sample_other_processes(uint64_t caller, int device, uint64_t used, uint64_t
     case NvmlAnswer::kListed: break;
   }
   const uint64_t others = used > mine ? used - mine : 0;  // the first answer is published even when 0
-  if (g_last_other_processes[device].exchange(others + 1, std::memory_order_relaxed) != others + 1 ||
-      g_last_nvml_mine[device].exchange(mine + 1, std::memory_order_relaxed) != mine + 1) {
+  const bool others_changed =
+      g_last_other_processes[device].exchange(others + 1, std::memory_order_relaxed) != others + 1;
+  const bool mine_changed = g_last_nvml_mine[device].exchange(mine + 1, std::memory_order_relaxed) != mine + 1;
+  if (others_changed || mine_changed) {
     publish_observation(Api::kDeviceProcessUsed, device, mine);
     publish_observation(Api::kDeviceOtherProcesses, device, others);
   }

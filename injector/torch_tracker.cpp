@@ -219,7 +219,6 @@ void on_trace_entry(const TraceEntryView& entry) {
   auto addr = read_at<uint64_t>(entry, kAddrAt);
   auto stream = read_at<uint64_t>(entry, kStreamAt);
   auto size = read_at<uint64_t>(entry, kSizeAt);
-  const uint64_t pool = g_reads_pool.load(std::memory_order_relaxed) ? read_pool(entry) : 0;
   if (!known || device < 0) {
     if (g_unreadable.fetch_add(1, std::memory_order_relaxed) == 0)
       say("PyTorch " + *g_version +
@@ -228,6 +227,9 @@ void on_trace_entry(const TraceEntryView& entry) {
     return;
   }
   const TorchAction action = *known;
+  // Only a segment keeps its pool: the tensors' events read no more than before.
+  const bool segment = action == TorchAction::kSegmentAlloc || action == TorchAction::kSegmentMap;
+  const uint64_t pool = segment && g_reads_pool.load(std::memory_order_relaxed) ? read_pool(entry) : 0;
   if (state == kUnconfirmed) {
     SegmentCheck check = action == TorchAction::kSegmentAlloc || action == TorchAction::kSegmentMap
                              ? check_segment(addr, size)

@@ -158,7 +158,7 @@ void OwnerTracker::on_event(const Event& event, const ReplayStep& step, const Re
       // layer's most while the reserved peak stands.
       if (d.standing && d.allocated_live > d.allocated_at_peak) {
         d.allocated_at_peak = d.allocated_live;
-        d.pools_at_peak = d.pools;
+        d.keep_pools_while_standing();
       }
       continue;
     }
@@ -193,7 +193,7 @@ void OwnerTracker::on_event(const Event& event, const ReplayStep& step, const Re
       d.peak_unsaved = true;
       d.standing = true;
       d.allocated_at_peak = d.allocated_live;
-      d.pools_at_peak = d.pools;
+      d.keep_pools_while_standing();
     } else if (!change.arrived && change.bytes) {
       d.standing = false;
     }
@@ -213,7 +213,7 @@ void OwnerTracker::on_pool_segment(const Event& event) {
     // pages are PyTorch's own (no pool with an allocator of its own uses them).
     if (event.api == Api::kTorchSegmentAlloc && !all_pytorch_ && !pytorch_reserved_.count(event.addr)) pool.own = false;
     pool_segments_[event.addr] = {event.size, event.handle};
-    if (d.standing) d.pools_at_peak = d.pools;
+    d.keep_pools_while_standing();
     return;
   }
   if (pool_segments_.empty()) return;
@@ -236,7 +236,7 @@ void OwnerTracker::on_pool_segment(const Event& event) {
     if (base < cut_from) pool_segments_[base] = {cut_from - base, key};
     if (cut_to < base + size) it = pool_segments_.emplace(cut_to, std::make_pair(base + size - cut_to, key)).first;
   }
-  if (devices_[event.device].standing) devices_[event.device].pools_at_peak = devices_[event.device].pools;
+  devices_[event.device].keep_pools_while_standing();
 }
 
 void OwnerTracker::finish(uint64_t end_ns) {

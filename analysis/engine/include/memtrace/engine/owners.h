@@ -136,6 +136,10 @@ class OwnerTracker : public Pass {
     std::vector<uint64_t> by_name;  // live bytes per owner name (timeline)
     OutsideParts parts;             // the newest of what pools, graphs and other processes held
     Pools pools, pools_at_peak;
+    // The pools as they are, while the newest peak stands: what they held at it.
+    void keep_pools_while_standing() {
+      if (standing) pools_at_peak = pools;
+    }
   };
   uint32_t slot_of(uint64_t stack_id);
 
