@@ -91,18 +91,22 @@ uint32_t OwnerTracker::slot_of(uint64_t stack_id) {
   if (fresh) {
     Owner owner = owner_of(stacks_.all_frames(stack_id));
     if (all_pytorch_) owner = {OwnerKind::kPyTorch, kPyTorch, ""};  // a segment's stack or none: PyTorch's
-    std::string key = std::string(owner_kind_name(owner.kind)) + '\0' + owner.name + '\0' + owner.part;
-    auto [slot, made] = slots_.try_emplace(std::move(key), static_cast<uint32_t>(owners_.size()));
-    if (made) {
-      const std::string name = owner.kind == OwnerKind::kUnplaced ? "not placed" : owner.name;
-      auto known = std::find(names_.begin(), names_.end(), name);
-      name_of_slot_.push_back(static_cast<uint32_t>(known - names_.begin()));
-      if (known == names_.end()) names_.push_back(name);
-      owners_.push_back(std::move(owner));
-    }
-    it->second = slot->second;
+    it->second = slot_of(std::move(owner));
   }
   return it->second;
+}
+
+uint32_t OwnerTracker::slot_of(Owner owner) {
+  std::string key = std::string(owner_kind_name(owner.kind)) + '\0' + owner.name + '\0' + owner.part;
+  auto [slot, made] = slots_.try_emplace(std::move(key), static_cast<uint32_t>(owners_.size()));
+  if (made) {
+    const std::string name = owner.kind == OwnerKind::kUnplaced ? "not placed" : owner.name;
+    auto known = std::find(names_.begin(), names_.end(), name);
+    name_of_slot_.push_back(static_cast<uint32_t>(known - names_.begin()));
+    if (known == names_.end()) names_.push_back(name);
+    owners_.push_back(std::move(owner));
+  }
+  return slot->second;
 }
 
 void OwnerTracker::on_event(const Event& event, const ReplayStep& step, const Replay&) {
@@ -167,7 +171,10 @@ void OwnerTracker::on_event(const Event& event, const ReplayStep& step, const Re
       d.at_peak = d.slots;
       d.peak_unsaved = false;
     }
-    const uint32_t slot = slot_of(change.site.stack_id);
+    // What was live before recording began is what PyTorch's snapshot listed (the Python shim's
+    // memtrace_existing, under memtrace attach or memtrace.record): PyTorch's segments.
+    const uint32_t slot = event.flags & kEventBeforeRecording ? slot_of(Owner{OwnerKind::kPyTorch, kPyTorch, ""})
+                                                              : slot_of(change.site.stack_id);
     if (owners_[slot].kind == OwnerKind::kPyTorch) {
       if (change.arrived)
         pytorch_reserved_.insert(change.addr);

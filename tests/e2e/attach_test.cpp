@@ -289,6 +289,14 @@ TEST(Attach, APyTorchTrainingWithThreads) {
   EXPECT_GT(calls_of(p, "torch.alloc"), 50u) << "the tracker records the steps after the attach";
   EXPECT_GT(calls_of(p, "torch.free_completed"), 50u);
   EXPECT_GT(calls_of(p, "memtrace.mark"), 5u) << "the optimizer's steps";
+  // Who held the device: the segments PyTorch held before the attach are PyTorch's, not the program's.
+  json owners = e2e::command_json({e2e::kMemtrace, "peak", "--json", "--by", "owner", dir + "/traces"});
+  bool tensors = false;
+  for (const json& o : owners["processes"][0]["devices"][0]["owners"]) {
+    EXPECT_NE(o["owner"], "the program") << o.dump();
+    tensors |= o["owner"] == "PyTorch's tensors";
+  }
+  EXPECT_TRUE(tensors) << owners.dump(1);
 
   // The parameters and optimizer state PyTorch held are live before memtrace attached; what the
   // steps allocate is named by its line, the loader thread's too.

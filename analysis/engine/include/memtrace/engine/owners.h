@@ -142,6 +142,7 @@ class OwnerTracker : public Pass {
     }
   };
   uint32_t slot_of(uint64_t stack_id);
+  uint32_t slot_of(Owner owner);
 
   const StackView& stacks_;
   bool all_pytorch_;
