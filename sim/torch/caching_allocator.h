@@ -12,69 +12,18 @@
 #include <string>
 #include <vector>
 
+#include "memtrace/allocator_model/caching_allocator_model.h"
 #include "pytorch_abi.h"
 
 namespace c10::cuda::CUDACachingAllocator::Native {
 
-struct AllocatorConfig {
-  bool expandable_segments = false;
-  size_t roundup_power2_divisions = 0;  // the single-number form, applied to every size
-  std::string backend = "native";
-};
-const AllocatorConfig& config();
+// PYTORCH_CUDA_ALLOC_CONF as CUDAAllocatorConfig reads it (memtrace's allocator model): the
+// options, or (CONFIG_ERROR not empty) PyTorch's message refusing them, which every malloc gives.
+const memtrace::torch_model::AllocConf& config();
+const std::string& config_error();
 
-// A Stat of c10/core/CachingDeviceAllocator.h (v2.6.0): current, peak, allocated, freed; for all
-// pools, the small pool and the large pool (StatType AGGREGATE, SMALL_POOL, LARGE_POOL).
-struct Stat {
-  int64_t current = 0, peak = 0, allocated = 0, freed = 0;
-  void increase(int64_t amount) {
-    current += amount;
-    peak = std::max(current, peak);
-    allocated += amount;
-  }
-  void decrease(int64_t amount) {
-    current -= amount;
-    freed += amount;
-  }
-};
-struct StatArray {
-  Stat all, small, large;
-  void increase(int64_t amount, bool small_pool) {
-    all.increase(amount);
-    (small_pool ? small : large).increase(amount);
-  }
-  void decrease(int64_t amount, bool small_pool) {
-    all.decrease(amount);
-    (small_pool ? small : large).decrease(amount);
-  }
-};
-struct DeviceStats {
-  StatArray allocation, segment, active, allocated_bytes, reserved_bytes, active_bytes, requested_bytes;
-  int64_t num_alloc_retries = 0, num_ooms = 0, num_device_alloc = 0, num_device_free = 0;
-  template <typename Fn>
-  void for_each(Fn fn) {
-    for (StatArray* a :
-         {&allocation, &segment, &active, &allocated_bytes, &reserved_bytes, &active_bytes, &requested_bytes})
-      for (Stat* s : {&a->all, &a->small, &a->large}) fn(*s);
-  }
-};
-
-struct BlockPool;
-struct PrivatePool;
-struct ExpandableSegment;
-
-struct Block {
-  DeviceIndex device = 0;
-  void* stream = nullptr;
-  size_t size = 0, requested_size = 0;
-  BlockPool* pool = nullptr;
-  uint64_t ptr = 0;
-  bool allocated = false, mapped = true;
-  bool pending = false;  // freed, waiting for the events recorded on the streams that used it
-  Block *prev = nullptr, *next = nullptr;
-  ExpandableSegment* segment = nullptr;
-  int64_t context = 0, segment_context = 0;  // the Python stand-in's frames (history with context)
-};
+using memtrace::torch_model::DeviceStats;
+using memtrace::torch_model::Stat;
 
 // One entry of the history ring (record_history), with the time snapshots give (microseconds
 // since the epoch) and the context of the frames recorded with it.
@@ -84,9 +33,13 @@ struct HistoryEntry {
   int64_t context;
 };
 
-class DeviceCachingAllocator {
+// One device's caching allocator: memtrace's model of PyTorch's (analysis/allocator_model), over
+// the simulated device's memory (cuda_memory.cpp), with what PyTorch keeps around it: the lock,
+// the trace trackers, the out-of-memory observers, the history ring and the snapshot.
+class DeviceCachingAllocator : public memtrace::torch_model::TraceListener {
  public:
   explicit DeviceCachingAllocator(DeviceIndex device);
+  ~DeviceCachingAllocator() override;
   uint64_t malloc(size_t orig_size, void* stream, int64_t context, std::string& error);
   bool free(uint64_t addr, bool record_stream);
   void empty_cache();
@@ -102,40 +55,17 @@ class DeviceCachingAllocator {
   void snapshot(std::string& segments, std::string& trace);
 
  private:
-  // POOL: the pool of the block or segment the entry is about; DEVICE: the entry's device, when
-  // not this allocator's (SNAPSHOT's is always 0).
+  // record_trace: every action the model takes, to the trackers and the history ring.
+  void on_trace(memtrace::torch_model::Action action, uint64_t addr, uint64_t size, uint64_t stream, int64_t context,
+                memtrace::torch_model::PoolId pool) override;
   void record_trace(TraceEntry::Action action, uint64_t addr, uint64_t size, void* stream, int64_t context,
-                    const BlockPool* pool, int device = -1);
-  BlockPool& pool_for(size_t size);
-  bool expandable_for(const BlockPool& pool) const;
-  bool should_split(const Block* block, size_t size) const;
-  Block* get_free_block(BlockPool& pool, size_t size, void* stream);
-  Block* alloc_block(BlockPool& pool, size_t size, size_t alloc_size, void* stream, bool retry, int64_t context);
-  Block* new_expandable_segment(BlockPool& pool, void* stream);
-  Block* find_expandable_block(BlockPool& pool, size_t size, void* stream);
-  Block* try_allocate_expandable_block(BlockPool& pool, size_t size, void* stream, int64_t context);
-  Block* map_block(Block* to_map, size_t size, int64_t context);
-  void unmap_block(Block* block);
-  size_t try_merge_blocks(Block* dst, Block* src, BlockPool& pool);
-  void free_block(Block* block);
-  void process_events();
-  bool release_cached_blocks();
-  void release_blocks(BlockPool& pool);
-  void release_block(Block* block);
-  void release_expandable_segment(Block* block);
-  std::vector<BlockPool*> all_pools();
-  std::vector<Block*> all_blocks(BlockPool& pool);
+                    MempoolId_t pool, int device = -1);
 
   const DeviceIndex device_;
   std::recursive_mutex mutex_;
-  BlockPool* large_;
-  BlockPool* small_;
-  std::map<MempoolId_t, std::unique_ptr<PrivatePool>> private_pools_;
-  PrivatePool* active_pool_ = nullptr;
-  std::vector<ExpandableSegment*> expandable_;
-  std::map<uint64_t, Block*> live_;
-  std::vector<Block*> pending_;
-  DeviceStats stats_;
+  std::map<MempoolId_t, CUDAAllocator*> pool_allocators_;  // MemPools with an allocator of their own
+  std::unique_ptr<memtrace::torch_model::DeviceMemory> memory_;
+  std::unique_ptr<memtrace::torch_model::CachingAllocatorModel> model_;
   std::vector<AllocatorTraceTracker> trackers_;
   std::vector<OutOfMemoryObserver> observers_;
   bool record_history_ = false;
@@ -143,6 +73,11 @@ class DeviceCachingAllocator {
   size_t max_entries_ = 1;
   std::deque<HistoryEntry> history_;
 };
+
+// The simulated device's memory as PyTorch reaches it: cudaMalloc/cudaFree (a MemPool's own
+// allocator's raw_alloc/raw_delete), the driver's VMM functions for expandable segments.
+std::unique_ptr<memtrace::torch_model::DeviceMemory> cuda_memory(DeviceIndex device,
+                                                                 const std::map<MempoolId_t, CUDAAllocator*>& pools);
 
 class NativeCachingAllocator : public CUDAAllocator {
  public:
