@@ -24,6 +24,7 @@ Command add_timeline_command(CLI::App& app);
 Command add_diff_command(CLI::App& app);
 Command add_check_command(CLI::App& app);
 Command add_estimate_command(CLI::App& app);
+Command add_whatif_command(CLI::App& app);
 Command add_explain_command(CLI::App& app);
 Command add_verify_command(CLI::App& app);
 Command add_html_command(CLI::App& app);

@@ -23,6 +23,7 @@ constexpr Guide kGuides[] = {
     {"peak", "Analyse", "memtrace peak --layer allocated --by category out/"},
     {"leaks", "Analyse", "memtrace leaks --top 5 out/"},
     {"frag", "Analyse", "memtrace frag out/"},
+    {"whatif", "Analyse", "memtrace whatif --alloc-conf expandable_segments:True out/"},
     {"timeline", "Analyse", "memtrace timeline --svg memory.svg out/"},
     {"snapshot", "Analyse", "memtrace snapshot out/"},
     {"estimate", "Analyse", "memtrace estimate --model llama-3-8b --mode train --gpus 8 --zero 3 --gpu H100"},

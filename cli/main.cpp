@@ -108,11 +108,11 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   const std::vector<Command> commands = {
       // in the order --help lists them, by group (help_guide.cpp)
-      add_run_command(app),       add_attach_command(app),   add_detach_command(app),  add_report_command(app),
-      add_snapshot_command(app),  add_peak_command(app),     add_leaks_command(app),   add_frag_command(app),
-      add_timeline_command(app),  add_estimate_command(app), add_explain_command(app), add_diff_command(app),
-      add_check_command(app),     add_verify_command(app),   add_html_command(app),    add_export_command(app),
-      add_summarize_command(app), add_record_command(app),
+      add_run_command(app),      add_attach_command(app),    add_detach_command(app),   add_report_command(app),
+      add_snapshot_command(app), add_peak_command(app),      add_leaks_command(app),    add_frag_command(app),
+      add_whatif_command(app),   add_timeline_command(app),  add_estimate_command(app), add_explain_command(app),
+      add_diff_command(app),     add_check_command(app),     add_verify_command(app),   add_html_command(app),
+      add_export_command(app),   add_summarize_command(app), add_record_command(app),
   };
   add_help_guide(app, commands);
   if (argc < 2) {  // nothing asked: what there is to ask

@@ -417,6 +417,12 @@ MEMTRACE_EXPORT int memtrace_torch_attach(const char* version) {
       std::sscanf(g_version->c_str(), "%d.%d", &major, &minor) == 2 && (major > 2 || (major == 2 && minor >= 8)),
       std::memory_order_relaxed);
   if (!session_active()) return 0;  // not traced
+  // What `memtrace whatif` replays the run under: the release and the allocator's settings.
+  record_shim_mark(Api::kTorchSetting, 0, "torch=" + *g_version);
+  const char* conf = ::getenv("PYTORCH_CUDA_ALLOC_CONF");  // unset: PyTorch's defaults
+  record_shim_mark(Api::kTorchSetting, 0, std::string("PYTORCH_CUDA_ALLOC_CONF=") + (conf ? conf : ""));
+  if (const char* value = ::getenv("PYTORCH_ALLOC_CONF"))  // the newer name (2.9-era main reads it first)
+    record_shim_mark(Api::kTorchSetting, 0, std::string("PYTORCH_ALLOC_CONF=") + value);
   std::string why;
   int answer = attach(why);
   if (answer == kAnswerNone)

@@ -721,6 +721,8 @@ size_t CachingAllocatorModel::largest_free_block() const {
   return most;
 }
 
+size_t CachingAllocatorModel::expandable_segment_count() const { return impl_->expandable.size(); }
+
 bool CachingAllocatorModel::adopt_segment(uint64_t addr, size_t size, uint64_t stream, PoolId pool) {
   BlockPool* into = nullptr;
   const bool small = size == kSmallBuffer;  // no large-pool segment is 2 MiB (get_allocation_size)

@@ -225,6 +225,8 @@ class Importer : public pickle::ItemSink {
       return fail("it holds no 'segments' list: it is not a PyTorch memory snapshot");
     }
     released_ = 0;  // the second pass reads from the devices' traces on
+    Ref settings = kNoRef;
+    if (doc.is(root, Kind::kDict) && doc.find(root, "allocator_settings", settings)) read_settings(settings);
     if (!read_segments(segments)) return false;
     if (traces != kNoRef && !read_traces(traces)) return false;
     if (annotations != kNoRef) read_annotations(annotations);
@@ -318,7 +320,10 @@ class Importer : public pickle::ItemSink {
       for (Ref b : doc().items(list(seg, "blocks"))) {
         if (!doc().is(b, Kind::kDict) || !has_int(b, "size")) return fail(which + " has a block without a 'size'");
         uint64_t size = static_cast<uint64_t>(integer(b, "size"));
-        if (has_int(b, "address")) addr = static_cast<uint64_t>(integer(b, "address"));
+        if (has_int(b, "address")) {
+          addr = static_cast<uint64_t>(integer(b, "address"));
+          addressed_ = true;
+        }
         std::string_view state = text(b, "state");
         if (state == "active_allocated" || state == "active_pending_free" || state == "active_awaiting_free") {
           Block block;
@@ -340,6 +345,33 @@ class Importer : public pickle::ItemSink {
       }
     }
     return true;
+  }
+
+  // allocator_settings (2.3 on: CUDAAllocatorConfig's options as they took effect) in
+  // PYTORCH_CUDA_ALLOC_CONF's syntax, the options left at PyTorch's defaults left out.
+  void read_settings(Ref settings) {
+    if (!doc().is(settings, Kind::kDict)) return;
+    has_settings_ = true;
+    Ref v;
+    auto add = [&](const std::string& item) { alloc_conf_ += (alloc_conf_.empty() ? "" : ",") + item; };
+    if (doc().find(settings, "expandable_segments", v) && doc().integer(v)) add("expandable_segments:True");
+    if (doc().find(settings, "max_split_size", v) && doc().integer(v) > 0 && doc().integer(v) < INT64_MAX)
+      add("max_split_size_mb:" + std::to_string(doc().integer(v) / 1048576));
+    if (doc().find(settings, "garbage_collection_threshold", v) && doc().number(v) > 0) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%g", doc().number(v));
+      add(std::string("garbage_collection_threshold:") + text);
+    }
+    if (doc().find(settings, "roundup_power2_divisions", v) && doc().is(v, Kind::kDict)) {
+      std::string list;
+      bool any = false;
+      for (const auto& [key, divisions] : doc().entries(v)) {
+        list +=
+            (list.empty() ? "" : ",") + std::string(doc().text(key)) + ":" + std::to_string(doc().integer(divisions));
+        any = any || doc().integer(divisions) != 0;
+      }
+      if (any) add("roundup_power2_divisions:[" + list + "]");
+    }
   }
 
   bool read_traces(Ref traces) {
@@ -439,6 +471,7 @@ class Importer : public pickle::ItemSink {
     e.stream = stream;
     e.handle = handle;
     if (e.op() == Op::kAlloc) e.stack_id = stack;
+    if (before_recording_) e.flags |= kEventBeforeRecording;
     put(e);
   }
   void put(const Event& e) {
@@ -456,6 +489,7 @@ class Importer : public pickle::ItemSink {
     e.layer = api_info(api).layer;
     e.addr = addr;
     e.name = name;
+    if (before_recording_) e.flags |= kEventBeforeRecording;
     put(e);
   }
   void emit_block(int32_t device, uint64_t addr, const Block& b) {
@@ -556,8 +590,13 @@ class Importer : public pickle::ItemSink {
       dev->set_ordinal(device);
     }
     w_.write_header(header);
+    // The release the format first appeared in, and the allocator's settings, for `whatif`.
+    const char* release = has_settings_ || timed_ ? "2.3" : addressed_ ? "2.1" : "2.0";
+    emit_named(Api::kTorchSetting, 0, w_.intern_string(std::string("torch=") + release));
+    if (has_settings_) emit_named(Api::kTorchSetting, 0, w_.intern_string("PYTORCH_CUDA_ALLOC_CONF=" + alloc_conf_));
 
     size_t early_blocks = 0, early_segments = 0;
+    before_recording_ = true;  // what was live before the trace began
     for (auto& entry : devices_) {
       const int32_t device = entry.first;
       Device& d = entry.second;
@@ -583,6 +622,7 @@ class Importer : public pickle::ItemSink {
       d.start_reserved = {};
       d.start_blocks = {};
     }
+    before_recording_ = false;
     // The devices' entries merged: the earliest next (the lower device on a tie, annotations after
     // entries of the same time); each device's in the order PyTorch listed them.
     uint64_t n = 0, applied = 0;
@@ -744,6 +784,10 @@ class Importer : public pickle::ItemSink {
   StackCache stacks_;            // the first pass's
   std::map<Ref, Trace> traces_;  // by the list the first pass read them in
   bool timed_ = false;
+  bool before_recording_ = false;  // writing what was live before the trace began
+  bool addressed_ = false;         // blocks carry their addresses (2.1 on)
+  bool has_settings_ = false;      // allocator_settings (2.3 on)
+  std::string alloc_conf_;         // allocator_settings in PYTORCH_CUDA_ALLOC_CONF's syntax
   uint64_t first_time_us_ = UINT64_MAX;
   uint64_t now_ = 0;
   std::vector<Event>* sink_ = nullptr;  // a history's events go here, not to the writer

@@ -72,7 +72,10 @@ TEST_P(RealSnapshot, FiguresAreTheOnesPyTorchCounts) {
   const auto& p = report["processes"][0];
   EXPECT_EQ(p["command"][0], path());
   EXPECT_TRUE(p["complete"].get<bool>());
-  EXPECT_EQ(p["events"]["torch.alloc"]["failed"], 0u);
+  // What was live before the trace began counts as no call (a snapshot without a trace has none).
+  if (p["events"].contains("torch.alloc")) {
+    EXPECT_EQ(p["events"]["torch.alloc"]["failed"], 0u);
+  }
 }
 
 TEST_P(RealSnapshot, EveryAnalysisCommandReadsIt) {

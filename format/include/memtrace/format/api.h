@@ -137,7 +137,12 @@ enum class Api : uint16_t {
   // Sampled with device.other_processes: what NVML reports this process uses on the device
   // (nvmlDeviceGetComputeRunningProcesses' usedGpuMemory; size), as nvidia-smi shows it.
   kDeviceProcessUsed = 75,
-  kCount = 76,
+  // A setting of PyTorch's allocator, as the process had it when PyTorch initialized CUDA: name
+  // "torch=<version>" (torch.__version__; an imported snapshot: the first release of its format),
+  // "PYTORCH_CUDA_ALLOC_CONF=<text>" (the environment's; an imported snapshot: its
+  // allocator_settings in that syntax), "PYTORCH_ALLOC_CONF=<text>". An observation.
+  kTorchSetting = 76,
+  kCount = 77,
 };
 
 // What a recorded object is. Each kind has its own address space in the live set: a VMM mapping
@@ -282,6 +287,7 @@ inline constexpr ApiInfo kApiTable[] = {
      AuxField::kHandle},
     {Api::kCuGraphAddNodeMemFree, "cuGraphAddNode.mem_free", Op::kFree, MemKind::kGraphMemory},
     {Api::kDeviceProcessUsed, "device.process_used", Op::kMark, MemKind::kDevice, Layer::kDevice},
+    {Api::kTorchSetting, "torch.setting", Op::kMark, MemKind::kUnknown, Layer::kUnknown, AuxField::kName},
 };
 
 // The names of kinds and layers, each row keyed by its value, as kApiTable's.
@@ -341,7 +347,7 @@ inline constexpr size_t kLongestApiName = [] {
 inline bool is_observation(Api api) {
   return api == Api::kCuptiMemoryAlloc || api == Api::kCuptiMemoryFree || api == Api::kDeviceUsed ||
          api == Api::kDevicePoolHeld || api == Api::kDeviceGraphReserved || api == Api::kDeviceOtherProcesses ||
-         api == Api::kTorchCounter || api == Api::kDeviceProcessUsed;
+         api == Api::kTorchCounter || api == Api::kDeviceProcessUsed || api == Api::kTorchSetting;
 }
 inline std::string_view mem_kind_name(MemKind kind) {
   auto i = static_cast<size_t>(kind);

@@ -161,6 +161,8 @@ class CachingAllocatorModel {
   std::vector<SegmentView> segments() const;
   // The largest free block of any pool (0: none).
   size_t largest_free_block() const;
+  // Expandable segments (address ranges reserved, each with its pages mapped on demand).
+  size_t expandable_segment_count() const;
 
   // The state a replay starts from (a snapshot's, before its history): a segment that was
   // cudaMalloc'd at ADDR, then a block handed out at ADDR (its size as round_size gives it). False
