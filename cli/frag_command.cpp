@@ -2,6 +2,7 @@
 #include <memory>
 
 #include "command.h"
+#include "memtrace/whatif/whatif.h"
 #include "options.h"
 
 namespace memtrace::cli {
@@ -14,7 +15,14 @@ Command add_frag_command(CLI::App& app) {
   add_analysis_options(cmd, *a, false);
   a->options.timeline = true;     // reserved minus allocated over time
   a->options.categories = false;  // what frag does not show
-  return {cmd, [a] { return analyze_and_show("frag", *a, frag_view); }};
+  return {cmd, [a] {
+            return analyze_and_show("frag", *a, [](const std::vector<ProcessAnalysis>& processes) {
+              FragView view = frag_view(processes);
+              for (size_t i = 0; i < processes.size() && i < view.processes.size(); ++i)
+                predict_expandable_segments(processes[i], view.processes[i].expandable_segments);
+              return view;
+            });
+          }};
 }
 
 }  // namespace memtrace::cli

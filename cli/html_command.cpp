@@ -119,7 +119,15 @@ int write_html(HtmlCli& c) {
   c.analysis.options = page_options;
   c.analysis.by = "stack";  // the flame graph's stacks; the sites are named as everywhere else
   if (!load_analyses("html", c.analysis, processes)) return kExitUsage;
-  if (!write_report_file("html", c.output, html_page(html_data(processes)))) return 1;
+  nlohmann::json data = html_data(processes);
+  for (size_t i = 0; i < processes.size(); ++i)
+    for (nlohmann::json& finding : data["processes"][i]["findings"])
+      if (finding["kind"] == "fragmentation") {
+        std::string text = finding["text"];
+        predict_expandable_segments(processes[i], text);
+        finding["text"] = text;
+      }
+  if (!write_report_file("html", c.output, html_page(data))) return 1;
   if (c.output != "-") std::fprintf(stderr, "memtrace html: wrote %s\n", c.output.c_str());
   return 0;
 }

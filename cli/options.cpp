@@ -12,6 +12,7 @@
 #include "memtrace/base/folder_trust.h"
 #include "memtrace/format/framing.h"
 #include "memtrace/format/run_folder.h"
+#include "memtrace/whatif/whatif.h"
 
 namespace memtrace::cli {
 
@@ -85,6 +86,12 @@ bool load_analyses(const char* command, AnalysisCli& a, std::vector<ProcessAnaly
   if (!ok) std::fprintf(stderr, "memtrace %s: %s\n", command, error.c_str());
   if (!ok && why) *why = error;
   return ok;
+}
+
+void predict_expandable_segments(const ProcessAnalysis& p, std::string& answer) {
+  if (answer.empty() || !p.pytorch || p.expandable_segments || p.report.trace_path.empty()) return;
+  std::string predicted = whatif::expandable_segments_prediction(p.report.trace_path);
+  if (!predicted.empty()) answer += " " + predicted;
 }
 
 void print(bool json, const nlohmann::json& doc, const std::string& text) {

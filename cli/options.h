@@ -46,6 +46,10 @@ bool apply_analysis_cli(const char* command, AnalysisCli& a, std::string* why = 
 // false when it cannot (and puts why in WHY, when given).
 bool load_analyses(const char* command, AnalysisCli& a, std::vector<ProcessAnalysis>& out, std::string* why = nullptr);
 
+// Adds to ANSWER (frag's and the HTML page's "Would expandable_segments help?") what `memtrace
+// whatif` predicts for P's run with it; nothing where ANSWER is empty or P's run had it on.
+void predict_expandable_segments(const ProcessAnalysis& p, std::string& answer);
+
 // Prints DOC (--json) or TEXT.
 void print(bool json, const nlohmann::json& doc, const std::string& text);
 // Prints a view (analysis/views.h): its JSON document with --json, else its text.

@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "memtrace/allocator_model/caching_allocator_model.h"
+#include "memtrace/base/units.h"
 #include "memtrace/engine/stacks.h"
 #include "memtrace/engine/trace_set.h"
 #include "memtrace/format/event.h"
@@ -311,7 +312,12 @@ bool what_if(const std::string& path, const WhatIfOptions& options, ProcessWhatI
       auto conf = model::parse_alloc_conf(out.recorded_conf, why);
       if (conf) recorded_conf = *conf;
     }
-    confs = one ? std::vector<std::string>{*options.alloc_conf} : candidate_confs(out.recorded_conf);
+    if (one)
+      confs = {*options.alloc_conf};
+    else if (!options.change.empty())
+      confs = {out.recorded_conf.empty() ? options.change : out.recorded_conf + "," + options.change};
+    else
+      confs = candidate_confs(out.recorded_conf);
     for (const std::string& c : confs) {
       auto conf = model::parse_alloc_conf(c, why);
       parsed.push_back(conf.value_or(model::AllocConf{}));
@@ -319,7 +325,7 @@ bool what_if(const std::string& path, const WhatIfOptions& options, ProcessWhatI
     }
     // The other settings place what was live before the recording anew, packed tighter than the
     // run's history left it: the run's own settings, placed so too, are what they compare with.
-    if (!one && any_before) {
+    if (!one && options.change.empty() && any_before) {
       confs.push_back(out.recorded_conf);
       parsed.push_back(recorded_conf);
       adopts.push_back(false);
@@ -510,6 +516,23 @@ bool what_if(const std::string& path, const WhatIfOptions& options, ProcessWhatI
     out.devices.push_back(std::move(r));
   }
   return true;
+}
+
+std::string expandable_segments_prediction(const std::string& trace_path) {
+  WhatIfOptions options;
+  options.change = "expandable_segments:True";
+  ProcessWhatIf p;
+  std::string error;
+  if (!what_if(trace_path, options, p, error)) return {};
+  std::string out;
+  for (const DeviceWhatIf& d : p.devices) {
+    if (d.predictions.empty() || d.predictions.front().as_recorded) return {};  // on already
+    const Prediction& q = d.predictions.front();
+    out += (out.empty() ? "memtrace whatif predicts" : ";") + std::string(" device ") + std::to_string(d.device) +
+           " at " + format_bytes(q.reserved_peak) + " reserved at its peak with it (" + format_bytes(d.reserved_peak) +
+           " in this run)" + (q.oom ? ", running out of memory" : "");
+  }
+  return out.empty() ? out : out + ".";
 }
 
 }  // namespace memtrace::whatif

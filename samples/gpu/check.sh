@@ -14,7 +14,8 @@
 # generic node API), memory shared between processes (sharing: IPC and shareable handles, pool
 # pointers, multicast), every call recorded; and the training joined while it runs (memtrace
 # attach) and left. The default training's owners at its peak add up to the device layer, and
-# NVML's figure for the process is shown beside them.
+# NVML's figure for the process is shown beside them; `memtrace whatif` predicts the expandable
+# segments' run from the default one.
 #
 #   samples/gpu/check.sh          on the GPU, with the PyTorch of `python3` (or $PYTHON)
 #   samples/gpu/check.sh --sim    the same plumbing on memtrace's simulated device, with the
@@ -267,6 +268,16 @@ for name in ("default", "expandable", "cupti"):
         ratio = traced["step_ms"] / bare["step_ms"] if bare.get("step_ms") else float("nan")
         row(f"{name}: ms per step, with memtrace / without", f"{traced['step_ms']:.2f} / {bare['step_ms']:.2f}",
             "(simulated)" if simulated else "within 5%", simulated or ratio <= 1.05)
+
+# whatif: the default run's tensor requests replayed through memtrace's model of PyTorch's allocator
+# with expandable segments, beside the run that had them (PyTorch's own reserved_bytes.all.peak).
+predicted = memtrace_json("whatif", "--alloc-conf", "expandable_segments:True", f"{work}/default")
+expandable_run = account(f"{work}/expandable.out")
+devices = predicted["processes"][0]["devices"] if predicted and predicted["processes"] else []
+guess = devices[0]["predicted_reserved_peak_bytes"] if devices else None
+real = expandable_run.get("max_memory_reserved") if expandable_run else None
+row("whatif: the default run replayed with expandable_segments:True, beside that run (reserved peak)", mib(guess),
+    f"{mib(real)}, within 1%", guess is not None and real is not None and abs(guess - real) <= real / 100)
 
 # The cudaMallocAsync backend has no trace tracker (attaching throws): the program runs as without
 # memtrace, and every tensor is its own cudaMallocAsync, the reserved layer's. What the pool reserves

@@ -5,6 +5,9 @@
 // with expandable_segments:True (within 1%).
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
+
 #include "harness.h"
 
 namespace {
@@ -116,6 +119,28 @@ TEST_F(WhatIfTraining, TheCandidatesTableSortsByPeakAndNamesTheTraps) {
   EXPECT_EQ(d["predictions"].size(), 7u) << d.dump(
       1);  // the run's own, expandable segments, 3 max_split_size_mb, 2 roundup_power2_divisions
   EXPECT_EQ(d["predicted_reserved_peak_bytes"], d["reserved_peak_bytes"]);  // the first: the run's own settings
+}
+
+// frag's "Would expandable_segments help?", and the HTML page's, give the predicted figure.
+TEST_F(WhatIfTraining, FragAndTheHtmlPageGiveThePrediction) {
+  nlohmann::json predicted = whatif({"--alloc-conf", "expandable_segments:True", defaults()});
+  e2e::Result frag = e2e::run({e2e::kMemtrace, "frag", defaults()});
+  ASSERT_EQ(frag.status, 0) << frag.err;
+  EXPECT_NE(frag.out.find("Would expandable_segments help? Likely"), std::string::npos) << frag.out;
+  EXPECT_NE(frag.out.find("memtrace whatif predicts device 0 at 100 MiB reserved at its peak with it (358 MiB in "
+                          "this run)"),
+            std::string::npos)
+      << frag.out;
+  EXPECT_EQ(predicted["processes"][0]["devices"][0]["predicted_reserved_peak_bytes"], 100u << 20);
+  // The run that had them says nothing more.
+  e2e::Result on = e2e::run({e2e::kMemtrace, "frag", expandable()});
+  EXPECT_EQ(on.out.find("memtrace whatif predicts"), std::string::npos) << on.out;
+  const std::string page = e2e::temp_dir("whatif-html") + "/page.html";
+  e2e::Result html = e2e::run({e2e::kMemtrace, "html", "-o", page, defaults()});
+  ASSERT_EQ(html.status, 0) << html.err;
+  std::ifstream in(page);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("memtrace whatif predicts device 0 at 100 MiB"), std::string::npos);
 }
 
 // Where it would run out: on a device of 380 MiB less the CUDA context and what else the run held

@@ -54,6 +54,7 @@ struct WhatIfOptions {
   std::optional<std::string> alloc_conf;  // one setting; none: the usual candidates
   std::optional<uint64_t> capacity;       // bytes the device has
   std::optional<std::string> release;     // "2.6": the rules of that release
+  std::string change;                     // without alloc_conf: one setting, the run's own with this added
 };
 
 // Replays the trace at PATH. False with ERROR set (one sentence) when it cannot be read, holds no
@@ -63,6 +64,11 @@ bool what_if(const std::string& path, const WhatIfOptions& options, ProcessWhatI
 
 // The settings tried when none is given: the run's own, then each usual change to it.
 std::vector<std::string> candidate_confs(const std::string& recorded_conf);
+
+// For `frag` and the HTML page: one sentence, the reserved peak the run would have reached with
+// expandable_segments:True beside its own, per device; empty where the run made no request to
+// PyTorch's allocator or had them on already.
+std::string expandable_segments_prediction(const std::string& trace_path);
 
 std::string to_text(const std::vector<ProcessWhatIf>& processes, bool one_setting);
 nlohmann::json to_json(const std::vector<ProcessWhatIf>& processes);
