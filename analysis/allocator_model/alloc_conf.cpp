@@ -54,12 +54,19 @@ class Parser {
         ok = boolean(key, "Expected a single True/False argument for expandable_segments", c.expandable_segments);
       else if (key == "backend")
         ok = backend(c);
-      else if (key == "release_lock_on_cudamalloc" || key == "pinned_use_cuda_host_register" ||
+      else if (key == "release_lock_on_cudamalloc" || key == "release_lock_on_hipmalloc" ||
+               key == "pinned_use_cuda_host_register" || key == "pinned_use_hip_host_register" ||
                key == "pinned_use_background_threads") {
         bool ignored = false;
         ok = boolean(key, "Expected a single True/False argument for " + key, ignored);
-      } else if (key == "pinned_num_register_threads" || key == "pinned_reserve_segment_size_mb") {
-        ok = next_value(key).has_value();
+      } else if (key == "pinned_num_register_threads") {  // the host allocator's: checked, not kept
+        auto text = next_value(key);
+        auto v = text ? number(key, *text) : std::nullopt;
+        ok = v.has_value();
+        if (ok && (!power_of_two(*v) || *v > 128)) {
+          error_ = "Number of register threads has to be power of 2 ";
+          ok = false;
+        }
       } else {
         error_ = "Unrecognized CachingAllocator option: " + key;
         return std::nullopt;
@@ -82,19 +89,22 @@ class Parser {
     error_ = "Error, expecting " + key + " value";
     return std::nullopt;
   }
-  // stoul/stod as PyTorch calls them: a value that is no number throws (std::invalid_argument).
-  std::optional<uint64_t> number(const std::string& key, const std::string& text) {
+  // std::stoi / std::stoul as PyTorch calls them: a sign and the leading digits (what follows them is
+  // ignored); none, or past what an int (stoi) holds, is refused. A negative value, stored in a
+  // size_t as PyTorch stores it, wraps.
+  std::optional<uint64_t> number(const std::string& key, const std::string& text, bool int_range = true) {
     char* end = nullptr;
     errno = 0;
-    unsigned long long v = std::strtoull(text.c_str(), &end, 10);
-    if (text.empty() || *end || text[0] == '-' || errno) {
-      error_ = "Error parsing CachingAllocator option " + key + ": '" + text + "' is not a number";
+    long long v = std::strtoll(text.c_str(), &end, 10);
+    if (end == text.c_str() || errno || (int_range && (v > INT32_MAX || v < INT32_MIN))) {
+      error_ = "Error parsing CachingAllocator option " + key + ": '" + text + "' is not a number it takes";
       return std::nullopt;
     }
-    return v;
+    return static_cast<uint64_t>(v);
   }
 
-  // parseMaxSplitSize, parseMaxNonSplitRoundingSize (v2.6.0): more than 20 MiB (2.9-era main: 20 or more).
+  // parseMaxSplitSize, parseMaxNonSplitRoundingSize (v2.6.0): more than 20 MiB (2.9-era main: 20 or
+  // more); a negative value wraps past every check to the most a size_t holds in MiB.
   bool megabytes(const std::string& key, size_t& out) {
     auto text = next_value(key);
     if (!text) return false;
@@ -104,7 +114,7 @@ class Parser {
       error_ = "CachingAllocator option " + key + " too small, must be > " + std::to_string(kLargeBuffer / kMiB);
       return false;
     }
-    out = *mb > SIZE_MAX / kMiB ? SIZE_MAX : *mb * kMiB;
+    out = std::min<uint64_t>(*mb, SIZE_MAX / kMiB) * kMiB;
     return true;
   }
 
@@ -112,8 +122,8 @@ class Parser {
     auto text = next_value("garbage_collection_threshold");
     if (!text) return false;
     char* end = nullptr;
-    double v = std::strtod(text->c_str(), &end);
-    if (text->empty() || *end) {
+    double v = std::strtod(text->c_str(), &end);  // std::stod: the leading number
+    if (end == text->c_str()) {
       error_ = "Error parsing CachingAllocator option garbage_collection_threshold: '" + *text + "' is not a number";
       return false;
     }
@@ -147,6 +157,7 @@ class Parser {
       return true;
     }
     size_t last_index = 0;
+    bool first_value = true;
     while (++i_ < t_.size() && t_[i_] != "]") {
       const std::string interval = t_[i_];
       if (!expect(':', key)) return false;
@@ -161,15 +172,16 @@ class Parser {
       if (interval == ">") {
         for (size_t k = last_index; k < d.size(); ++k) d[k] = *divisions;
       } else {
-        auto mb = number(key, interval);
+        auto mb = number(key, interval, /*int_range=*/false);  // std::stoul
         if (!mb) return false;
         if (!power_of_two(*mb)) {
           error_ = "For roundups, the intervals have to be power of 2 ";
           return false;
         }
         size_t index = std::min(log2_floor(*mb), d.size() - 1);
-        if (last_index == 0)
+        if (first_value)  // the first interval named also covers those below it
           for (size_t k = 0; k < index; ++k) d[k] = *divisions;
+        first_value = false;
         d[index] = *divisions;
         last_index = index;
       }

@@ -7,7 +7,7 @@
 //     2 MiB: get_allocation_size);
 //   - get_free_block: the pool's best fit for the stream; among expandable blocks, by the size
 //     each can grow to; no block of max_split_size or more for a smaller request, and none
-//     kLargeBuffer (max_non_split_rounding_mb from 2.5) or more above a request of max_split_size
+//     kLargeBuffer (max_non_split_rounding_mb in 2.6) or more above a request of max_split_size
 //     or more;
 //   - shouldSplit: small pool, or expandable segments on: remaining >= 512 B; large pool: the
 //     request below max_split_size and remaining > 1 MiB;
@@ -39,6 +39,7 @@ namespace memtrace::torch_model {
 
 namespace {
 
+constexpr size_t kOneExaByte = size_t(1) << 60;
 constexpr size_t kMinBlockSize = 512, kSmallSize = 1048576, kSmallBuffer = 2097152, kLargeBuffer = 20971520,
                  kMinLargeAlloc = 10485760, kRoundLarge = 2097152;
 
@@ -154,6 +155,9 @@ struct CachingAllocatorModel::Impl {
   size_t round_size(size_t size) const {
     if (size < kMinBlockSize) return kMinBlockSize;
     size_t divisions = conf.divisions_for(size);
+    // Up to 2.3 one division left the size as asked (roundup_power2_next_division returned it);
+    // 2.4 on (PR #126830) rounds it to 512 B as no division does.
+    if (release.minor <= 3 && divisions == 1 && size > kMinBlockSize) return size;
     if (divisions > 1 && size > kMinBlockSize * divisions) return roundup_power2_next_division(size, divisions);
     return kMinBlockSize * ((size + kMinBlockSize - 1) / kMinBlockSize);
   }
@@ -205,9 +209,9 @@ struct CachingAllocatorModel::Impl {
       }
     }
     if (size < conf.max_split_size && (*it)->size >= conf.max_split_size) return nullptr;  // oversized, small request
-    // A block for a request of max_split_size or more may be larger by kLargeBuffer (2.4 and before)
-    // or by max_non_split_rounding_size (2.5 on, PR #136174), no more.
-    const size_t rounding = release.minor >= 5 ? conf.max_non_split_rounding_size : kLargeBuffer;
+    // A block for a request of max_split_size or more may be larger by kLargeBuffer (2.3's source)
+    // or by max_non_split_rounding_size (2.6.0's; PR #136174, September 2024: 2.5 not read), no more.
+    const size_t rounding = release.minor >= 6 ? conf.max_non_split_rounding_size : kLargeBuffer;
     if (size >= conf.max_split_size && (*it)->size >= size + rounding) return nullptr;
     Block* block = *it;
     pool.blocks.erase(it);
@@ -416,6 +420,10 @@ struct CachingAllocatorModel::Impl {
   }
 
   uint64_t malloc(size_t requested, uint64_t stream, int64_t context, OutOfMemory* oom) {
+    if (requested >= kOneExaByte) {  // NativeCachingAllocator::allocate: "more than 1EB memory", no trace
+      if (oom) *oom = OutOfMemory{requested, memory.free_bytes(), memory.total_bytes()};
+      return 0;
+    }
     if (streams_done_at_malloc && !active_pool) process_events();
     const size_t size = round_size(requested);
     BlockPool& pool = pool_for(size);
@@ -493,8 +501,10 @@ struct CachingAllocatorModel::Impl {
     Block key;
     key.stream = stream;
     key.size = std::max(size, conf.max_split_size);
+    // A block of max_split_size or more is never split in PyTorch, so each is a whole segment;
+    // a state adopted from a recording may hold split ones: those stay.
     auto it = pool.blocks.lower_bound(&key);
-    if (it == pool.blocks.end() || (*it)->stream != stream || (*it)->segment) {
+    if (it == pool.blocks.end() || (*it)->stream != stream || (*it)->segment || (*it)->is_split()) {
       if (it == pool.blocks.begin()) return false;
       size_t released = 0;
       --it;
@@ -502,7 +512,7 @@ struct CachingAllocatorModel::Impl {
         auto cur = it;
         const bool is_first = cur == pool.blocks.begin();
         if (!is_first) --it;
-        if (!(*cur)->segment) {
+        if (!(*cur)->segment && !(*cur)->is_split()) {
           released += (*cur)->size;
           release_block(*cur);
         }
@@ -722,8 +732,13 @@ size_t CachingAllocatorModel::largest_free_block() const {
 }
 
 size_t CachingAllocatorModel::expandable_segment_count() const { return impl_->expandable.size(); }
+size_t CachingAllocatorModel::segment_count() const {
+  if (impl_->expandable.empty()) return static_cast<size_t>(impl_->stats.segment.all.current);
+  return segments().size();
+}
 
 bool CachingAllocatorModel::adopt_segment(uint64_t addr, size_t size, uint64_t stream, PoolId pool) {
+  if (size == 0 || size >= kOneExaByte || addr > UINT64_MAX - size) return false;  // no segment PyTorch made
   BlockPool* into = nullptr;
   const bool small = size == kSmallBuffer;  // no large-pool segment is 2 MiB (get_allocation_size)
   if (pool == PoolId{0, 0})
@@ -739,6 +754,7 @@ bool CachingAllocatorModel::adopt_segment(uint64_t addr, size_t size, uint64_t s
 }
 
 bool CachingAllocatorModel::adopt_block(uint64_t addr, size_t requested, uint64_t stream, int64_t context) {
+  if (requested >= kOneExaByte) return false;
   const size_t size = impl_->round_size(requested);
   for (BlockPool* pool : impl_->all_pools()) {
     for (Block* b : pool->blocks) {

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <set>
 #include <unordered_map>
 
 #include "memtrace/allocator_model/caching_allocator_model.h"
@@ -33,43 +34,46 @@ constexpr uint64_t kPage = 2097152;
 // from a range no recorded address reaches.
 class ReplayMemory : public model::DeviceMemory {
  public:
-  explicit ReplayMemory(uint64_t capacity) : capacity_(capacity) {}
+  // CAPACITY: what may be reserved; none: no limit known.
+  explicit ReplayMemory(std::optional<uint64_t> capacity) : capacity_(capacity) {}
   void adopt(uint64_t addr, uint64_t size) {
     used_ += size;
     next_ = std::max(next_, (addr + size + kPage - 1) / kPage * kPage);
   }
   uint64_t allocate(size_t bytes, model::PoolId) override {
-    if (capacity_ && used_ + bytes > capacity_) return 0;
+    if (!fits(bytes)) return 0;
     used_ += bytes;
     return take(bytes);
   }
   void free(uint64_t, size_t bytes, model::PoolId) override { used_ -= std::min<uint64_t>(bytes, used_); }
   uint64_t reserve_range(size_t bytes) override { return take(bytes); }
   bool map(uint64_t, size_t bytes, size_t) override {
-    if (capacity_ && used_ + bytes > capacity_) return false;
+    if (!fits(bytes)) return false;
     used_ += bytes;
     return true;
   }
   void unmap(uint64_t, size_t bytes, size_t) override { used_ -= std::min<uint64_t>(bytes, used_); }
   void free_range(uint64_t, size_t) override {}
-  size_t free_bytes() override { return capacity_ ? capacity_ - std::min(used_, capacity_) : total_bytes() - used_; }
+  size_t free_bytes() override { return total_bytes() - std::min<uint64_t>(used_, total_bytes()); }
   // With no capacity known, 1 TiB: what expandable segments size their address ranges by.
-  size_t total_bytes() override { return capacity_ ? capacity_ : uint64_t(1) << 40; }
+  size_t total_bytes() override { return capacity_ ? *capacity_ : uint64_t(1) << 40; }
 
  private:
+  bool fits(uint64_t bytes) const { return !capacity_ || (bytes <= *capacity_ && used_ <= *capacity_ - bytes); }
   uint64_t take(uint64_t bytes) {
     uint64_t at = next_;
     next_ += (bytes + kPage - 1) / kPage * kPage;
     return at;
   }
-  const uint64_t capacity_;
+  const std::optional<uint64_t> capacity_;
   uint64_t used_ = 0, next_ = uint64_t(1) << 44;
 };
 
 // One setting's replay of one device.
 class DeviceReplay {
  public:
-  DeviceReplay(const model::AllocConf& conf, model::Release release, bool adopt, uint64_t capacity, Prediction& out)
+  DeviceReplay(const model::AllocConf& conf, model::Release release, bool adopt, std::optional<uint64_t> capacity,
+               Prediction& out)
       : memory_(capacity), model_(memory_, options(conf, release)), adopt_(adopt), out_(out) {}
 
   void adopt_segment(uint64_t addr, uint64_t size, uint64_t stream, model::PoolId pool) {
@@ -80,11 +84,13 @@ class DeviceReplay {
   void before_block(uint64_t addr, uint64_t size, uint64_t stream, model::PoolId pool) {
     if (adopt_ && model_.adopt_block(addr, size, stream, 0)) {
       map_[addr] = addr;
+      note_peak();
       return;
     }
     waiting_.push_back({addr, size, stream, pool});
   }
   void alloc(uint64_t addr, uint64_t size, uint64_t stream, model::PoolId pool, uint64_t t_ns, uint64_t stack) {
+    end_adoption();
     place_waiting();
     if (stopped_) return;
     uint64_t got = malloc(size, stream, pool);
@@ -98,7 +104,10 @@ class DeviceReplay {
   }
   // BEFORE: a block freed before the recording, waiting for its streams then.
   void free_requested(uint64_t addr, bool before) {
-    if (!before) place_waiting();
+    if (!before) {
+      end_adoption();
+      place_waiting();
+    }
     auto it = map_.find(addr);
     if (it != map_.end() && !stopped_)
       model_.free(it->second, true);
@@ -107,16 +116,27 @@ class DeviceReplay {
   }
   void free_completed(uint64_t addr) {
     auto it = map_.find(addr);
-    if (it == map_.end()) return;
+    if (it == map_.end()) {  // one of those waiting to be placed anew: it goes as it is placed
+      if (std::find(freed_waiting_.begin(), freed_waiting_.end(), addr) != freed_waiting_.end())
+        completed_waiting_.push_back(addr);
+      return;
+    }
     if (!stopped_) model_.complete_free(it->second);
     map_.erase(it);
   }
   void empty_cache() {
+    end_adoption();
     if (!stopped_) model_.empty_cache();
   }
-  void finish() {
+  // RELEASED: the run's last request released memory no allocation asked for (empty_cache).
+  void finish(bool released) {
+    end_adoption();
     place_waiting();
-    out_.segments_at_end = model_.segments().size();
+    if (released) empty_cache();
+    out_.segments_at_end = model_.segment_count();
+  }
+  void release_pool(model::PoolId pool) {
+    if (!stopped_) model_.release_pool(pool);
   }
   uint64_t oom_stack() const { return oom_stack_; }
 
@@ -133,21 +153,27 @@ class DeviceReplay {
     return o;
   }
   uint64_t malloc(uint64_t size, uint64_t stream, model::PoolId pool) {
+    // A private pool is held from its first allocation until the run releases its memory (a CUDA
+    // graph's, or a MemPool's, lives as long as they do): until then no empty_cache takes it.
     const bool pooled = pool != model::PoolId{0, 0};
     if (pooled) model_.begin_pool(pool, false);
+    if (pooled && !pools_.insert(pool).second) model_.release_pool(pool);  // begin_pool took one more
     uint64_t got = model_.malloc(size, stream, 0, nullptr);
-    if (pooled) {
-      model_.end_pool();
-      model_.release_pool(pool);  // in use only while it allocates: its segments stay until emptied
-    }
+    if (pooled) model_.end_pool();
     note_peak();
     return got;
+  }
+  void end_adoption() {
+    if (!adopting_) return;
+    adopting_ = false;
+    note_peak();
   }
   // The blocks live before the recording that the run's own state could not take, in address order.
   void place_waiting() {
     if (waiting_.empty()) return;
     std::vector<Waiting> w;
     w.swap(waiting_);
+    adopting_ = true;  // weighed once placed, whole
     std::sort(w.begin(), w.end(), [](const Waiting& a, const Waiting& b) { return a.addr < b.addr; });
     for (const Waiting& b : w) {
       if (stopped_) return;
@@ -162,15 +188,27 @@ class DeviceReplay {
     }
     for (uint64_t addr : freed_waiting_)
       if (auto it = map_.find(addr); it != map_.end()) model_.free(it->second, true);
+    for (uint64_t addr : completed_waiting_)
+      if (auto it = map_.find(addr); it != map_.end()) {
+        model_.complete_free(it->second);
+        map_.erase(it);
+      }
     freed_waiting_.clear();
+    completed_waiting_.clear();
+    end_adoption();
   }
+  // The peak: the most reserved, and of the moments it stood, the one with the least free in it.
   void note_peak() {
+    if (adopting_) return;  // the state before the recording is weighed once, whole
     const model::DeviceStats& s = model_.stats();
     const auto reserved = static_cast<uint64_t>(s.reserved_bytes.all.current);
-    if (reserved <= out_.reserved_peak && out_.segments_at_peak) return;
+    const uint64_t free = reserved - static_cast<uint64_t>(s.allocated_bytes.all.current);
+    if (peak_seen_ && (reserved < out_.reserved_peak || (reserved == out_.reserved_peak && free >= out_.free_at_peak)))
+      return;
+    peak_seen_ = true;
     out_.reserved_peak = reserved;
-    out_.segments_at_peak = static_cast<uint64_t>(s.segment.all.current) + model_.expandable_segment_count();
-    out_.free_at_peak = reserved - static_cast<uint64_t>(s.allocated_bytes.all.current);
+    out_.segments_at_peak = model_.segment_count();  // as snapshots count them: runs of mapped pages
+    out_.free_at_peak = free;
     out_.largest_free_at_peak = model_.largest_free_block();
   }
 
@@ -179,9 +217,11 @@ class DeviceReplay {
   const bool adopt_;
   Prediction& out_;
   std::unordered_map<uint64_t, uint64_t> map_;  // the run's block address -> the replay's
+  std::set<model::PoolId> pools_;               // the private pools held
   std::vector<Waiting> waiting_;
-  std::vector<uint64_t> freed_waiting_;  // of those, the ones freed before the recording
-  bool stopped_ = false;
+  std::vector<uint64_t> freed_waiting_;      // of those, the ones freed before the recording
+  std::vector<uint64_t> completed_waiting_;  // and of these, those whose free completed before they were placed
+  bool stopped_ = false, peak_seen_ = false, adopting_ = true;
   uint64_t oom_stack_ = 0;
 };
 
@@ -196,6 +236,7 @@ struct DeviceRun {
   std::map<uint64_t, Range> ranges;
   uint64_t reserved = 0;
   bool released = false;  // the last request released memory: empty_cache, unless an allocation follows
+  std::set<model::PoolId> released_pools;
   std::vector<std::unique_ptr<DeviceReplay>> replays;
 
   const Range* range_of(uint64_t addr) const {
@@ -256,12 +297,16 @@ std::vector<std::string> traps_of(const model::AllocConf& conf, const model::All
 
 std::vector<std::string> candidate_confs(const std::string& recorded_conf) {
   std::string error;
-  model::AllocConf recorded = model::parse_alloc_conf(recorded_conf, error).value_or(model::AllocConf{});
-  auto with = [&](const std::string& item) { return recorded_conf.empty() ? item : recorded_conf + "," + item; };
+  const model::AllocConf recorded = model::parse_alloc_conf(recorded_conf, error).value_or(model::AllocConf{});
   std::vector<std::string> out{recorded_conf};
-  out.push_back(with(recorded.expandable_segments ? "expandable_segments:False" : "expandable_segments:True"));
-  for (const char* mb : {"128", "512", "2048"}) out.push_back(with(std::string("max_split_size_mb:") + mb));
-  for (const char* d : {"4", "8"}) out.push_back(with(std::string("roundup_power2_divisions:") + d));
+  auto add = [&](auto change) {  // the run's own settings with one option changed
+    model::AllocConf c = recorded;
+    change(c);
+    if (!(c == recorded)) out.push_back(c.text());
+  };
+  add([](model::AllocConf& c) { c.expandable_segments = !c.expandable_segments; });
+  for (size_t mb : {128, 512, 2048}) add([mb](model::AllocConf& c) { c.max_split_size = mb << 20; });
+  for (size_t d : {4, 8}) add([d](model::AllocConf& c) { c.roundup_power2_divisions.fill(d); });
   return out;
 }
 
@@ -303,14 +348,20 @@ bool what_if(const std::string& path, const WhatIfOptions& options, ProcessWhatI
   std::vector<bool> adopts;              // whether each takes what was live before as it was
   model::AllocConf recorded_conf;
   bool started = false;
-  bool any_before = false;  // blocks live before the recording: the run's own settings get a second row
+  bool any_before = false;             // blocks live before the recording: the run's own settings get a second row
+  bool any_before_expandable = false;  // expandable segments then: placed anew under every setting
 
   auto start = [&]() {
     started = true;
     std::string why;
     if (out.conf_known) {
       auto conf = model::parse_alloc_conf(out.recorded_conf, why);
-      if (conf) recorded_conf = *conf;
+      if (!conf) {
+        error = "the run's PYTORCH_CUDA_ALLOC_CONF=" + out.recorded_conf + " is not one memtrace's model reads (" +
+                why + "): give the settings to replay with --alloc-conf";
+        return false;
+      }
+      recorded_conf = *conf;
     }
     if (one)
       confs = {*options.alloc_conf};
@@ -321,15 +372,16 @@ bool what_if(const std::string& path, const WhatIfOptions& options, ProcessWhatI
     for (const std::string& c : confs) {
       auto conf = model::parse_alloc_conf(c, why);
       parsed.push_back(conf.value_or(model::AllocConf{}));
-      adopts.push_back(parsed.back() == recorded_conf);
+      adopts.push_back(parsed.back() == recorded_conf && !any_before_expandable);
     }
     // The other settings place what was live before the recording anew, packed tighter than the
     // run's history left it: the run's own settings, placed so too, are what they compare with.
-    if (!one && options.change.empty() && any_before) {
+    if (!one && options.change.empty() && any_before && !any_before_expandable) {
       confs.push_back(out.recorded_conf);
       parsed.push_back(recorded_conf);
       adopts.push_back(false);
     }
+    return true;
   };
   auto device_run = [&](int32_t device) -> DeviceRun& {
     auto [it, fresh] = runs.try_emplace(device);
@@ -371,9 +423,9 @@ bool what_if(const std::string& path, const WhatIfOptions& options, ProcessWhatI
             release.minor = *minor;
             out.release_known = true;
           }
-        } else if (key == "PYTORCH_CUDA_ALLOC_CONF" ||
-                   (key == "PYTORCH_ALLOC_CONF" && (!out.conf_known || out.recorded_conf.empty()))) {
-          // PYTORCH_ALLOC_CONF, the newer name, where the older one says nothing
+        } else if (key == "PYTORCH_CUDA_ALLOC_CONF" || (key == "PYTORCH_ALLOC_CONF" && release.minor >= 9 &&
+                                                        (!out.conf_known || out.recorded_conf.empty()))) {
+          // PYTORCH_ALLOC_CONF, the newer name (read from 2.9-era main on), where the older one says nothing
           out.recorded_conf = value;
           out.conf_known = true;
         }
@@ -384,6 +436,7 @@ bool what_if(const std::string& path, const WhatIfOptions& options, ProcessWhatI
         any_request = true;
         any_before = any_before || (e->flags & kEventBeforeRecording);
       }
+      if (e->api == Api::kTorchSegmentMap && (e->flags & kEventBeforeRecording)) any_before_expandable = true;
       if (e->api == Api::kTorchSegmentAlloc || e->api == Api::kTorchSegmentMap) reserved[e->device] += e->size;
       if (e->api == Api::kTorchSegmentFree || e->api == Api::kTorchSegmentUnmap)
         reserved[e->device] -= std::min(reserved[e->device], e->size);
@@ -401,7 +454,7 @@ bool what_if(const std::string& path, const WhatIfOptions& options, ProcessWhatI
               "nothing to replay";
       return false;
     }
-    start();
+    if (!start()) return false;
     for (auto& [device, bytes] : outside) results[device].outside_most = bytes;
   }
 
@@ -412,10 +465,13 @@ bool what_if(const std::string& path, const WhatIfOptions& options, ProcessWhatI
     DeviceRun& run = device_run(device);
     if (run.replays.empty()) {
       DeviceWhatIf& r = results[device];
-      r.capacity = r.device_total > r.outside_most ? r.device_total - r.outside_most : 0;
+      std::optional<uint64_t> capacity;  // none known: no limit
+      if (r.device_total) capacity = r.device_total > r.outside_most ? r.device_total - r.outside_most : 0;
+      r.capacity = capacity.value_or(0);
+      r.capacity_known = capacity.has_value();
       for (size_t i = 0; i < parsed.size(); ++i)
         run.replays.push_back(
-            std::make_unique<DeviceReplay>(parsed[i], release, adopts[i], r.capacity, r.predictions[i]));
+            std::make_unique<DeviceReplay>(parsed[i], release, adopts[i], capacity, r.predictions[i]));
     }
     return run;
   };
@@ -464,6 +520,8 @@ bool what_if(const std::string& path, const WhatIfOptions& options, ProcessWhatI
           }
           DeviceRun::Range r = it->second;
           it = run.ranges.erase(it);
+          if (r.pool != model::PoolId{0, 0} && run.released_pools.insert(r.pool).second)
+            for (auto& replay : run.replays) replay->release_pool(r.pool);  // the run let the pool go
           run.reserved -= std::min(run.reserved, std::min(range_end, end) - std::max(base, e->addr));
           if (base < e->addr) run.ranges[base] = DeviceRun::Range{e->addr - base, r.stream, r.pool, r.expandable};
           if (range_end > end)
@@ -503,7 +561,7 @@ bool what_if(const std::string& path, const WhatIfOptions& options, ProcessWhatI
     DeviceWhatIf& r = results[device];
     r.segments_at_end = run.segments();
     for (size_t i = 0; i < run.replays.size(); ++i) {
-      run.replays[i]->finish();
+      run.replays[i]->finish(run.released);
       Prediction& p = r.predictions[i];
       if (p.oom && run.replays[i]->oom_stack()) {
         std::optional<FrameView> site = stacks.site_frame(run.replays[i]->oom_stack(), SiteGrouping::kUser);

@@ -40,7 +40,7 @@ std::string device_line(const DeviceWhatIf& d) {
                     counted(d.requests, "allocation") + " replayed";
   if (d.recorded_ooms) out += "; the run ran out of memory " + counted(d.recorded_ooms, "time");
   out += "\n  ";
-  if (d.capacity)
+  if (d.capacity_known)
     out += "PyTorch's allocator may reserve " + format_bytes(d.capacity) + ": the device's " +
            format_bytes(d.device_total) + " less " + format_bytes(d.outside_most) +
            " held outside it at most (CUDA's context, other libraries, other processes)\n";
@@ -134,7 +134,7 @@ nlohmann::json to_json(const std::vector<ProcessWhatIf>& processes) {
                             {"segments_at_end", d.segments_at_end},
                             {"allocations", d.requests},
                             {"recorded_ooms", d.recorded_ooms},
-                            {"capacity_bytes", d.capacity ? nlohmann::json(d.capacity) : nlohmann::json()},
+                            {"capacity_bytes", d.capacity_known ? nlohmann::json(d.capacity) : nlohmann::json()},
                             {"outside_allocator_most_bytes", d.outside_most},
                             {"predictions", nlohmann::json::array()}};
       for (const Prediction& q : d.predictions)

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "memtrace/allocator_model/alloc_conf.h"
+#include "memtrace/format/torch_action.h"
 
 namespace memtrace::torch_model {
 
@@ -27,17 +28,7 @@ struct Release {
 using PoolId = std::pair<uint64_t, uint64_t>;
 
 // TraceEntry::Action, in its order.
-enum class Action {
-  kAlloc,
-  kFreeRequested,
-  kFreeCompleted,
-  kSegmentAlloc,
-  kSegmentFree,
-  kSegmentMap,
-  kSegmentUnmap,
-  kSnapshot,
-  kOom
-};
+using Action = TorchAction;
 
 // Where the memory comes from. Each call is one of PyTorch's calls into CUDA.
 class DeviceMemory {
@@ -139,7 +130,8 @@ class CachingAllocatorModel {
   CachingAllocatorModel(const CachingAllocatorModel&) = delete;
   CachingAllocatorModel& operator=(const CachingAllocatorModel&) = delete;
 
-  // A block of at least SIZE bytes for STREAM: its address, or 0 with OOM set.
+  // A block of at least SIZE bytes for STREAM: its address, or 0 with OOM set (1 EiB or more:
+  // refused before any search, as PyTorch refuses it).
   uint64_t malloc(size_t size, uint64_t stream, int64_t context, OutOfMemory* oom);
   // FREE_REQUESTED; the block goes back to its pool now, or (WAIT_FOR_STREAMS: record_stream)
   // when complete_free or the next malloc's process_events says so. False: not a live block.
@@ -163,6 +155,8 @@ class CachingAllocatorModel {
   size_t largest_free_block() const;
   // Expandable segments (address ranges reserved, each with its pages mapped on demand).
   size_t expandable_segment_count() const;
+  // segments().size(), without building them where no segment is expandable.
+  size_t segment_count() const;
 
   // The state a replay starts from (a snapshot's, before its history): a segment that was
   // cudaMalloc'd at ADDR, then a block handed out at ADDR (its size as round_size gives it). False

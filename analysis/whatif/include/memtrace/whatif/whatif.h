@@ -35,9 +35,10 @@ struct DeviceWhatIf {
   uint64_t reserved_peak = 0, segments_at_peak = 0, segments_at_end = 0;  // as the run had them
   uint64_t requests = 0;                                                  // allocations replayed
   uint64_t recorded_ooms = 0;
-  uint64_t capacity = 0;      // what the replay gives PyTorch's allocator (0: no limit known)
-  uint64_t device_total = 0;  // the device's memory, or --capacity (0: unknown)
-  uint64_t outside_most = 0;  // held outside PyTorch's allocator at most (device.used samples)
+  uint64_t capacity = 0;        // what the replay gives PyTorch's allocator
+  bool capacity_known = false;  // false: the device's memory is not known, nothing is limited
+  uint64_t device_total = 0;    // the device's memory, or --capacity (0: unknown)
+  uint64_t outside_most = 0;    // held outside PyTorch's allocator at most (device.used samples)
   std::vector<Prediction> predictions;
 };
 
