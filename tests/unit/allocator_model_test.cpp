@@ -45,6 +45,21 @@ TEST(AllocConf, ReadsPyTorchsSyntax) {
   EXPECT_EQ(conf("pinned_use_cuda_host_register:True,pinned_num_register_threads:8").text(), "");
 }
 
+// std::stoi's reading: the leading number, a negative one wrapped as a size_t holds it.
+TEST(AllocConf, ReadsNumbersAsStoiDoes) {
+  EXPECT_EQ(conf("max_split_size_mb:512MB").max_split_size, 512 * kMiB);
+  EXPECT_EQ(conf("max_split_size_mb:-1").max_split_size, SIZE_MAX / kMiB * kMiB);
+  EXPECT_DOUBLE_EQ(conf("garbage_collection_threshold:0.6x").garbage_collection_threshold, 0.6);
+  // Only the first interval named fills those below it.
+  AllocConf list = conf("roundup_power2_divisions:[1:4,256:2]");
+  EXPECT_EQ(list.roundup_power2_divisions[0], 4u);
+  EXPECT_EQ(list.roundup_power2_divisions[1], 0u);
+  EXPECT_EQ(list.roundup_power2_divisions[8], 2u);
+  EXPECT_TRUE(conf("release_lock_on_hipmalloc:True").text().empty());
+  EXPECT_NE(refusal("max_split_size_mb:99999999999").find("max_split_size_mb"), std::string::npos);
+  EXPECT_EQ(refusal("pinned_num_register_threads:3"), "Number of register threads has to be power of 2 ");
+}
+
 TEST(AllocConf, RefusesWhatPyTorchRefusesWithItsWords) {
   EXPECT_EQ(refusal("max_split_size_mb:20"), "CachingAllocator option max_split_size_mb too small, must be > 20");
   EXPECT_EQ(refusal("colour:blue"), "Unrecognized CachingAllocator option: colour");
@@ -189,6 +204,32 @@ TEST(AllocatorModel, GarbageCollectionActsOnlyWithAMemoryFraction) {
     a.malloc(30 * kMiB, 2, 0, nullptr);  // 70 MiB reserved, past half of 100 MiB: the cache goes
     EXPECT_EQ(m.used, fraction ? 60 * kMiB : 100 * kMiB) << fraction;
   }
+}
+
+// A state adopted from a recording may hold a split block of max_split_size or more, which PyTorch
+// never makes: releasing cached oversize blocks must leave it (it is not a whole segment).
+TEST(AllocatorModel, AnAdoptedSplitOversizeBlockIsNeverReleased) {
+  Memory m(350 * kMiB);
+  CachingAllocatorModel a(m, options("max_split_size_mb:64"));
+  m.used = 300 * kMiB;  // the adopted segment's bytes, as the replay's memory counts them
+  ASSERT_TRUE(a.adopt_segment(1ull << 40, 300 * kMiB, 0, {0, 0}));
+  ASSERT_TRUE(a.adopt_block(1ull << 40, 10 * kMiB, 0, 0));
+  OutOfMemory oom;
+  EXPECT_EQ(a.malloc(100 * kMiB, 0, 0, &oom), 0u);  // no room, and nothing whole to release
+  EXPECT_EQ(a.stats().reserved_bytes.all.current, static_cast<int64_t>(300 * kMiB));
+  EXPECT_TRUE(a.free(1ull << 40, false));  // merges with the rest it was split from
+  EXPECT_EQ(a.segments().size(), 1u);
+  EXPECT_EQ(a.segments()[0].blocks.size(), 1u);
+}
+
+TEST(AllocatorModel, AnExaByteIsRefusedBeforeAnySearch) {
+  Memory m;
+  CachingAllocatorModel a(m, options(""));
+  OutOfMemory oom;
+  EXPECT_EQ(a.malloc(size_t(1) << 60, 0, 0, &oom), 0u);
+  EXPECT_EQ(a.malloc(SIZE_MAX, 0, 0, &oom), 0u);
+  EXPECT_EQ(a.stats().reserved_bytes.all.current, 0);
+  EXPECT_FALSE(a.adopt_segment(UINT64_MAX - kMiB, 20 * kMiB, 0, {0, 0}));  // past the address space
 }
 
 TEST(AllocatorModel, AnAdoptedStateIsServedAsItWas) {
