@@ -18,6 +18,20 @@ namespace memtrace::cli {
 
 namespace {
 
+// What a page draws, its fragmentation finding with the peak `memtrace whatif` predicts with
+// expandable segments, as `frag` gives it.
+nlohmann::json page_data(const std::vector<ProcessAnalysis>& processes) {
+  nlohmann::json data = html_data(processes);
+  for (size_t i = 0; i < processes.size(); ++i)
+    for (nlohmann::json& finding : data["processes"][i]["findings"])
+      if (finding["kind"] == "fragmentation") {
+        std::string text = finding["text"];
+        predict_expandable_segments(processes[i], text);
+        finding["text"] = text;
+      }
+  return data;
+}
+
 struct HtmlCli {
   AnalysisCli analysis;
   std::string output = "memtrace-report.html";
@@ -66,7 +80,7 @@ int write_job(HtmlCli& c, std::vector<ProcessAnalysis>& processes, const Analysi
       bool ok = from_summary ? read_summary(summary_path_of(trace), page_options, full, errors[i])
                              : analyze_process(trace, page_options, full, errors[i]);
       if (!ok) return from_summary;
-      nlohmann::json data = html_data({full});
+      nlohmann::json data = page_data({full});
       data["job"] = {{"page", "../" + job_name}, {"processes", processes.size()}};
       if (!write_report_file("html", folder + "/" + names[i], html_page(data))) return false;
       written[i] = 1;
@@ -119,15 +133,7 @@ int write_html(HtmlCli& c) {
   c.analysis.options = page_options;
   c.analysis.by = "stack";  // the flame graph's stacks; the sites are named as everywhere else
   if (!load_analyses("html", c.analysis, processes)) return kExitUsage;
-  nlohmann::json data = html_data(processes);
-  for (size_t i = 0; i < processes.size(); ++i)
-    for (nlohmann::json& finding : data["processes"][i]["findings"])
-      if (finding["kind"] == "fragmentation") {
-        std::string text = finding["text"];
-        predict_expandable_segments(processes[i], text);
-        finding["text"] = text;
-      }
-  if (!write_report_file("html", c.output, html_page(data))) return 1;
+  if (!write_report_file("html", c.output, html_page(page_data(processes)))) return 1;
   if (c.output != "-") std::fprintf(stderr, "memtrace html: wrote %s\n", c.output.c_str());
   return 0;
 }
