@@ -406,23 +406,34 @@ void note_reserved(uint64_t addr, uint64_t size) {
 using namespace memtrace::inject;
 using memtrace::Api;
 
+// What `memtrace whatif` replays the run under, once a session: the release and the allocator's
+// settings as the environment has them.
+static void record_torch_settings() {
+  static std::atomic<uint64_t> recorded_in{0};  // the session that has them
+  const uint64_t session = session_number();
+  if (!session_active() || recorded_in.exchange(session, std::memory_order_acq_rel) == session) return;
+  record_shim_mark(Api::kTorchSetting, 0, "torch=" + *g_version);
+  const char* conf = ::getenv("PYTORCH_CUDA_ALLOC_CONF");  // unset: PyTorch's defaults
+  record_shim_mark(Api::kTorchSetting, 0, std::string("PYTORCH_CUDA_ALLOC_CONF=") + (conf ? conf : ""));
+  if (const char* value = ::getenv("PYTORCH_ALLOC_CONF"))  // the newer name (2.9-era main reads it first)
+    record_shim_mark(Api::kTorchSetting, 0, std::string("PYTORCH_ALLOC_CONF=") + value);
+}
+
 // Called by the Python shim, holding the GIL, once PyTorch initialized CUDA: 1 when the tracker is
 // attached; otherwise says why in the trace, and returns 2 when PyTorch's own recorder can stand
 // in, 0 when not.
 MEMTRACE_EXPORT int memtrace_torch_attach(const char* version) {
-  if (g_state.load(std::memory_order_acquire) != kNotAttached) return g_state.load() != kSilent;
+  if (g_state.load(std::memory_order_acquire) != kNotAttached) {  // attached before: a later session's
+    record_torch_settings();
+    return g_state.load() != kSilent;
+  }
   *g_version = version ? version : "?";
   int major = 0, minor = 0;
   g_reads_pool.store(
       std::sscanf(g_version->c_str(), "%d.%d", &major, &minor) == 2 && (major > 2 || (major == 2 && minor >= 8)),
       std::memory_order_relaxed);
   if (!session_active()) return 0;  // not traced
-  // What `memtrace whatif` replays the run under: the release and the allocator's settings.
-  record_shim_mark(Api::kTorchSetting, 0, "torch=" + *g_version);
-  const char* conf = ::getenv("PYTORCH_CUDA_ALLOC_CONF");  // unset: PyTorch's defaults
-  record_shim_mark(Api::kTorchSetting, 0, std::string("PYTORCH_CUDA_ALLOC_CONF=") + (conf ? conf : ""));
-  if (const char* value = ::getenv("PYTORCH_ALLOC_CONF"))  // the newer name (2.9-era main reads it first)
-    record_shim_mark(Api::kTorchSetting, 0, std::string("PYTORCH_ALLOC_CONF=") + value);
+  record_torch_settings();
   std::string why;
   int answer = attach(why);
   if (answer == kAnswerNone)

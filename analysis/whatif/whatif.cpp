@@ -93,6 +93,12 @@ class DeviceReplay {
     end_adoption();
     place_waiting();
     if (stopped_) return;
+    // The run handed out an address the replay still holds: its free was not recorded (at an
+    // attach, between PyTorch's snapshot and its tracker), so the block went before this.
+    if (auto it = map_.find(addr); it != map_.end()) {
+      if (!model_.free(it->second, false)) model_.complete_free(it->second);
+      map_.erase(it);
+    }
     uint64_t got = malloc(size, stream, pool);
     if (!got) {
       stopped_ = true;  // the program would have stopped here (or caught it: then the replay cannot follow)

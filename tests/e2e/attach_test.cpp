@@ -306,6 +306,14 @@ TEST(Attach, APyTorchTrainingWithThreads) {
   std::string peak = e2e::run({e2e::kMemtrace, "snapshot", dir + "/snapshot"}).out;
   EXPECT_NE(peak.find("live before memtrace attached"), std::string::npos) << peak;
   EXPECT_NE(snapshot.out.find("live before memtrace attached"), std::string::npos) << snapshot.out;
+  // `memtrace whatif` replays it: the release and settings recorded at the attach, and what PyTorch
+  // held then taken where it lay, to the reserved peak the run reached.
+  json whatif = e2e::command_json({e2e::kMemtrace, "whatif", "--json", "--alloc-conf", "", dir + "/traces"});
+  ASSERT_EQ(whatif["processes"].size(), 1u) << whatif.dump(1);
+  EXPECT_TRUE(whatif["processes"][0]["release"].get<std::string>().starts_with("2.11")) << whatif.dump(1);
+  EXPECT_EQ(whatif["processes"][0]["alloc_conf"], "");
+  const json& replayed = whatif["processes"][0]["devices"][0];
+  EXPECT_EQ(replayed["predicted_reserved_peak_bytes"], replayed["reserved_peak_bytes"]) << replayed.dump(1);
   // Before the attach: PyTorch's own account, marked, without stacks; after: the steps' and the
   // loader thread's tensors, each with its Python stack.
   uint64_t before = 0, before_bytes = 0, steps = 0, loader = 0;
