@@ -732,9 +732,16 @@ size_t CachingAllocatorModel::largest_free_block() const {
 }
 
 size_t CachingAllocatorModel::expandable_segment_count() const { return impl_->expandable.size(); }
+// Unmapped blocks are kept merged, so each run of mapped pages begins at a segment's base or right
+// after an unmapped block: counted from the unmapped blocks alone.
 size_t CachingAllocatorModel::segment_count() const {
-  if (impl_->expandable.empty()) return static_cast<size_t>(impl_->stats.segment.all.current);
-  return segments().size();
+  size_t runs = 0, unmapped_heads = 0;
+  for (BlockPool* pool : impl_->all_pools())
+    for (const Block* u : pool->unmapped) {
+      if (!u->prev) ++unmapped_heads;
+      if (u->next && u->next->mapped) ++runs;
+    }
+  return static_cast<size_t>(impl_->stats.segment.all.current) + runs + (impl_->expandable.size() - unmapped_heads);
 }
 
 bool CachingAllocatorModel::adopt_segment(uint64_t addr, size_t size, uint64_t stream, PoolId pool) {

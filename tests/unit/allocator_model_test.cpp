@@ -187,6 +187,13 @@ TEST(AllocatorModel, ExpandableSegmentsGrowOneSegmentByPages) {
   for (size_t mib : {12, 15, 18, 21}) blocks.push_back(a.malloc(mib * kMiB, 0, 0, nullptr));
   EXPECT_EQ(a.expandable_segment_count(), 1u);
   EXPECT_EQ(m.used, 80 * kMiB);  // 66 MiB in 20 MiB pages
+  EXPECT_EQ(a.segment_count(), a.segments().size());
+  a.free(blocks[1], false);
+  a.free(blocks[2], false);
+  a.empty_cache();  // the pages under the two freed blocks go: two runs of mapped pages
+  EXPECT_EQ(a.segments().size(), 2u);
+  EXPECT_EQ(a.segment_count(), 2u);
+  blocks = {blocks[0], blocks[3]};
   for (uint64_t b : blocks) a.free(b, false);
   a.empty_cache();
   EXPECT_EQ(m.used, 0u);  // every page unmapped
