@@ -349,16 +349,15 @@ bool what_if(const std::string& path, const WhatIfOptions& options, ProcessWhatI
   std::map<int32_t, uint64_t> totals;  // the devices' memory, known once the trace is read
   std::map<int32_t, DeviceRun> runs;
   std::map<int32_t, DeviceWhatIf> results;
-  std::vector<std::string> confs;        // the settings replayed (set at the first request)
+  std::vector<std::string> confs;        // the settings replayed (set after the first pass)
   std::vector<model::AllocConf> parsed;  // the same, parsed
   std::vector<bool> adopts;              // whether each takes what was live before as it was
   model::AllocConf recorded_conf;
-  bool started = false;
   bool any_before = false;             // blocks live before the recording: the run's own settings get a second row
   bool any_before_expandable = false;  // expandable segments then: placed anew under every setting
 
+  // The settings replayed, once the first pass has read the run's own. False with ERROR set.
   auto start = [&]() {
-    started = true;
     std::string why;
     if (out.conf_known) {
       auto conf = model::parse_alloc_conf(out.recorded_conf, why);
@@ -406,13 +405,8 @@ bool what_if(const std::string& path, const WhatIfOptions& options, ProcessWhatI
     }
     return it->second;
   };
-  // The replays start at the device's first request, once the settings are known; their capacity
-  // is what the device had less what was held outside PyTorch's allocator at most, known only at
-  // the end: a first pass finds it.
-  (void)device_run;
-
-  // First pass: the settings, the device's samples (what lay outside PyTorch's allocator), whether
-  // PyTorch's allocator was recorded at all.
+  // First pass: the settings, the device's samples (what lay outside PyTorch's allocator at most,
+  // which the replays' capacity leaves out), whether PyTorch's allocator was recorded at all.
   {
     std::map<int32_t, uint64_t> reserved;
     std::map<int32_t, uint64_t> outside;
